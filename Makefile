@@ -1,0 +1,34 @@
+# Two entry points: `make demo` and `make test`.  Both build .venv first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+
+.PHONY: demo test venv bench clean
+
+$(BIN)/.installed: pyproject.toml
+	# Reuse an installed torch where there is one (the venv sees the system's
+	# site-packages); otherwise take torch 2.13.0, which on this kind of machine
+	# is a CPU wheel already on disk.  Never let a bare `torch` requirement pull
+	# a multi-gigabyte CUDA build.
+	@if $(PYTHON) -c "import torch" 2>/dev/null; then \
+	    echo "reusing the installed torch"; \
+	    $(PYTHON) -m venv --system-site-packages $(VENV); \
+	else \
+	    $(PYTHON) -m venv $(VENV) && $(BIN)/pip install --quiet "torch==2.13.0"; \
+	fi
+	$(BIN)/pip install --quiet -e ".[dynamic,lsp,test]"
+	touch $@
+
+venv: $(BIN)/.installed
+
+demo: venv
+	$(BIN)/kanalyze check fixtures/ --exit-zero --statistics
+
+test: venv
+	$(BIN)/python -m pytest -q
+
+bench: venv
+	$(BIN)/python bench/bench_static.py
+
+clean:
+	rm -rf $(VENV) .kanalyze_cache

@@ -1,0 +1,142 @@
+"""Finding the files to check and reading them safely.
+
+Reading never executes anything.  A file that cannot be read as text becomes a
+`SourceError` (reported as KAN000 by the pipeline); the run goes on.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import os
+import re
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+PYTHON_SUFFIXES = (".py", ".pyi")
+
+# Directories nobody wants linted (the same spirit as ruff's default excludes).
+DEFAULT_EXCLUDES = (
+    ".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", ".mypy_cache",
+    ".ruff_cache", ".pytest_cache", ".kanalyze_cache", "__pycache__",
+    "node_modules", "build", "dist", "site-packages", ".eggs",
+)
+
+MAX_FILE_BYTES = 10 * 1024 * 1024
+
+# A file that cannot contain a Triton kernel is not parsed at all.
+_TRITON_HINT = re.compile(rb"\btriton\b")
+
+
+@dataclass(frozen=True)
+class SourceText:
+    path: str
+    text: str
+
+
+@dataclass(frozen=True)
+class SourceError:
+    path: str
+    reason: str
+    row: int = 1
+    column: int = 0
+
+
+def may_contain_triton(text: str) -> bool:
+    """Cheap prefilter: no mention of `triton`, no kernel to analyze."""
+    return _TRITON_HINT.search(text.encode("utf-8", "surrogatepass")) is not None
+
+
+def read_source(path: str, *, explicit: bool = False) -> SourceText | SourceError | None:
+    """Read `path` as Python source text.
+
+    Returns None for a file that is fine but has nothing to analyze (an empty
+    file found while walking a directory, or an empty `__init__.py`).
+    """
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_FILE_BYTES:
+            return SourceError(path, f"file too large to analyze ({size} bytes; the limit is {MAX_FILE_BYTES})")
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        return SourceError(path, f"cannot read file: {exc.strerror or exc}")
+    if not data.strip():
+        if explicit and os.path.basename(path) != "__init__.py":
+            return SourceError(path, "empty file: there is no kernel to analyze")
+        return None
+    if b"\x00" in data:
+        return SourceError(path, "binary file: it contains NUL bytes, so it is not source code")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        text = data.decode(encoding)
+    except (SyntaxError, LookupError) as exc:
+        return SourceError(path, f"unknown source encoding: {exc}")
+    except UnicodeDecodeError as exc:
+        row = data[: exc.start].count(b"\n") + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1)
+        return SourceError(path, f"not valid {exc.encoding}: byte 0x{data[exc.start]:02x} at offset {exc.start}", row, column)
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    return SourceText(path, text)
+
+
+def _matches(path: str, patterns: Iterable[str]) -> bool:
+    parts = Path(path).parts
+    normalized = path.replace(os.sep, "/")
+    for pattern in patterns:
+        pattern = pattern.rstrip("/")
+        if fnmatch.fnmatch(normalized, pattern) or fnmatch.fnmatch(normalized, f"*/{pattern}"):
+            return True
+        if any(fnmatch.fnmatch(part, pattern) for part in parts):
+            return True
+    return False
+
+
+def discover(
+    paths: Iterable[str],
+    exclude: Iterable[str] = (),
+    *,
+    force_exclude: bool = False,
+    root: str | None = None,
+) -> Iterator[tuple[str, bool]]:
+    """Yield `(path, explicit)` for every file to check, in a stable order.
+
+    Directories are walked for Python files; files named on the command line
+    are checked whatever their suffix (`explicit=True`), unless `force_exclude`
+    is set and they match an exclude pattern (as ruff's `--force-exclude`).
+    """
+    exclude = tuple(exclude)
+    seen: set[str] = set()
+
+    def relative(path: str) -> str:
+        if root:
+            try:
+                return os.path.relpath(path, root)
+            except ValueError:
+                return path
+        return path
+
+    for given in paths:
+        if os.path.isdir(given):
+            for dirpath, dirnames, filenames in os.walk(given):
+                dirnames[:] = sorted(
+                    d for d in dirnames
+                    if d not in DEFAULT_EXCLUDES and not _matches(relative(os.path.join(dirpath, d)), exclude)
+                )
+                for name in sorted(filenames):
+                    if not name.endswith(PYTHON_SUFFIXES):
+                        continue
+                    path = os.path.join(dirpath, name)
+                    if _matches(relative(path), exclude) or path in seen:
+                        continue
+                    seen.add(path)
+                    yield path, False
+        else:
+            if force_exclude and _matches(relative(given), exclude):
+                continue
+            if given not in seen:
+                seen.add(given)
+                yield given, True

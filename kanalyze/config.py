@@ -1,0 +1,153 @@
+"""`[tool.kanalyze]` in pyproject.toml, and the code selection it implies.
+
+Keys (kebab-case, as ruff's):
+    select = ["PRC", "ORD001"]          # codes or prefixes; "ALL" for everything
+    ignore = ["INT001"]
+    extend-select = [...]  extend-ignore = [...]
+    per-file-ignores = { "tests/*" = ["CMP003"] }
+    exclude = ["third_party"]           # replaces nothing: added to the defaults
+    extend-exclude = [...]
+The file is found from the first checked path upwards.  Command-line options
+override the file.  This module imports nothing of kanalyze.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class ConfigError(Exception):
+    """A configuration the user has to fix (exit code 2)."""
+
+
+_KNOWN_KEYS = {
+    "select", "ignore", "extend-select", "extend-ignore", "per-file-ignores",
+    "exclude", "extend-exclude", "harness", "target", "max-numel",
+}
+
+
+@dataclass
+class Config:
+    root: str = "."                     # the directory of the pyproject.toml, or cwd
+    path: str | None = None             # the pyproject.toml that was read
+    select: list[str] = field(default_factory=lambda: ["ALL"])
+    ignore: list[str] = field(default_factory=list)
+    per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
+    exclude: list[str] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def selects(self, code: str, filename: str | None = None) -> bool:
+        """Is `code` reported for `filename`?  The longest matching prefix wins,
+        and on a tie `ignore` wins (as ruff resolves select/ignore)."""
+        if code.startswith("KAN") and not any(code.startswith(p.upper()) for p in self.ignore):
+            return True  # files kanalyze could not read are always reported (as ruff's syntax errors)
+        best_select = max((len(p) for p in self.select if _prefix_matches(code, p)), default=-1)
+        best_ignore = max((len(p) for p in self.ignore if _prefix_matches(code, p)), default=-1)
+        if best_select < 0 or best_ignore >= best_select:
+            return False
+        if filename is not None:
+            relative = _relative(filename, self.root)
+            for pattern, codes in self.per_file_ignores.items():
+                if _glob(relative, pattern) and any(_prefix_matches(code, c) for c in codes):
+                    return False
+        return True
+
+
+def _prefix_matches(code: str, prefix: str) -> bool:
+    return prefix.upper() == "ALL" or code.startswith(prefix.upper())
+
+
+def _relative(filename: str, root: str) -> str:
+    try:
+        return os.path.relpath(os.path.abspath(filename), os.path.abspath(root)).replace(os.sep, "/")
+    except ValueError:
+        return filename
+
+
+def _glob(relative: str, pattern: str) -> bool:
+    return fnmatch.fnmatch(relative, pattern) or fnmatch.fnmatch(os.path.basename(relative), pattern)
+
+
+def find_pyproject(start: str) -> Path | None:
+    """The nearest pyproject.toml with a [tool.kanalyze] table, from `start` up."""
+    here = Path(start).resolve()
+    if here.is_file() or not here.exists():
+        here = here.parent
+    for directory in (here, *here.parents):
+        candidate = directory / "pyproject.toml"
+        if candidate.is_file():
+            try:
+                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+                raise ConfigError(f"{candidate}: {exc}") from exc
+            if "kanalyze" in data.get("tool", {}):
+                return candidate
+    return None
+
+
+def _string_list(table: dict[str, Any], key: str, where: str) -> list[str]:
+    value = table.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: `{key}` must be a list of strings")
+    return list(value)
+
+
+def load_config(
+    paths: Iterable[str] = (),
+    *,
+    config_file: str | None = None,
+    select: Iterable[str] | None = None,
+    ignore: Iterable[str] | None = None,
+    extend_select: Iterable[str] = (),
+    extend_ignore: Iterable[str] = (),
+    isolated: bool = False,
+) -> Config:
+    paths = list(paths)
+    config = Config(root=os.getcwd())
+    pyproject: Path | None = None
+    if config_file:
+        pyproject = Path(config_file)
+        if not pyproject.is_file():
+            raise ConfigError(f"config file not found: {config_file}")
+    elif not isolated:
+        pyproject = find_pyproject(paths[0] if paths else os.getcwd())
+    if pyproject is not None:
+        try:
+            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"{pyproject}: {exc}") from exc
+        table = data.get("tool", {}).get("kanalyze", {})
+        where = f"{pyproject} [tool.kanalyze]"
+        unknown = sorted(set(table) - _KNOWN_KEYS)
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s): {', '.join(unknown)}")
+        config.root = str(pyproject.parent)
+        config.path = str(pyproject)
+        config.raw = table
+        if "select" in table:
+            config.select = _string_list(table, "select", where)
+        config.select += _string_list(table, "extend-select", where)
+        config.ignore = _string_list(table, "ignore", where) + _string_list(table, "extend-ignore", where)
+        config.exclude = _string_list(table, "exclude", where) + _string_list(table, "extend-exclude", where)
+        pfi = table.get("per-file-ignores", {})
+        if not isinstance(pfi, dict):
+            raise ConfigError(f"{where}: `per-file-ignores` must be a table of glob = [codes]")
+        for pattern in pfi:
+            config.per_file_ignores[pattern] = _string_list(pfi, pattern, f"{where} per-file-ignores")
+    if select is not None:
+        config.select = list(select)
+    if ignore is not None:
+        config.ignore = list(ignore)
+    config.select += list(extend_select)
+    config.ignore += list(extend_ignore)
+    return config

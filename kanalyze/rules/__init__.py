@@ -1,0 +1,43 @@
+"""The clause catalog: one module per clause, discovered by name.
+
+Adding a clause means adding `kanalyze/rules/<code>_<name>.py` with one Rule
+subclass; nothing here needs to change.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from functools import lru_cache
+
+from kanalyze.rules.base import Report, Rule
+
+_MODULE = re.compile(r"^[a-z]{3}\d{3}_")
+
+
+@lru_cache(maxsize=None)
+def all_rules() -> tuple[type[Rule], ...]:
+    """Every rule class, sorted by code."""
+    found: list[type[Rule]] = []
+    for info in pkgutil.iter_modules(__path__):
+        if not _MODULE.match(info.name):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, Rule) and value is not Rule and value.code:
+                found.append(value)
+    return tuple(sorted(found, key=lambda r: r.code))
+
+
+@lru_cache(maxsize=None)
+def rules_by_code() -> dict[str, type[Rule]]:
+    return {rule.code: rule for rule in all_rules()}
+
+
+def detecting_rules() -> list[Rule]:
+    """Instances of the rules that have static detectors."""
+    return [rule() for rule in all_rules() if rule.has_detectors]
+
+
+__all__ = ["Report", "Rule", "all_rules", "detecting_rules", "rules_by_code"]
