@@ -1,0 +1,5 @@
+import sys
+
+from kanalyze.cli import main
+
+sys.exit(main())

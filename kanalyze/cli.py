@@ -1,0 +1,198 @@
+"""The `kanalyze` command.
+
+    kanalyze check PATH...       (also plain `kanalyze PATH...`)
+    kanalyze rules               list the clause catalog
+    kanalyze explain CODE        print a clause's docs
+
+Exit codes, as ruff's: 0 no findings, 1 findings, 2 usage or internal error.
+This module (with the LSP server) is the only place that prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+from kanalyze import __version__
+
+SUBCOMMANDS = ("check", "rules", "explain", "version")
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits with 2 too; keep ruff's wording
+        raise UsageError(message)
+
+
+def _codes(value: str) -> list[str]:
+    return [code.strip().upper() for code in value.split(",") if code.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="kanalyze",
+        description="Static-plus-dynamic analyzer for GPU kernels written in Triton and CUDA.",
+        epilog="`kanalyze PATH...` is short for `kanalyze check PATH...`.",
+    )
+    parser.add_argument("--version", action="version", version=f"kanalyze {__version__}")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    check = sub.add_parser("check", help="check files for contract violations (the default)")
+    check.add_argument("paths", nargs="*", metavar="PATH", help="files or directories (default: .)")
+    check.add_argument("--select", type=_codes, help="comma-separated codes or prefixes to report (ALL for all)")
+    check.add_argument("--ignore", type=_codes, help="comma-separated codes or prefixes to leave out")
+    check.add_argument("--extend-select", type=_codes, default=[], help="add to the selection of the config file")
+    check.add_argument("--extend-ignore", type=_codes, default=[], help="add to the ignores of the config file")
+    check.add_argument("--output-format", choices=("text", "json", "sarif", "github"), default=None,
+                       help="report format (default: text; KANALYZE_OUTPUT_FORMAT overrides)")
+    check.add_argument("-o", "--output-file", help="write the report to this file instead of stdout")
+    check.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
+    check.add_argument("--statistics", action="store_true", help="print a count per code after the report")
+    check.add_argument("--no-cache", action="store_true", help="do not read or write .kanalyze_cache")
+    check.add_argument("--force-exclude", action="store_true",
+                       help="apply `exclude` to paths named on the command line too (for pre-commit)")
+    check.add_argument("--config", help="read [tool.kanalyze] from this pyproject.toml")
+    check.add_argument("--isolated", action="store_true", help="ignore every configuration file")
+    check.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per core)")
+    check.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary")
+    check.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+
+    rules = sub.add_parser("rules", help="list every clause of the contract catalog")
+    rules.add_argument("--output-format", choices=("text", "json"), default="text")
+
+    explain = sub.add_parser("explain", help="print the documentation of a clause")
+    explain.add_argument("code", help="a clause code, e.g. PRC002")
+
+    sub.add_parser("version", help="print the version")
+    return parser
+
+
+def _normalise_argv(argv: list[str]) -> list[str]:
+    """`kanalyze PATH...` → `kanalyze check PATH...` (as ruff did before subcommands)."""
+    if not argv:
+        return argv
+    first = argv[0]
+    if first in SUBCOMMANDS or first in ("-h", "--help", "--version"):
+        return argv
+    return ["check", *argv]
+
+
+def _rule_metadata() -> list[dict]:
+    from kanalyze.rules import all_rules
+
+    return [{
+        "code": r.code, "name": r.name, "summary": r.summary, "gate": r.gate,
+        "docs": r.explanation(), "help_uri": r.help_uri(), "has_detectors": r.has_detectors,
+    } for r in all_rules()]
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from kanalyze.check import run_static
+    from kanalyze.config import load_config
+    from kanalyze.report import render_github, render_json, render_sarif, render_statistics, render_text
+
+    paths = args.paths or ["."]
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        raise UsageError(f"path not found: {', '.join(missing)}")
+    config = load_config(
+        paths, config_file=args.config, select=args.select, ignore=args.ignore,
+        extend_select=args.extend_select, extend_ignore=args.extend_ignore, isolated=args.isolated,
+    )
+    result = run_static(paths, config, force_exclude=args.force_exclude,
+                        use_cache=not args.no_cache, jobs=args.jobs)
+    findings = result.findings
+    fmt = args.output_format or os.environ.get("KANALYZE_OUTPUT_FORMAT") or "text"
+    if fmt not in ("text", "json", "sarif", "github"):
+        raise UsageError(f"unknown output format: {fmt}")
+
+    rules = _rule_metadata()
+    if fmt == "json":
+        report = render_json(findings, {r["code"]: r["help_uri"] for r in rules})
+    elif fmt == "sarif":
+        report = render_sarif(findings, rules, __version__)
+    elif fmt == "github":
+        report = render_github(findings)
+    else:
+        to_tty = args.output_file is None and sys.stdout.isatty()
+        color = args.color == "always" or (args.color == "auto" and to_tty and not os.environ.get("NO_COLOR"))
+        report = render_text(findings, color=color, suppressed=result.suppressed)
+        if args.quiet:
+            report = "".join(line + "\n" for line in report.splitlines()[: len(findings)])
+        if args.statistics:
+            report += render_statistics(findings, {r["code"]: r["name"] for r in rules})
+
+    if args.output_file:
+        with open(args.output_file, "w", encoding="utf-8") as handle:
+            handle.write(report)
+    else:
+        sys.stdout.write(report)
+    if findings and not args.exit_zero:
+        return EXIT_FINDINGS
+    return EXIT_CLEAN
+
+
+def _cmd_rules(args: argparse.Namespace) -> int:
+    rules = _rule_metadata()
+    if args.output_format == "json":
+        import json
+
+        sys.stdout.write(json.dumps([{k: v for k, v in r.items() if k != "docs"} for r in rules], indent=2) + "\n")
+        return EXIT_CLEAN
+    width = max(len(r["name"]) for r in rules)
+    for r in rules:
+        detectors = "static+gate" if r["has_detectors"] else ("gate" if r["gate"] else "reported")
+        sys.stdout.write(f"{r['code']}  {r['name']:<{width}}  {detectors:<11}  {r['summary']}\n")
+    return EXIT_CLEAN
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from kanalyze.rules import rules_by_code
+
+    rule = rules_by_code().get(args.code.upper())
+    if rule is None:
+        raise UsageError(f"unknown code: {args.code} (see `kanalyze rules`)")
+    sys.stdout.write(rule.explanation())
+    return EXIT_CLEAN
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = _normalise_argv(list(sys.argv[1:] if argv is None else argv))
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return EXIT_ERROR
+        if args.command == "version":
+            sys.stdout.write(f"kanalyze {__version__}\n")
+            return EXIT_CLEAN
+        handler = {"check": _cmd_check, "rules": _cmd_rules, "explain": _cmd_explain}[args.command]
+        return handler(args)
+    except UsageError as exc:
+        sys.stderr.write(f"kanalyze: error: {exc}\n")
+        return EXIT_ERROR
+    except Exception as exc:  # configuration and internal errors: a clear line, not a traceback
+        from kanalyze.config import ConfigError
+
+        if isinstance(exc, ConfigError):
+            sys.stderr.write(f"kanalyze: error: {exc}\n")
+            return EXIT_ERROR
+        if os.environ.get("KANALYZE_DEBUG"):
+            raise
+        sys.stderr.write(f"kanalyze: internal error: {type(exc).__name__}: {exc} "
+                         f"(set KANALYZE_DEBUG=1 for a traceback)\n")
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,18 @@
+"""JSON: a list of finding objects (code, name, message, status, filename,
+location, end_location, kernel, evidence, witness, url), as ruff's."""
+
+from __future__ import annotations
+
+import json
+
+from kanalyze.findings import Finding
+
+
+def render_json(findings: list[Finding], urls: dict[str, str] | None = None) -> str:
+    urls = urls or {}
+    items = []
+    for f in findings:
+        item = f.to_dict()
+        item["url"] = urls.get(f.code)
+        items.append(item)
+    return json.dumps(items, indent=2, sort_keys=False) + "\n"

@@ -1,0 +1,30 @@
+"""ORD002 nondeterministic-race: the same inputs give different bits across runs (a race).
+
+This clause is decided by its gate; static detectors join with later passes.
+"""
+
+from kanalyze.rules.base import Rule
+
+
+class NondeterministicRace(Rule):
+    code = "ORD002"
+    name = "nondeterministic-race"
+    summary = "The same inputs give different bits across runs (a race)"
+    gate = "ord002-repeated-runs"
+    has_detectors = False
+    docs = """
+    ## What it does
+    Runs the kernel repeatedly on the same inputs with poisoned scratch memory
+    and compares the outputs bitwise.
+
+    ## Why is this bad
+    A race (shared memory read without a barrier after a write, a read of
+    memory another program writes in the same launch) makes the result depend
+    on timing: it passes once and fails in production.
+
+    ## Example
+    One program reads a tile that a neighbouring program is still writing.
+
+    ## Use instead
+    Separate the phases with a barrier or a second launch.
+    """
