@@ -86,7 +86,7 @@ def analyze_text(path: str, text: str) -> tuple[list[Finding], int]:
     if not reports:
         return findings, 0
 
-    positions = Positions(model.module)
+    positions = Positions(model.module, text)
     suppressions = Suppressions.parse(text)
     names = rules_by_code()
     seen: set[tuple] = set()

@@ -145,7 +145,10 @@ def load_config(
         for pattern in pfi:
             config.per_file_ignores[pattern] = _string_list(pfi, pattern, f"{where} per-file-ignores")
     if select is not None:
+        # A selection on the command line replaces the file's selection and its
+        # ignores: `--select PRC001` shows PRC001 even where the file ignores it.
         config.select = list(select)
+        config.ignore = []
     if ignore is not None:
         config.ignore = list(ignore)
     config.select += list(extend_select)

@@ -25,6 +25,8 @@ from typing import Iterator
 import libcst as cst
 import networkx as nx
 
+from kanalyze.analyzer.cstwalk import child_nodes
+
 
 @dataclass(eq=False)
 class Def:
@@ -44,30 +46,20 @@ class Def:
 
 def names_read(expr: cst.CSTNode | None) -> set[str]:
     """Names an expression reads (attribute names and keyword names excluded)."""
+    names: set[str] = set()
     if expr is None:
-        return set()
-    collector = _NameCollector()
-    expr.visit(collector)
-    return collector.names
-
-
-class _NameCollector(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.names: set[str] = set()
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.names.add(node.value)
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)  # `x.shape`: read x, not `shape`
-        return False
-
-    def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)  # `dtype=...`: not a read of `dtype`
-        return False
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
+        return names
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind is cst.Name:
+            names.add(node.value)
+        elif kind is cst.Attribute or kind is cst.Arg:
+            stack.append(node.value)  # `x.shape` reads x; `dtype=v` reads v, not `dtype`
+        elif kind is not cst.Lambda:
+            stack.extend(child_nodes(node))
+    return names
 
 
 _AUG_OPS = {
@@ -79,77 +71,56 @@ _AUG_OPS = {
 }
 
 
-class _DefCollector(cst.CSTVisitor):
-    """Collects the definitions of one function body (nested defs are skipped)."""
+def _targets(target: cst.BaseExpression) -> Iterator[str]:
+    if isinstance(target, cst.Name):
+        yield target.value
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            yield from _targets(element.value)
+    elif isinstance(target, cst.StarredElement):
+        yield from _targets(target.value)
 
-    def __init__(self, root: cst.FunctionDef) -> None:
-        self.root = root
-        self.defs: list[Def] = []
-        self.loops: list[cst.CSTNode] = []
 
-    def _add(self, name: str, kind: str, node: cst.CSTNode, value, operator=None, extra_reads=()) -> None:
-        reads = names_read(value) | set(extra_reads)
-        self.defs.append(Def(name, kind, node, value, tuple(self.loops), operator, frozenset(reads)))
+def _collect_defs(root: cst.FunctionDef) -> list[Def]:
+    """The definitions of one function body; nested defs, classes and lambdas
+    have scopes of their own and are skipped."""
+    defs = [Def(p.name.value, "param", p, None) for p in _all_params(root.params)]
 
-    def _targets(self, target: cst.BaseExpression) -> Iterator[str]:
-        if isinstance(target, cst.Name):
-            yield target.value
-        elif isinstance(target, (cst.Tuple, cst.List)):
-            for element in target.elements:
-                yield from self._targets(element.value)
-        elif isinstance(target, cst.StarredElement):
-            yield from self._targets(target.value)
+    def add(name, kind, node, value, loops, operator=None, extra=()):
+        reads = names_read(value) | set(extra)
+        defs.append(Def(name, kind, node, value, loops, operator, frozenset(reads)))
 
-    # Nested functions and classes have scopes of their own.
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        if node is self.root:
-            for param in _all_params(node.params):
-                self.defs.append(Def(param.name.value, "param", param, None))
-            return True
-        return False
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
-
-    def visit_For(self, node: cst.For) -> None:
-        for name in self._targets(node.target):
-            self._add(name, "for", node, node.iter)
-        self.loops.append(node)
-
-    def leave_For(self, node: cst.For) -> None:
-        self.loops.pop()
-
-    def visit_While(self, node: cst.While) -> None:
-        self.loops.append(node)
-
-    def leave_While(self, node: cst.While) -> None:
-        self.loops.pop()
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        for target in node.targets:
-            for name in self._targets(target.target):
-                self._add(name, "assign", node, node.value)
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        if node.value is not None:
-            for name in self._targets(node.target):
-                self._add(name, "assign", node, node.value)
-
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        for name in self._targets(node.target):
-            self._add(name, "augassign", node, node.value, _AUG_OPS.get(type(node.operator)), extra_reads=(name,))
-
-    def visit_WithItem(self, node: cst.WithItem) -> None:
-        if node.asname is not None:
-            for name in self._targets(node.asname.name):
-                self._add(name, "with", node, node.item)
-
-    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
-        for name in self._targets(node.target):
-            self._add(name, "walrus", node, node.value)
+    stack: list[tuple[cst.CSTNode, tuple[cst.CSTNode, ...]]] = [(root.body, ())]
+    while stack:
+        node, loops = stack.pop()
+        kind = type(node)
+        if kind in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+            continue
+        inner = loops
+        if kind is cst.For:
+            for name in _targets(node.target):
+                add(name, "for", node, node.iter, loops)
+            inner = loops + (node,)
+        elif kind is cst.While:
+            inner = loops + (node,)
+        elif kind is cst.Assign:
+            for target in node.targets:
+                for name in _targets(target.target):
+                    add(name, "assign", node, node.value, loops)
+        elif kind is cst.AnnAssign and node.value is not None:
+            for name in _targets(node.target):
+                add(name, "assign", node, node.value, loops)
+        elif kind is cst.AugAssign:
+            for name in _targets(node.target):
+                add(name, "augassign", node, node.value, loops, _AUG_OPS.get(type(node.operator)), (name,))
+        elif kind is cst.WithItem and node.asname is not None:
+            for name in _targets(node.asname.name):
+                add(name, "with", node, node.item, loops)
+        elif kind is cst.NamedExpr:
+            for name in _targets(node.target):
+                add(name, "walrus", node, node.value, loops)
+        stack.extend((child, inner) for child in reversed(list(child_nodes(node))))
+    return defs
 
 
 def _all_params(params: cst.Parameters) -> list[cst.Param]:
@@ -166,9 +137,7 @@ class Dataflow:
 
     def __init__(self, function: cst.FunctionDef) -> None:
         self.function = function
-        collector = _DefCollector(function)
-        function.visit(collector)
-        self.defs: list[Def] = collector.defs
+        self.defs: list[Def] = _collect_defs(function)
         self.by_name: dict[str, list[Def]] = {}
         for d in self.defs:
             self.by_name.setdefault(d.name, []).append(d)

@@ -26,8 +26,10 @@ DEFAULT_EXCLUDES = (
 
 MAX_FILE_BYTES = 10 * 1024 * 1024
 
-# A file that cannot contain a Triton kernel is not parsed at all.
-_TRITON_HINT = re.compile(rb"\btriton\b")
+# A file that cannot contain a Triton kernel is not parsed at all: a kernel
+# needs both the word `triton` (an import) and `jit` (its decorator).
+_TRITON_HINT = re.compile(r"\btriton\b")
+_JIT_HINT = re.compile(r"\bjit\b")
 
 
 @dataclass(frozen=True)
@@ -45,8 +47,8 @@ class SourceError:
 
 
 def may_contain_triton(text: str) -> bool:
-    """Cheap prefilter: no mention of `triton`, no kernel to analyze."""
-    return _TRITON_HINT.search(text.encode("utf-8", "surrogatepass")) is not None
+    """Cheap prefilter: no `triton` and `jit` in the text, no kernel to analyze."""
+    return _TRITON_HINT.search(text) is not None and _JIT_HINT.search(text) is not None
 
 
 def read_source(path: str, *, explicit: bool = False) -> SourceText | SourceError | None:

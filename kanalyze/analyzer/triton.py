@@ -21,6 +21,7 @@ from typing import Iterable, Iterator
 
 import libcst as cst
 
+from kanalyze.analyzer.cstwalk import child_nodes, walk
 from kanalyze.analyzer.dataflow import Dataflow, Def, _all_params, names_read
 from kanalyze.analyzer.names import ImportMap, dotted
 
@@ -246,71 +247,55 @@ class TritonModule:
                     yield from self.sources(caller, arg, depth=depth - 1)
 
 
-class _Collector(cst.CSTVisitor):
-    """One pass over the tree that fills a TritonModule."""
+class _Collector:
+    """One walk over the tree that fills a TritonModule."""
 
     def __init__(self, model: TritonModule) -> None:
         self.model = model
-        self.stack: list[cst.CSTNode] = []
-        self.functions: list[Function] = []
-        self.classes: list[cst.ClassDef] = []
         self.subscript_calls: list[tuple[cst.Call, Function | None]] = []
         self.jit_call_forms: list[tuple[str, cst.Call]] = []
 
     def collect(self) -> None:
-        self.model.module.visit(self)
+        self._walk()
+        imports = self.model.imports
+        for site in self.model.calls:  # qualify once every import is known
+            site.qualname = imports.qualify(site.node.func)
         self._resolve_jit()
         self._resolve_launches_and_helpers()
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if self.stack:
-            self.model.parents[id(node)] = self.stack[-1]
-        self.stack.append(node)
-        return super().on_visit(node)
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        super().on_leave(original_node)
-        self.stack.pop()
-
-    def visit_Import(self, node: cst.Import) -> None:
-        self.model.imports.add_import(node)
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        self.model.imports.add_import_from(node)
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.classes.append(node)
-
-    def leave_ClassDef(self, node: cst.ClassDef) -> None:
-        self.classes.pop()
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        cls = self.classes[-1] if self.classes and self.model.parents.get(id(node)) is not None and self._directly_in_class(node) else None
-        bases = tuple(filter(None, (dotted(b.value) for b in cls.bases))) if cls else ()
-        function = Function(node.name.value, node, cls.name.value if cls else None, bases)
-        self.model.functions.append(function)
-        self.model._function_of[id(node)] = function
-        self.functions.append(function)
-
-    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.functions.pop()
-
-    def _directly_in_class(self, node: cst.FunctionDef) -> bool:
-        # FunctionDef → IndentedBlock → ClassDef
-        block = self.model.parents.get(id(node))
-        owner = self.model.parents.get(id(block)) if block is not None else None
-        return isinstance(owner, cst.ClassDef)
-
-    def visit_Call(self, node: cst.Call) -> None:
-        function = self.functions[-1] if self.functions else None
-        self.model.calls.append(CallSite(node, self.model.imports.qualify(node.func), function))
-        if isinstance(node.func, cst.Subscript):
-            self.subscript_calls.append((node, function))
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        # `kernel = triton.jit(_kernel)` (the call form of the decorator)
-        if isinstance(node.value, cst.Call) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
-            self.jit_call_forms.append((node.targets[0].target.value, node.value))
+    def _walk(self) -> None:
+        model = self.model
+        parents = model.parents
+        # (node, parent, enclosing Function, ClassDef whose body we are directly in)
+        stack: list[tuple] = [(model.module, None, None, None)]
+        while stack:
+            node, parent, function, klass = stack.pop()
+            if parent is not None:
+                parents[id(node)] = parent
+            kind = type(node)
+            if kind is cst.Call:
+                model.calls.append(CallSite(node, None, function))
+                if isinstance(node.func, cst.Subscript):
+                    self.subscript_calls.append((node, function))
+            elif kind is cst.Assign:
+                # `kernel = triton.jit(_kernel)` (the call form of the decorator)
+                if isinstance(node.value, cst.Call) and len(node.targets) == 1 \
+                        and isinstance(node.targets[0].target, cst.Name):
+                    self.jit_call_forms.append((node.targets[0].target.value, node.value))
+            elif kind is cst.FunctionDef:
+                bases = tuple(filter(None, (dotted(b.value) for b in klass.bases))) if klass else ()
+                function = Function(node.name.value, node, klass.name.value if klass else None, bases)
+                model.functions.append(function)
+                model._function_of[id(node)] = function
+                klass = None
+            elif kind is cst.ClassDef:
+                stack.extend((child, node, function, node) for child in reversed(list(child_nodes(node))))
+                continue
+            elif kind is cst.Import:
+                model.imports.add_import(node)
+            elif kind is cst.ImportFrom:
+                model.imports.add_import_from(node)
+            stack.extend((child, node, function, klass) for child in reversed(list(child_nodes(node))))
 
     # --- after the walk ----------------------------------------------------
 
@@ -447,15 +432,6 @@ def int_literal(expr: cst.BaseExpression | None) -> int | None:
         inner = int_literal(expr.expression)
         return -inner if inner is not None else None
     return None
-
-
-def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """Every node under `node` (pre-order), without building metadata."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(reversed(current.children))
 
 
 def calls_within(model: TritonModule, node: cst.CSTNode) -> Iterable[tuple[cst.Call, str | None]]:
