@@ -75,3 +75,15 @@ def walk_scope(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         if current is not node and isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             continue
         stack.extend(child_nodes(current))
+
+
+def body_nodes(function: cst.FunctionDef) -> Iterator[cst.CSTNode]:
+    """Nodes of a function's own body; nested defs, classes and lambdas are
+    scopes of their own and are not entered (nor yielded)."""
+    stack = list(child_nodes(function.body))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        yield node
+        stack.extend(child_nodes(node))

@@ -15,6 +15,7 @@ Rules read this model; they never parse anything themselves.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Iterable, Iterator
@@ -29,6 +30,10 @@ JIT_DECORATORS = {"triton.jit", "triton.language.jit"}
 AUTOTUNE = "triton.autotune"
 HEURISTICS = "triton.heuristics"
 CONSTEXPR = "triton.language.constexpr"
+
+# Functions and classes that are references or tests, not the candidate.
+REFERENCE_FUNCTION = re.compile(r"^(_?ref(erence)?(_.*)?|.*_ref(erence)?|_?test.*|_?bench.*|torch_.*|check_.*|verify.*)$")
+REFERENCE_CLASS = re.compile(r"^(Model|Ref.*|.*Reference|Test.*)$")
 
 
 @dataclass(eq=False)
@@ -80,7 +85,7 @@ class JitFunction:
     heuristics: set[str] = field(default_factory=set)
     calls_helpers: set[str] = field(default_factory=set)
     launches: list[Launch] = field(default_factory=list)
-    called_from: list[tuple["JitFunction", cst.Call]] = field(default_factory=list)
+    called_from: list[tuple[Function, cst.Call]] = field(default_factory=list)
 
     @property
     def node(self) -> cst.FunctionDef:
@@ -219,6 +224,13 @@ class TritonModule:
                         continue
                     stack.append(candidate)
         return seen
+
+    @cached_property
+    def candidate_path(self) -> list[Function]:
+        """The forward path without the references and tests written next to
+        the candidate (`Model` is KernelBench's reference class)."""
+        return [f for f in self.forward_path
+                if not REFERENCE_FUNCTION.match(f.name) and not REFERENCE_CLASS.match(f.class_name or "")]
 
     # --- interprocedural dataflow ------------------------------------------
 
