@@ -386,12 +386,14 @@ def bind_call_args(call: cst.Call, params: list[Param]) -> dict[str, cst.BaseExp
     """Parameter name → argument expression, for positional and keyword args."""
     bound: dict[str, cst.BaseExpression] = {}
     positional = [p for p in params]
+    names = {p.name for p in params}
     index = 0
     for arg in call.args:
         if arg.star:
             return bound  # *args / **kwargs: cannot bind the rest statically
         if arg.keyword is not None:
-            bound[arg.keyword.value] = arg.value
+            if arg.keyword.value in names:  # others are launch options (num_warps, ...)
+                bound[arg.keyword.value] = arg.value
         elif index < len(positional):
             bound[positional[index].name] = arg.value
             index += 1
