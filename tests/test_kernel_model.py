@@ -66,7 +66,7 @@ def test_constexpr_annotation_spellings() -> None:
         @triton.jit
         def k(x, A: tl.constexpr, B: constexpr, C: "tl.constexpr", D: int = 4): pass
     """)
-    assert m.jit["k"].constexpr_names == {"A", "B"}
+    assert m.jit["k"].constexpr_names == {"A", "B", "C"}
 
 
 def test_launch_sites_bind_arguments_and_find_the_wrapper() -> None:

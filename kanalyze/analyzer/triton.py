@@ -319,8 +319,19 @@ class _Collector:
     def _make_jit(self, name: str, function: Function) -> JitFunction:
         params = []
         for p in _all_params(function.node.params):
-            annotation = self.model.imports.qualify(p.annotation.annotation) if p.annotation else None
-            params.append(Param(p.name.value, p, annotation == CONSTEXPR, p.default, annotation))
+            annotation = None
+            is_constexpr = False
+            if p.annotation is not None:
+                node = p.annotation.annotation
+                if isinstance(node, cst.SimpleString):
+                    # Triton reads string annotations (`"tl.constexpr"`, or any
+                    # annotation under `from __future__ import annotations`) textually.
+                    annotation = str(node.evaluated_value)
+                    is_constexpr = "constexpr" in annotation
+                else:
+                    annotation = self.model.imports.qualify(node)
+                    is_constexpr = annotation == CONSTEXPR
+            params.append(Param(p.name.value, p, is_constexpr, p.default, annotation))
         return JitFunction(name, function, params)
 
     def _resolve_jit(self) -> None:

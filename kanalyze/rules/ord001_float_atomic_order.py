@@ -1,0 +1,339 @@
+"""ORD001 float-atomic-order: a float `tl.atomic_add` makes the result depend on program order."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from kanalyze.analyzer.dtypes import INTEGERS, cast_target, resolve_dtypes
+from kanalyze.analyzer.triton import (
+    Function, JitFunction, TritonModule, bind_call_args, int_literal, keyword, walk,
+)
+from kanalyze.rules.base import Report, Rule, expr_text, source
+
+ATOMIC_ADD = "triton.language.atomic_add"
+TL = "triton.language."
+PROGRAM_ID = TL + "program_id"
+# Calls an injective block address may be built from.
+ADDRESS_CALLS = {PROGRAM_ID, TL + "arange", TL + "multiple_of", TL + "max_contiguous", TL + "cdiv",
+                 "range", TL + "range", TL + "static_range"}
+
+# What an expression's value is, as far as the source shows.  Ordered: a join
+# keeps the strongest evidence ("float" beats "loaded" beats "unknown" beats "int").
+NONE, INT, UNKNOWN, LOADED, FLOAT = -1, 0, 1, 2, 3
+Kind = tuple[int, str]  # (kind, the source text that decided it)
+KIND_NAMES = {FLOAT: "float", LOADED: "unknown dtype, derived from loaded data"}
+
+INT_CALLS = {"program_id", "num_programs", "arange", "argmax", "argmin", "umulhi", "randint", "histogram"}
+FLOAT_CALLS = {"exp", "exp2", "log", "log2", "sqrt", "sqrt_rn", "rsqrt", "sin", "cos", "sigmoid", "softmax",
+               "erf", "fdiv", "div_rn", "rand", "randn", "tanh", "log1p", "expm1", "pow"}
+# Value-preserving calls: the kind of their first argument.
+SAME_AS_ARG = {"sum", "cumsum", "cumprod", "xor_sum", "reduce", "max", "min", "abs", "reshape", "view",
+               "trans", "permute", "broadcast_to", "expand_dims", "ravel", "multiple_of", "max_contiguous",
+               "max_constancy", "zeros_like", "full_like", "flip", "associative_scan"}
+JOIN_ARGS = {"maximum", "minimum", "clamp", "fma", "where"}
+SHAPE_METHODS = {"sum", "reshape", "trans", "permute", "broadcast_to", "expand_dims", "ravel"}
+LOOPS = {"range", TL + "range", TL + "static_range"}
+
+
+class FloatAtomicOrder(Rule):
+    code = "ORD001"
+    name = "float-atomic-order"
+    summary = "A float atomic_add makes the result depend on the order programs run in"
+    gate = "ord001-permuted-order"
+    docs = """
+    ## What it does
+    Flags `tl.atomic_add` (also `ptr.atomic_add(...)`, the tensor-descriptor
+    method and any `sem=`) of floating-point values: a float literal, `tl.sum` /
+    `tl.dot` / arithmetic on loaded data, a float `tl.zeros` accumulator, a cast
+    to a float dtype.  Values passed into a jit helper that does the atomic are
+    followed back to its call sites.  Where the value comes from `tl.load` and
+    its dtype is not visible, the finding says so and the gate decides.  Not
+    flagged: integer counters (`tl.atomic_add(count_ptr, 1)`, `.to(tl.int32)`,
+    int `tl.zeros` / `tl.full`), `tl.atomic_max` / `tl.atomic_min` (exact in any
+    order), and adds whose address is `pid * BLOCK + tl.arange(...)` over every
+    program axis (each element gets one add per launch).
+
+    ## Why is this bad
+    Float addition is not associative: the sum depends on the order the atomics
+    land in, and that order is whatever the hardware scheduler picked this time.
+    Measured on an H200: a float `tl.atomic_add` reduction of 4M values gave 19
+    different results in 30 runs.  Bitwise reproducibility (debugging, RL reward
+    checks, regression tests) is lost, and split-K GEMMs built this way differ
+    from run to run.
+
+    ## Example
+    ```python
+    partial = tl.sum(x, axis=0)
+    tl.atomic_add(out_ptr, partial)
+    ```
+
+    ## Use instead
+    Write per-program partial sums to a buffer and reduce them in a fixed order
+    (a second kernel, or one program doing `tl.sum` over the buffer):
+    ```python
+    tl.store(partials_ptr + pid, tl.sum(x, axis=0))
+    # second kernel: tl.store(out_ptr, tl.sum(tl.load(partials_ptr + offs, mask=offs < n, other=0.0)))
+    ```
+    Where bitwise determinism is not required, suppress with `# noqa: ORD001`.
+    """
+
+    VALID = [
+        source("""
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def count_positive(x_ptr, count_ptr, ticket_ptr, N, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + offs, mask=offs < N, other=0.0)
+            tl.atomic_add(count_ptr, tl.sum((x > 0).to(tl.int32), axis=0))
+            tl.atomic_add(ticket_ptr, 1, sem="acq_rel")
+        """),
+        source("""
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def fold_block(x_ptr, amax_ptr, sum_ptr, N, BLOCK: tl.constexpr):
+            cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + cols, mask=cols < N, other=0.0)
+            tl.atomic_max(amax_ptr, tl.abs(x), mask=cols < N)   # max: exact in any order
+            tl.atomic_add(sum_ptr + cols, x, mask=cols < N)     # one add per element
+        """),
+    ]
+    INVALID = [
+        source("""
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def sum_kernel(x_ptr, out_ptr, N, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + offs, mask=offs < N, other=0.0)
+            tl.atomic_add(out_ptr, tl.sum(x, axis=0))
+        """),
+        source("""
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def _accumulate(ptr, value):
+            tl.atomic_add(ptr, value, sem="relaxed")
+
+        @triton.jit
+        def mean_kernel(x_ptr, out_ptr, N, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + offs, mask=offs < N, other=0.0)
+            _accumulate(out_ptr, tl.sum(x, axis=0) / N)
+        """),
+    ]
+
+    def check(self, model: TritonModule) -> Iterator[Report]:
+        kinds = _Kinds(model)
+        for site in model.calls:
+            jit = model.jit.get(site.function.name) if site.function is not None else None
+            if jit is None or jit.function is not site.function:
+                continue
+            pointer, value = _operands(model, jit, site.node, site.qualname)
+            if value is None:
+                continue
+            kind, why = kinds.of(jit.function, value)
+            if kind not in (FLOAT, LOADED):
+                continue  # an integer counter, or nothing visible: stay silent
+            if pointer is not None and _one_program_per_address(model, jit, pointer):
+                continue  # each element gets one add per launch: no order to depend on
+            yield self._report(model, jit, site.node, value, kind, why)
+
+    def _report(self, model: TritonModule, jit: JitFunction, call: cst.Call, value: cst.BaseExpression,
+                kind: int, why: str) -> Report:
+        text = expr_text(model, call)
+        if kind == FLOAT:
+            what = f"float values (from `{why}`)"
+        else:
+            what = f"values derived from loaded data (`{why}`; their dtype is not visible here, float if the tensor is)"
+        evidence = {"expression": text, "value": expr_text(model, value), "value_kind": KIND_NAMES[kind],
+                    "source": why}
+        sem = keyword(call, "sem")
+        if isinstance(sem, cst.SimpleString):
+            evidence["sem"] = str(sem.evaluated_value)
+        if jit.called_from:
+            evidence["called_from"] = sorted({caller.name for caller, _ in jit.called_from})
+        return self.report(
+            call,
+            f"`{text}` adds {what} in whatever order the programs run, so the low bits of the result "
+            f"change from run to run; write per-program partial sums to a buffer and reduce them in a "
+            f"fixed order (a second kernel or `tl.sum` over the buffer), or add `# noqa: ORD001` where "
+            f"bitwise determinism is not required",
+            kernel=jit.name, **evidence,
+        )
+
+
+Operands = tuple[cst.BaseExpression | None, cst.BaseExpression | None]
+
+
+def _operands(model: TritonModule, jit: JitFunction, call: cst.Call, qualname: str | None) -> Operands:
+    """(pointer, value) of an atomic add: `tl.atomic_add(ptr, val)`, `ptr.atomic_add(val)`,
+    `desc.atomic_add([m, n], value)` (no pointer); (None, None) for any other call."""
+    if qualname == ATOMIC_ADD:
+        return keyword(call, "pointer", 0), keyword(call, "val", 1)
+    func = call.func
+    if not isinstance(func, cst.Attribute) or func.attr.value != "atomic_add":
+        return None, None
+    receiver = func.value
+    if isinstance(receiver, cst.Name) and not model.flow(jit).defs_of(receiver.value):
+        return None, None  # `mod.atomic_add(...)` on a module we cannot name: not a tensor method
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    if positional and isinstance(positional[0].value, (cst.List, cst.Tuple)):
+        return None, keyword(call, "value", 1)  # tensor descriptor: (offsets, value)
+    return receiver, keyword(call, "val", 0)
+
+
+def _one_program_per_address(model: TritonModule, jit: JitFunction, pointer: cst.BaseExpression) -> bool:
+    """`out_ptr + pid * BLOCK + tl.arange(0, BLOCK)`: every program axis the kernel
+    reads is scaled by the extent of a `tl.arange`, so programs own disjoint blocks.
+    Anything else keeps the finding: `//` or `%` (a 1-D split-K encodes its slice
+    that way), a `tl.load` (a scatter), `pid * STRIDE + tl.arange(0, WIDTH)`
+    (overlap-add), an unknown call."""
+    sources = list(model.sources(jit, pointer))
+    functions = {id(f.node): f for f, _ in sources + [(jit.function, pointer)]}.values()
+    used = {_axis(c.node) for f in functions for c in model.calls_in(f, PROGRAM_ID)}
+    nodes = [node for _, expr in sources for node in walk(expr)]
+    extents = {expr_text(model, keyword(n, "end", 1)) for n in nodes
+               if isinstance(n, cst.Call) and model.call_name(n) == TL + "arange" and keyword(n, "end", 1)}
+    scaled: set[int | None] = set()
+    for node in nodes:
+        if isinstance(node, cst.BinaryOperation) and isinstance(
+                node.operator, (cst.FloorDivide, cst.Modulo, cst.RightShift, cst.BitAnd)):
+            return False
+        if isinstance(node, cst.Call) and model.call_name(node) not in ADDRESS_CALLS:
+            return False
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+            for pid, factor in ((node.left, node.right), (node.right, node.left)):
+                axis = _program_axis(model, functions, pid)
+                if axis != -1 and expr_text(model, factor) in extents:
+                    scaled.add(axis)
+    return bool(extents) and bool(used) and None not in used and used <= scaled
+
+
+def _program_axis(model: TritonModule, functions, expr: cst.BaseExpression) -> int | None:
+    """The axis of `tl.program_id(a)` or of a name assigned only from it; else -1."""
+    if isinstance(expr, cst.Name):
+        values = [d.value for f in functions for d in model.flow(f).defs_of(expr.value)]
+        expr = values[0] if len(values) == 1 and values[0] is not None else expr
+    if isinstance(expr, cst.Call) and model.call_name(expr) == PROGRAM_ID:
+        return _axis(expr)
+    return -1
+
+
+def _axis(call: cst.Call) -> int | None:
+    return int_literal(keyword(call, "axis", 0))
+
+
+class _Kinds:
+    """A small structural kind inference (int / float / loaded / unknown),
+    following locals, jit helper returns, helper parameters back to their call
+    sites and kernel parameters to their launch values."""
+
+    def __init__(self, model: TritonModule) -> None:
+        self.model = model
+        self.active: set[tuple[int, int]] = set()
+
+    def of(self, func: Function, expr: cst.BaseExpression | None, depth: int = 6) -> Kind:
+        key = (id(func.node), id(expr))
+        if expr is None or key in self.active or depth < 0:
+            return NONE, ""
+        self.active.add(key)  # loop-carried values read themselves
+        try:
+            return self._of(func, expr, depth)
+        finally:
+            self.active.discard(key)
+
+    def _join(self, pairs) -> Kind:
+        return max(((self.of(f, e, d)) for f, e, d in pairs), key=lambda k: k[0], default=(NONE, ""))
+
+    def _of(self, func: Function, expr: cst.BaseExpression, depth: int) -> Kind:
+        text = expr_text(self.model, expr)
+        if int_literal(expr) is not None or isinstance(expr, (cst.Comparison, cst.BooleanOperation)):
+            return INT, ""
+        if isinstance(expr, (cst.Float, cst.Imaginary)):
+            return FLOAT, text
+        if isinstance(expr, cst.Name):
+            return (INT, "") if expr.value in ("True", "False") else self._name(func, expr.value, depth)
+        if isinstance(expr, cst.Subscript) or (isinstance(expr, cst.Attribute) and expr.attr.value == "T"):
+            return self.of(func, expr.value, depth)
+        if isinstance(expr, cst.UnaryOperation):
+            return (INT, "") if isinstance(expr.operator, cst.Not) else self.of(func, expr.expression, depth)
+        if isinstance(expr, cst.BinaryOperation):
+            if isinstance(expr.operator, cst.Divide):
+                return FLOAT, text  # true division is float even on ints
+            return self._join((func, e, depth) for e in (expr.left, expr.right))
+        if isinstance(expr, cst.IfExp):
+            return self._join((func, e, depth) for e in (expr.body, expr.orelse))
+        if isinstance(expr, cst.Call):
+            return self._call(func, expr, text, depth)
+        return UNKNOWN, ""
+
+    def _name(self, func: Function, name: str, depth: int) -> Kind:
+        kinds = []
+        for d in self.model.flow(func).defs_of(name):
+            if d.kind == "param":
+                kinds.append(self._param(func, name, depth))
+            elif d.kind == "for":
+                loop = d.value.func if isinstance(d.value, cst.Call) else None
+                kinds.append((INT, "") if loop is not None and self.model.qualify(loop) in LOOPS else (UNKNOWN, ""))
+            else:
+                kinds.append(self.of(func, d.value, depth))
+        best = max(kinds, key=lambda k: k[0], default=(UNKNOWN, ""))  # no def: a global
+        return best if best[0] != NONE else (UNKNOWN, "")
+
+    def _param(self, func: Function, name: str, depth: int) -> Kind:
+        jit = self.model.jit.get(func.name)
+        if jit is None or jit.function is not func:
+            return UNKNOWN, ""
+        # A helper: what its callers pass.  A kernel: its launch values, default, configs.
+        pairs = [(caller, bind_call_args(call, jit.params).get(name), depth - 1) for caller, call in jit.called_from]
+        launched = [l.args[name] for l in jit.launches if name in l.args]
+        pairs += [(l.wrapper, l.args[name], depth - 1) for l in jit.launches if name in l.args and l.wrapper]
+        pairs += [(func, v, depth - 1) for v in jit.constexpr_values(name) if all(v is not a for a in launched)]
+        best = self._join(pairs)
+        return best if best[0] != NONE else (UNKNOWN, "")
+
+    def _call(self, func: Function, call: cst.Call, text: str, depth: int) -> Kind:
+        model = self.model
+        target = cast_target(model, call)
+        if target is not None:
+            return self._dtype_kind(func, target, text)
+        name = model.call_name(call) or ""
+        leaf = name[len(TL):] if name.startswith(TL) else None
+        args = [a.value for a in call.args if a.keyword is None and not a.star]
+        if leaf in ("zeros", "full"):
+            return self._dtype_kind(func, keyword(call, "dtype", 1 if leaf == "zeros" else 2), text)
+        if leaf == "load":
+            return LOADED, text
+        if leaf == "dot":
+            return (INT, "") if self._join((func, a, depth) for a in args[:2])[0] == INT else (FLOAT, text)
+        if leaf in INT_CALLS or name == "int":
+            return INT, ""
+        if leaf in FLOAT_CALLS or name.startswith(TL + "extra.") or name == "float":
+            return FLOAT, text
+        if leaf in SAME_AS_ARG and args:
+            return self.of(func, args[0], depth)
+        if leaf is None and isinstance(call.func, cst.Attribute) and call.func.attr.value in SHAPE_METHODS:
+            return self.of(func, call.func.value, depth)  # `x.sum(axis=0)`, `x.reshape(...)`
+        if leaf in JOIN_ARGS:
+            return self._join((func, a, depth) for a in (args[1:] if leaf == "where" else args))
+        if leaf is not None and leaf.startswith("atomic_"):
+            return self.of(func, keyword(call, "val", 1), depth)
+        if isinstance(call.func, cst.Name) and call.func.value in model.jit:  # a jit helper's return values
+            helper = model.jit[call.func.value].function
+            returns = [n.value for n in walk(helper.node.body) if isinstance(n, cst.Return) and n.value is not None]
+            return self._join((helper, r, depth - 1) for r in returns) if returns else (UNKNOWN, "")
+        return UNKNOWN, ""
+
+    def _dtype_kind(self, func: Function, dtype: cst.BaseExpression | None, text: str) -> Kind:
+        dtypes = resolve_dtypes(self.model, func, dtype)
+        if not dtypes:
+            return UNKNOWN, ""
+        return (INT, "") if dtypes <= INTEGERS else (FLOAT, text)
