@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -58,6 +57,13 @@ def analyze_text(path: str, text: str) -> tuple[list[Finding], int]:
     Returns the findings and the number of findings that `# noqa` suppressed.
     Never raises on user input.
     """
+    from kanalyze.analyzer.cstwalk import cached_children
+
+    with cached_children():
+        return _analyze(path, text)
+
+
+def _analyze(path: str, text: str) -> tuple[list[Finding], int]:
     import libcst as cst
 
     from kanalyze.analyzer.positions import Positions
@@ -162,6 +168,7 @@ def run_static(
     workers = jobs if jobs is not None else (os.cpu_count() or 1)
     if workers > 1 and len(to_parse) >= POOL_THRESHOLD:
         import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
 
         context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:

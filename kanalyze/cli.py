@@ -3,6 +3,7 @@
     kanalyze check PATH...       (also plain `kanalyze PATH...`)
     kanalyze rules               list the clause catalog
     kanalyze explain CODE        print a clause's docs
+    kanalyze lsp                 the language server for editors (stdio)
 
 Exit codes, as ruff's: 0 no findings, 1 findings, 2 usage or internal error.
 This module (with the LSP server) is the only place that prints.
@@ -17,7 +18,7 @@ from typing import Sequence
 
 from kanalyze import __version__
 
-SUBCOMMANDS = ("check", "rules", "explain", "version")
+SUBCOMMANDS = ("check", "rules", "explain", "lsp", "version")
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -69,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     explain = sub.add_parser("explain", help="print the documentation of a clause")
     explain.add_argument("code", help="a clause code, e.g. PRC002")
+
+    sub.add_parser("lsp", help="run the language server over stdio (needs kanalyze[lsp])")
 
     sub.add_parser("version", help="print the version")
     return parser
@@ -163,6 +166,19 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     return EXIT_CLEAN
 
 
+def _cmd_lsp(args: argparse.Namespace) -> int:
+    # pygls is imported here only: `kanalyze check` must not pay for it, nor need it.
+    try:
+        import pygls  # noqa: F401
+    except ImportError:
+        sys.stderr.write('kanalyze: error: the language server needs pygls: install kanalyze[lsp] '
+                         '(pip install "kanalyze[lsp]")\n')
+        return EXIT_ERROR
+    from kanalyze.lsp.server import serve
+
+    return serve()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = _normalise_argv(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
@@ -174,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "version":
             sys.stdout.write(f"kanalyze {__version__}\n")
             return EXIT_CLEAN
-        handler = {"check": _cmd_check, "rules": _cmd_rules, "explain": _cmd_explain}[args.command]
+        handler = {"check": _cmd_check, "rules": _cmd_rules, "explain": _cmd_explain, "lsp": _cmd_lsp}[args.command]
         return handler(args)
     except UsageError as exc:
         sys.stderr.write(f"kanalyze: error: {exc}\n")

@@ -10,6 +10,8 @@ which are most of the nodes and never hold an expression.
 from __future__ import annotations
 
 import dataclasses
+import threading
+from contextlib import contextmanager
 from typing import Iterator
 
 import libcst as cst
@@ -42,17 +44,58 @@ def _fields(node_type: type) -> tuple[str, ...]:
     return names
 
 
-def child_nodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """The non-trivia children of `node`, in field order."""
+# type → 0: not a node, 1: trivia, 2: a node worth visiting.  isinstance
+# against LibCST's abstract base classes is slow; a type lookup is not.
+_KIND: dict[type, int] = {}
+
+
+def _kind(value_type: type) -> int:
+    kind = _KIND.get(value_type)
+    if kind is None:
+        kind = 0 if not issubclass(value_type, cst.CSTNode) else 1 if issubclass(value_type, _TRIVIA) else 2
+        _KIND[value_type] = kind
+    return kind
+
+
+def _compute_children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    children = []
     for name in _fields(type(node)):
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
-            if not isinstance(value, _TRIVIA):
-                yield value
-        elif isinstance(value, (list, tuple)):
+        value_type = type(value)
+        if value_type is list or value_type is tuple:
             for item in value:
-                if isinstance(item, cst.CSTNode) and not isinstance(item, _TRIVIA):
-                    yield item
+                if (_KIND.get(type(item)) or _kind(type(item))) == 2:
+                    children.append(item)
+        elif (_KIND.get(value_type) or _kind(value_type)) == 2:
+            children.append(value)
+    return children
+
+
+# Rules walk the same tree many times; while one file is analyzed, children
+# are computed once per node.  Keyed by id(): only valid while the tree is
+# alive, hence scoped to `cached_children()` and to one thread.
+_local = threading.local()
+
+
+@contextmanager
+def cached_children() -> Iterator[None]:
+    previous = getattr(_local, "cache", None)
+    _local.cache = {} if previous is None else previous
+    try:
+        yield
+    finally:
+        _local.cache = previous
+
+
+def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The non-trivia children of `node`, in field order."""
+    cache = getattr(_local, "cache", None)
+    if cache is None:
+        return _compute_children(node)
+    children = cache.get(id(node))
+    if children is None:
+        children = cache[id(node)] = _compute_children(node)
+    return children
 
 
 def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:

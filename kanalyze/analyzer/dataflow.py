@@ -166,15 +166,27 @@ class Dataflow:
 
     def upstream(self, expr: cst.CSTNode) -> set[Def]:
         """Every definition whose value can reach `expr`."""
-        start = {d for name in names_read(expr) for d in self.by_name.get(name, ())}
-        found = set(start)
-        for d in start:
-            found |= nx.ancestors(self.graph, d)
-        return found
+        start = [d for name in names_read(expr) for d in self.by_name.get(name, ())]
+        return self._reach(start, self.graph.pred)
 
     def downstream(self, d: Def) -> set[Def]:
-        """Every definition that `d`'s value can reach (not including `d`)."""
-        return nx.descendants(self.graph, d)
+        """Every definition that `d`'s value can reach (not including `d`,
+        unless it feeds itself, as a loop-carried accumulator does)."""
+        return self._reach(list(self.graph.succ[d]), self.graph.succ)
+
+    @staticmethod
+    def _reach(start: list[Def], adjacency) -> set[Def]:
+        # One breadth-first search from all starting points at once: a search
+        # per start (nx.ancestors each) is quadratic on long kernels.
+        found = set(start)
+        frontier = list(found)
+        while frontier:
+            node = frontier.pop()
+            for neighbour in adjacency[node]:
+                if neighbour not in found:
+                    found.add(neighbour)
+                    frontier.append(neighbour)
+        return found
 
     def sources(self, expr: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
         """`expr` and every right-hand side that can flow into it."""

@@ -136,6 +136,7 @@ class TritonModule:
         self.launches: list[Launch] = []
         self.calls: list[CallSite] = []
         self.parents: dict[int, cst.CSTNode] = {}
+        self.by_type: dict[type, list[cst.CSTNode]] = {}
         self._function_of: dict[int, Function] = {}
         self._flows: dict[int, Dataflow] = {}
         _Collector(self).collect()
@@ -154,6 +155,12 @@ class TritonModule:
         return self.imports.qualify(call.func)
 
     # --- structure ---------------------------------------------------------
+
+    def nodes(self, *types: type) -> list[cst.CSTNode]:
+        """Every node of these exact types in the file, in walk order (no tree walk)."""
+        if len(types) == 1:
+            return self.by_type.get(types[0], [])
+        return [n for t in types for n in self.by_type.get(t, ())]
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parents.get(id(node))
@@ -225,13 +232,6 @@ class TritonModule:
                     stack.append(candidate)
         return seen
 
-    @cached_property
-    def candidate_path(self) -> list[Function]:
-        """The forward path without the references and tests written next to
-        the candidate (`Model` is KernelBench's reference class)."""
-        return [f for f in self.forward_path
-                if not REFERENCE_FUNCTION.match(f.name) and not REFERENCE_CLASS.match(f.class_name or "")]
-
     # --- interprocedural dataflow ------------------------------------------
 
     def sources(self, function: Function | JitFunction, expr: cst.BaseExpression,
@@ -285,6 +285,10 @@ class _Collector:
             if parent is not None:
                 parents[id(node)] = parent
             kind = type(node)
+            by_type = model.by_type.get(kind)
+            if by_type is None:
+                by_type = model.by_type[kind] = []
+            by_type.append(node)
             if kind is cst.Call:
                 model.calls.append(CallSite(node, None, function))
                 if isinstance(node.func, cst.Subscript):
@@ -393,11 +397,12 @@ class _Collector:
             callee.called_from.append((caller.function, site.node))
 
 
-def bind_call_args(call: cst.Call, params: list[Param]) -> dict[str, cst.BaseExpression]:
-    """Parameter name → argument expression, for positional and keyword args."""
+def bind_call_args(call: cst.Call, params: list[Param] | list[str]) -> dict[str, cst.BaseExpression]:
+    """Parameter name → argument expression, for positional and keyword args.
+    `params` are a jit function's Params or plain parameter names."""
     bound: dict[str, cst.BaseExpression] = {}
-    positional = [p for p in params]
-    names = {p.name for p in params}
+    names_in_order = [p if isinstance(p, str) else p.name for p in params]
+    names = set(names_in_order)
     index = 0
     for arg in call.args:
         if arg.star:
@@ -405,8 +410,8 @@ def bind_call_args(call: cst.Call, params: list[Param]) -> dict[str, cst.BaseExp
         if arg.keyword is not None:
             if arg.keyword.value in names:  # others are launch options (num_warps, ...)
                 bound[arg.keyword.value] = arg.value
-        elif index < len(positional):
-            bound[positional[index].name] = arg.value
+        elif index < len(names_in_order):
+            bound[names_in_order[index]] = arg.value
             index += 1
     return bound
 

@@ -8,6 +8,7 @@ from typing import Iterator
 
 import libcst as cst
 
+from kanalyze.analyzer.cstwalk import child_nodes
 from kanalyze.analyzer.triton import (Dataflow, Function, JitFunction, Launch, TritonModule, calls_within,
                                       int_literal, keyword, names_read, walk)
 from kanalyze.rules.base import Report, Rule, expr_text, source
@@ -385,7 +386,7 @@ def _expand(flow: Dataflow, expr, depth: int = 3) -> Iterator[cst.CSTNode]:
         if isinstance(node, (cst.Call, cst.Lambda)):
             continue
         yield node
-        stack.extend(node.children)
+        stack.extend(child_nodes(node))
         if isinstance(node, cst.Name) and depth > 0 and (value := _single(flow, node.value)) is not None:
             yield from _expand(flow, value, depth - 1)
 

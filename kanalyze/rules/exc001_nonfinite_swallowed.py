@@ -8,9 +8,11 @@ import libcst as cst
 
 from kanalyze.analyzer.dataflow import Def
 from kanalyze.analyzer.names import dotted
-from kanalyze.analyzer.triton import JitFunction, TritonModule, calls_within, keyword, walk
+from kanalyze.analyzer.triton import TritonModule, bind_call_args, calls_within, keyword, walk
 from kanalyze.rules.base import Report, Rule, expr_text, source
-from kanalyze.rules.mem002_input_mutation import WRITES, Reaching, candidate_functions
+from kanalyze.analyzer.host import candidate_functions
+from kanalyze.analyzer.pointers import WRITES
+from kanalyze.analyzer.reaching import Reaching
 
 TL = "triton.language."
 # Triton 3.x: maximum/minimum/clamp default to PropagateNan.NONE (maxnumf:
@@ -114,6 +116,7 @@ class NonFiniteSwallowed(Rule):
                 continue  # an alias (`k = triton.jit(_k)`) of a function seen already
             self.jit, self.reach, self._feeds = jit, Reaching(model, jit), {}
             self._pointer_cache = self._address_cache = self._sink_cache = None
+            self._evidence_cache: dict[int, tuple[bool, bool]] = {}
             for call, name in calls_within(model, jit.node):
                 report = self._check_kernel_call(call, name)
                 if report is not None:
@@ -180,16 +183,33 @@ class NonFiniteSwallowed(Rule):
 
     def _floaty(self, expr: cst.BaseExpression) -> bool:
         """Can `expr` hold floating-point data?  Program ids, aranges and
-        integer scalars cannot hold NaN."""
-        for _, e in self.model.sources(self.jit, expr):
-            for node in walk(e):
-                if isinstance(node, cst.Float):
-                    return True
-                if isinstance(node, cst.Call):
-                    name = self.model.call_name(node) or ""
-                    if name in FLOAT_SOURCES or dotted(node.func) == "float":
+        integer scalars cannot hold NaN.  A helper's parameter is as floaty as
+        the arguments its callers pass."""
+        if self._evidence(expr)[0]:
+            return True
+        for d in self._closure(self._reads(expr)):
+            if d.value is not None and self._evidence(d.value)[0]:
+                return True
+            if d.kind == "param" and self.jit.called_from:
+                for caller, call in self.jit.called_from:
+                    arg = bind_call_args(call, self.jit.params).get(d.name)
+                    if arg is not None and any(self._evidence(e)[0] for _, e in self.model.sources(caller, arg, depth=1)):
                         return True
         return False
+
+    def _evidence(self, expr: cst.CSTNode) -> tuple[bool, bool]:
+        """(holds a float literal or a float-producing call, holds a `tl.load`)."""
+        if id(expr) not in self._evidence_cache:
+            floaty = loads = False
+            for node in walk(expr):
+                if isinstance(node, cst.Float):
+                    floaty = True
+                elif isinstance(node, cst.Call):
+                    name = self.model.call_name(node) or ""
+                    floaty |= name in FLOAT_SOURCES or dotted(node.func) == "float"
+                    loads |= name == TL + "load"
+            self._evidence_cache[id(expr)] = (floaty, loads)
+        return self._evidence_cache[id(expr)]
 
     # A NaN dropped here matters only if the value reaches the output through
     # the dropping call alone: `tl.exp(x - tl.max(x))` still carries x's NaN.
@@ -201,8 +221,7 @@ class NonFiniteSwallowed(Rule):
         for operand in operands:
             reads = self._reads(operand)
             data |= {d for defs in reads for d in defs if d.kind == "param"}
-            data |= {d for d in self._closure(reads) if d.value is not None and any(
-                self.model.call_name(c) == TL + "load" for c in walk(d.value) if isinstance(c, cst.Call))}
+            data |= {d for d in self._closure(reads) if d.value is not None and self._evidence(d.value)[1]}
         for sink, upstream in self._sinks():
             if not (self.reach.inside(call, sink) or upstream & holders):
                 continue  # this output does not see the call's result

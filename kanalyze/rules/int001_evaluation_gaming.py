@@ -8,6 +8,7 @@ import libcst as cst
 
 from kanalyze.analyzer.names import dotted
 from kanalyze.analyzer.cstwalk import body_nodes
+from kanalyze.analyzer.host import candidate_functions
 from kanalyze.analyzer.triton import Function, TritonModule, walk
 from kanalyze.rules.base import Report, Rule, expr_text, source
 
@@ -136,7 +137,7 @@ class EvaluationGaming(Rule):
     ]
 
     def check(self, model: TritonModule) -> Iterator[Report]:
-        path = model.candidate_path
+        path = candidate_functions(model)
         for function in path:
             yield from self._concurrency(model, function)
         yield from self._patches(model)
@@ -164,7 +165,7 @@ class EvaluationGaming(Rule):
     # -- monkeypatches ------------------------------------------------------
 
     def _patches(self, model: TritonModule) -> Iterator[Report]:
-        for node in walk(model.module):
+        for node in model.nodes(cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Call):
             targets: list[cst.BaseExpression] = []
             if isinstance(node, cst.Assign):
                 targets = [t.target for t in node.targets]
@@ -192,7 +193,7 @@ class EvaluationGaming(Rule):
 
     def _checker_reads(self, model: TritonModule) -> Iterator[Report]:
         found: list[cst.CSTNode] = []
-        for node in walk(model.module):
+        for node in model.nodes(cst.Call, cst.Attribute, cst.Subscript, cst.Import):
             if isinstance(node, cst.Call) and model.call_name(node) in FRAME_READERS:
                 found.append(node)
             elif isinstance(node, cst.Attribute) and node.attr.value in FRAME_ATTRS:

@@ -11,7 +11,9 @@ from kanalyze.analyzer.dataflow import Def
 from kanalyze.analyzer.names import dotted
 from kanalyze.analyzer.triton import Function, JitFunction, Launch, TritonModule, bind_call_args, int_literal, keyword, walk
 from kanalyze.rules.base import Report, Rule, expr_text, source
-from kanalyze.rules.mem002_input_mutation import ALIASING, WRITES, Reaching, _Named, host_calls, host_params, pointer_roots
+from kanalyze.analyzer.host import ALIASING, host_calls, host_params
+from kanalyze.analyzer.pointers import WRITES, pointer_roots
+from kanalyze.analyzer.reaching import Reaching
 
 TL = "triton.language."
 EMPTY = {"torch.empty", "torch.empty_like", "torch.empty_strided"}
@@ -151,7 +153,7 @@ class UnwrittenOutput(Rule):
             if d.kind == "param":  # a wrapper's parameter: look at its callers
                 found = []
                 for caller, call in host_calls(self.model, function):
-                    arg = bind_call_args(call, [_Named(p) for p in host_params(function)]).get(d.name)
+                    arg = bind_call_args(call, host_params(function)).get(d.name)
                     if arg is not None:
                         found += self._allocations(caller, arg, call, passed + [call], depth - 1)
                 return found

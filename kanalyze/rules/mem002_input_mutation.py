@@ -2,33 +2,22 @@
 
 from __future__ import annotations
 
-import bisect
 import re
 from typing import Iterator
 
 import libcst as cst
 
-from kanalyze.analyzer.dataflow import Def, _all_params
-from kanalyze.analyzer.triton import Function, JitFunction, TritonModule, bind_call_args, keyword, walk
+from kanalyze.analyzer.host import ALIASING, ALIASING_ATTRS, ALIASING_TORCH, candidate_functions, host_calls, host_params
+from kanalyze.analyzer.pointers import WRITES, pointer_roots
+from kanalyze.analyzer.reaching import Reaching
+from kanalyze.analyzer.triton import Function, TritonModule, bind_call_args, keyword, walk
 from kanalyze.rules.base import Report, Rule, expr_text, source
 
 TL = "triton.language."
-WRITES = {TL + "store"} | {TL + f"atomic_{op}" for op in ("add", "max", "min", "and", "or", "xor", "xchg", "cas")}
-# Methods that can return the very tensor they are called on (`.contiguous()`
-# on a contiguous tensor, `.to(dtype)` to its own dtype, every view).
-ALIASING = {
-    "contiguous", "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "squeeze",
-    "unsqueeze", "t", "transpose", "permute", "movedim", "swapaxes", "expand", "expand_as", "narrow",
-    "select", "as_strided", "diagonal", "detach", "to", "cuda", "float", "type_as",
-}
-ALIASING_ATTRS = {"T", "mT", "data"}
-ALIASING_TORCH = {f"torch.{f}" for f in ("reshape", "flatten", "squeeze", "unsqueeze", "transpose",
-                                          "permute", "narrow", "select", "as_strided", "movedim")}
 # In-place by name but harmless to the values: autograd flags, memory pinning.
 METADATA_ONLY = {"requires_grad_", "retain_grad_", "share_memory_", "record_stream_"}
 # `def add(x, y, out)`: a caller-provided destination is meant to be written.
 OUTPUT_NAME = re.compile(r"^(out|output|result|res|dst|dest|o)$|^out_|_out$|_output$")
-REFERENCE = re.compile(r"^(Model|Ref.*|.*Reference|_?ref(erence)?(_.*)?|.*_ref|torch_.*|_?test.*)$")
 TENSOR_ATTRS = {"shape", "numel", "stride", "size", "dtype", "device", "contiguous", "is_contiguous",
                 "data_ptr", "view", "reshape", "dim", "ndim", "element_size", "is_cuda", "clone"}
 
@@ -148,7 +137,7 @@ class InputMutation(Rule):
         found: set[str] = set()
         for caller, call in callers:
             caller_inputs = self.inputs(caller, seen | {id(function.node)})
-            for param, arg in bind_call_args(call, [_Named(p) for p in params]).items():
+            for param, arg in bind_call_args(call, params).items():
                 if not OUTPUT_NAME.match(param) and self.aliases(caller, arg, call, caller_inputs):
                     found.add(param)
         return found
@@ -285,172 +274,6 @@ class InputMutation(Rule):
             return True
         return any(isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value == name
                    and n.attr.value in TENSOR_ATTRS for n in walk(function.node))
-
-
-# -- helpers (shared with MEM001 / EXC001 until the analyzer offers them) --------
-
-class Reaching:
-    """Which definitions of a name can reach one place in a function.
-
-    The shared `Dataflow` is flow-insensitive: after `x = x.clone()` it still
-    says `x` may be the parameter.  This adds just enough order: a read sees
-    the latest definition before it (in source order) that is not inside a
-    branch the read is not in, every conditional one in between, and, inside a
-    loop, the definitions later in the loop (carried to the next iteration).
-    """
-
-    def __init__(self, model: TritonModule, function: Function | JitFunction) -> None:
-        self.model = model
-        self.root = function.node
-        self.flow = model.flow(function.function if isinstance(function, JitFunction) else function)
-        self.spans: dict[int, tuple[int, int]] = {}
-        clock, stack = 0, [(self.root, False)]
-        while stack:  # (enter, exit) in pre-order / post-order, without recursion
-            node, done = stack.pop()
-            if done:
-                self.spans[id(node)] = (self.spans[id(node)][0], clock)
-            else:
-                self.spans[id(node)] = (clock, clock)
-                stack.append((node, True))
-                stack.extend((child, False) for child in reversed(node.children))
-            clock += 1
-        self._cache: dict[tuple[str, int], list[Def]] = {}
-        self._by_time: dict[str, list[tuple[int, Def]]] = {}
-        self._suite_cache: dict[int, frozenset[int]] = {}
-
-    def span(self, node: cst.CSTNode) -> tuple[int, int]:
-        return self.spans.get(id(node), (-1, -1))
-
-    def inside(self, node: cst.CSTNode, outer: cst.CSTNode) -> bool:
-        (a, b), (c, d) = self.span(node), self.span(outer)
-        return c <= a and b <= d
-
-    def time(self, d: Def) -> int:
-        """When a definition takes effect: a `for` target at the loop body."""
-        if d.kind == "param":
-            return -1
-        if isinstance(d.node, cst.For):
-            return self.span(d.node.body)[0]
-        return self.span(d.node)[1]
-
-    def _suites(self, node: cst.CSTNode) -> frozenset[int]:
-        if id(node) not in self._suite_cache:
-            found = []
-            for a in self.model.ancestors(node):
-                if a is self.root:
-                    break
-                if isinstance(a, cst.BaseSuite):
-                    found.append(id(a))
-            self._suite_cache[id(node)] = frozenset(found)
-        return self._suite_cache[id(node)]
-
-    def defs(self, name: str, at: cst.CSTNode) -> list[Def]:
-        key = (name, id(at))
-        if key in self._cache:
-            return self._cache[key]
-        if name not in self._by_time:
-            self._by_time[name] = sorted(((self.time(d), d) for d in self.flow.defs_of(name)), key=lambda t: t[0])
-        timed = self._by_time[name]
-        start = self.span(at)[0]
-        split = bisect.bisect_left([t for t, _ in timed], start)
-        found: list[Def] = []
-        scopes = self._suites(at)
-        for _, d in reversed(timed[:split]):
-            found.append(d)
-            if d.kind == "param" or (not isinstance(d.node, cst.For) and self._suites(d.node) <= scopes):
-                break
-        loops = []
-        for a in self.model.ancestors(at):
-            if a is self.root:
-                break
-            if isinstance(a, (cst.For, cst.While)):
-                loops.append(a)
-        if loops:
-            found += [d for _, d in timed[split:] if any(self.inside(d.node, loop) for loop in loops)]
-        self._cache[key] = found
-        return found
-
-
-def pointer_roots(model: TritonModule, jit: JitFunction, expr: cst.BaseExpression | None,
-                  depth: int = 4) -> set[tuple[str, str]]:
-    """(jit function, parameter) pairs whose pointer `expr` is derived from,
-    following helper parameters back to their callers' arguments.  A value
-    read with `tl.load` is an offset, not a base: `out_ptr + tl.load(idx_ptr)`
-    writes through `out_ptr` only."""
-    roots: set[tuple[str, str]] = set()
-    if expr is None:
-        return roots
-    flow = model.flow(jit.function)
-    seen: set[int] = set()
-    stack: list[cst.CSTNode] = [expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, cst.Call) and model.call_name(node) == TL + "load":
-            continue
-        if isinstance(node, (cst.Attribute, cst.Arg)):
-            stack.append(node.value)
-            continue
-        if not isinstance(node, cst.Name):
-            stack.extend(node.children)
-            continue
-        for d in flow.defs_of(node.value):
-            if id(d) in seen:
-                continue
-            seen.add(id(d))
-            if d.kind != "param":
-                if d.value is not None:
-                    stack.append(d.value)
-                continue
-            roots.add((jit.name, d.name))
-            for caller, call in jit.called_from if depth > 0 else ():
-                arg = bind_call_args(call, jit.params).get(d.name)
-                caller_jit = model.jit.get(caller.name)
-                if arg is not None and caller_jit is not None:
-                    roots |= pointer_roots(model, caller_jit, arg, depth - 1)
-    return roots
-
-
-def candidate_functions(model: TritonModule) -> list[Function]:
-    """The forward path, plus the host functions that call into it (a public
-    `def op(x)` over a launching helper), without the reference written next
-    to the candidate (`class Model`, `ref_*` / `torch_*`): what the reference
-    does is the contract, not a violation of it."""
-    found = list(model.forward_path)
-    for callee in found:  # grows while iterating: callers of callers
-        for caller, _ in host_calls(model, callee):
-            if caller.name != "__init__" and not any(caller is f for f in found):
-                found.append(caller)
-    return [f for f in found if not REFERENCE.match(f.name) and not REFERENCE.match(f.class_name or "")]
-
-
-class _Named:
-    """Adapts a cst.Param to what `bind_call_args` reads (`.name`)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-
-def host_params(function: Function, with_nodes: bool = False) -> list:
-    params = _all_params(function.node.params)
-    if function.class_name is not None and params and not any(
-            isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod" for d in function.node.decorators):
-        params = params[1:]  # self / cls
-    return params if with_nodes else [p.name.value for p in params]
-
-
-def host_calls(model: TritonModule, function: Function) -> Iterator[tuple[Function, cst.Call]]:
-    """Calls of a host function from other host functions in the file: `f(...)`,
-    or `self.f(...)` from a method of the same class."""
-    for site in model.calls:
-        caller, func = site.function, site.node.func
-        if caller is None or caller.node is function.node:
-            continue
-        if function.class_name is None and isinstance(func, cst.Name) and func.value == function.name:
-            yield caller, site.node
-        elif (function.class_name is not None and caller.class_name == function.class_name
-              and isinstance(func, cst.Attribute) and func.attr.value == function.name
-              and isinstance(func.value, cst.Name) and func.value.value == "self"):
-            yield caller, site.node
 
 
 def _inplace_name(name: str) -> bool:

@@ -208,7 +208,7 @@ class PrecisionDowngrade(Rule):
     # -- host code ----------------------------------------------------------
 
     def _check_host(self, model: TritonModule) -> Iterator[Report]:
-        for node in _assignments(model.module):
+        for node in model.nodes(cst.Assign):
             for target in node.targets:
                 name = model.qualify(target.target)
                 if name in TF32_SWITCHES and dotted(node.value) == "True":
@@ -261,9 +261,3 @@ def _arg_names(call: cst.Call) -> set[str]:
     return {a.value.value for a in call.args if isinstance(a.value, cst.Name)}
 
 
-def _assignments(module: cst.Module) -> Iterator[cst.Assign]:
-    from kanalyze.analyzer.triton import walk
-
-    for node in walk(module):
-        if isinstance(node, cst.Assign):
-            yield node

@@ -8,6 +8,7 @@ import libcst as cst
 
 from kanalyze.analyzer.names import dotted
 from kanalyze.analyzer.cstwalk import body_nodes
+from kanalyze.analyzer.host import candidate_functions
 from kanalyze.analyzer.triton import REFERENCE_CLASS, REFERENCE_FUNCTION, Function, TritonModule, walk
 from kanalyze.rules.base import Report, Rule, expr_text, source
 
@@ -141,7 +142,7 @@ class OffKernelCompute(Rule):
     def check(self, model: TritonModule) -> Iterator[Report]:
         if not model.jit and not model.imports.refers_to_triton():
             return  # a plain PyTorch file (a reference, a test): nothing claims to be a kernel
-        path = model.candidate_path
+        path = candidate_functions(model)
         on_path = {id(f.node) for f in path}
         launches = [l for l in model.launches if l.wrapper is not None and id(l.wrapper.node) in on_path]
         # With nothing launched, point at a kernel the file defines (not a helper another jit calls).
@@ -327,7 +328,7 @@ def _used_jit_names(model: TritonModule) -> set[str]:
     Aliases (`k = triton.jit(_k)`) are resolved to the function's name."""
     edges: dict[str, set[str]] = {}   # jit name → jit names it references
     used: set[str] = set()
-    for node in walk(model.module):
+    for node in model.nodes(cst.SimpleString, cst.Name):
         text = node.evaluated_value if isinstance(node, cst.SimpleString) else None
         if isinstance(text, str) and text in model.jit:
             used.add(model.jit[text].name)
