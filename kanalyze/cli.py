@@ -116,11 +116,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if fmt not in ("text", "json", "sarif", "github"):
         raise UsageError(f"unknown output format: {fmt}")
 
-    rules = _rule_metadata()
+    # Rule metadata imports every rule (and LibCST): only SARIF and --statistics
+    # need more than the findings carry, so a warm text run stays fast.
     if fmt == "json":
-        report = render_json(findings, {r["code"]: r["help_uri"] for r in rules})
+        report = render_json(findings)
     elif fmt == "sarif":
-        report = render_sarif(findings, rules, __version__)
+        report = render_sarif(findings, _rule_metadata(), __version__)
     elif fmt == "github":
         report = render_github(findings)
     else:
@@ -130,7 +131,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         if args.quiet:
             report = "".join(line + "\n" for line in report.splitlines()[: len(findings)])
         if args.statistics:
-            report += render_statistics(findings, {r["code"]: r["name"] for r in rules})
+            report += render_statistics(findings, {f.code: f.name for f in findings})
 
     if args.output_file:
         with open(args.output_file, "w", encoding="utf-8") as handle:

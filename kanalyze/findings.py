@@ -16,6 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+DOCS_URL = "https://kanalyze.dev/rules/"
+
+
+def rule_url(code: str, name: str) -> str:
+    """The docs page of a clause (also what editors link a diagnostic to)."""
+    return f"{DOCS_URL}{code.lower()}-{name}/"
+
+
 class Status(str, enum.Enum):
     FLAGGED = "flagged"          # a static detector fired; nothing ran
     CONFIRMED = "confirmed"      # the gate ran and the property failed

@@ -98,14 +98,26 @@ def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
     return children
 
 
-def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """`node` and every non-trivia node under it."""
+def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     stack = [node]
     pop, extend = stack.pop, stack.extend
     while stack:
         current = pop()
         yield current
         extend(child_nodes(current))
+
+
+def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """`node` and every non-trivia node under it.  Rules walk whole functions
+    again and again; under `cached_children()` those walks are kept."""
+    cache = getattr(_local, "cache", None)
+    if cache is None or type(node) not in (cst.FunctionDef, cst.Module, cst.IndentedBlock):
+        return _walk(node)
+    key = ("walk", id(node))
+    nodes = cache.get(key)
+    if nodes is None:
+        nodes = cache[key] = list(_walk(node))
+    return iter(nodes)
 
 
 def walk_scope(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
@@ -130,3 +142,16 @@ def body_nodes(function: cst.FunctionDef) -> Iterator[cst.CSTNode]:
             continue
         yield node
         stack.extend(child_nodes(node))
+
+
+def node_text(module: cst.Module, node: cst.CSTNode) -> str:
+    """The source text of `node`, whitespace runs collapsed.  Rules compare
+    expressions by text often; under `cached_children()` each is generated once."""
+    cache = getattr(_local, "cache", None)
+    key = ("text", id(node))
+    if cache is not None and key in cache:
+        return cache[key]
+    text = " ".join(module.code_for_node(node).split())
+    if cache is not None:
+        cache[key] = text
+    return text

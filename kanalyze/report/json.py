@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 
-from kanalyze.findings import Finding
+from kanalyze.findings import Finding, rule_url
 
 
-def render_json(findings: list[Finding], urls: dict[str, str] | None = None) -> str:
-    urls = urls or {}
+def render_json(findings: list[Finding]) -> str:
     items = []
     for f in findings:
         item = f.to_dict()
-        item["url"] = urls.get(f.code)
+        item["url"] = rule_url(f.code, f.name)
         items.append(item)
     return json.dumps(items, indent=2, sort_keys=False) + "\n"

@@ -18,7 +18,9 @@ from typing import Any, ClassVar, Iterator
 
 import libcst as cst
 
+from kanalyze.analyzer.cstwalk import node_text
 from kanalyze.analyzer.triton import TritonModule
+from kanalyze.findings import rule_url
 
 
 @dataclass
@@ -59,7 +61,7 @@ class Rule:
 
     @classmethod
     def help_uri(cls) -> str:
-        return f"https://kanalyze.dev/rules/{cls.code.lower()}-{cls.name}/"
+        return rule_url(cls.code, cls.name)
 
 
 def source(code: str) -> str:
@@ -69,5 +71,5 @@ def source(code: str) -> str:
 
 def expr_text(model: TritonModule, node: cst.CSTNode, limit: int = 60) -> str:
     """The source text of an expression, shortened for a message."""
-    text = " ".join(model.module.code_for_node(node).split())
+    text = node_text(model.module, node)
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -8,7 +8,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from kanalyze.analyzer.cstwalk import child_nodes
+from kanalyze.analyzer.cstwalk import child_nodes, node_text
 from kanalyze.analyzer.triton import (Dataflow, Function, JitFunction, Launch, TritonModule, calls_within,
                                       int_literal, keyword, names_read, walk)
 from kanalyze.rules.base import Report, Rule, expr_text, source
@@ -471,8 +471,11 @@ def _pin(flow: Dataflow, test, size_like, assert_form: bool):
     return None
 
 
+_EMPTY_MODULE = cst.Module([])
+
+
 def _plain_text(node) -> str:
-    return " ".join(cst.Module([]).code_for_node(node).split())
+    return node_text(_EMPTY_MODULE, node)
 
 
 # --- kernel parameters and offsets -------------------------------------------

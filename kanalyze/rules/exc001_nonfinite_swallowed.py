@@ -10,6 +10,7 @@ from kanalyze.analyzer.dataflow import Def
 from kanalyze.analyzer.names import dotted
 from kanalyze.analyzer.triton import TritonModule, bind_call_args, calls_within, keyword, walk
 from kanalyze.rules.base import Report, Rule, expr_text, source
+from kanalyze.analyzer.cstwalk import node_text
 from kanalyze.analyzer.host import candidate_functions
 from kanalyze.analyzer.pointers import WRITES
 from kanalyze.analyzer.reaching import Reaching
@@ -378,7 +379,7 @@ def _nan_test(model: TritonModule, cond: cst.BaseExpression) -> tuple[cst.BaseEx
     lanes, which specials)."""
     if isinstance(cond, cst.Comparison) and len(cond.comparisons) == 1:
         op, right = cond.comparisons[0].operator, cond.comparisons[0].comparator
-        same = "".join(model.module.code_for_node(cond.left).split()) == "".join(model.module.code_for_node(right).split())
+        same = node_text(model.module, cond.left).replace(" ", "") == node_text(model.module, right).replace(" ", "")
         if same and isinstance(op, (cst.NotEqual, cst.Equal)):
             return cond.left, isinstance(op, cst.NotEqual), "NaN"
     if isinstance(cond, cst.Call):
@@ -416,7 +417,7 @@ def _where_swallow(model: TritonModule, call: cst.Call, cond, a, b, carries, hos
         return None
     nan_true = isinstance(op, cst.NotEqual) != negated  # every ordered comparison with NaN is False
     nan_branch, kept = (a, b) if nan_true else (b, a)
-    key = lambda e: "".join(model.module.code_for_node(e).split())
+    key = lambda e: node_text(model.module, e).replace(" ", "")
     subject = next((s for s in (cond.left, right) if key(s) == key(kept)), None)
     if subject is None or carries(nan_branch, subject):
         return None  # a branch that is not the tested value: a mask or a step function

@@ -1,0 +1,166 @@
+"""Editor latency: didChange → publishDiagnostics of `kanalyze lsp`, measured side by side
+with a bare `analyze_text` of the same texts, in one run.
+
+A generated kernel file of about 1,000 lines (the fixtures' clean matmul
+kernel, repeated under new names) is opened in a real server started as a
+subprocess and driven over stdio by pygls's client.  Each measured edit
+flips one `tl.dot` between TF32 and IEEE (so the diagnostics really change)
+and renumbers a comment (so no two texts are alike and no cache answers).
+
+  - single edit: an edit after a pause, the way a person edits; the latency
+    is from sending didChange to receiving the diagnostics of that version;
+  - burst: five edits 30 ms apart (typing), from the last edit to its
+    diagnostics, which shows the debounce at work.
+Target: a single edit under 200 ms warm.  Printed, never asserted.
+
+    python bench/bench_lsp.py [--lines 1000] [--edits 9] [--debounce 150]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+FIXED = 'tl.dot(a, b, input_precision="ieee")'
+DEFECT = "tl.dot(a, b)"
+
+
+def kernel_file(lines: int) -> str:
+    """About `lines` lines of Triton: one clean kernel repeated under new names."""
+    fixture = (ROOT / "fixtures/triton/prc001_tf32_matmul.py").read_text()
+    kernel = fixture.split("@triton.jit")[2]  # matmul_ieee_kernel: clean, 20 lines
+    parts = ["# edit 0\nimport triton\nimport triton.language as tl\n\n"]
+    index = 0
+    while sum(p.count("\n") for p in parts) < lines:
+        parts.append("\n@triton.jit" + kernel.replace("matmul_ieee_kernel", f"matmul_{index}_kernel").rstrip() + "\n\n")
+        index += 1
+    return "".join(parts)
+
+
+def edited(text: str, number: int) -> str:
+    """Edit `number`: the comment renumbered, the first dot TF32 on odd edits."""
+    text = re.sub(r"^# edit \d+", f"# edit {number}", text, count=1)
+    if number % 2:
+        return text.replace(FIXED, DEFECT, 1)
+    return text
+
+
+def bare_times(path: str, texts: list[str]) -> list[float]:
+    from kanalyze.check import analyze_text
+
+    analyze_text(path, texts[0])  # imports and first-call costs, as the server's warm-up
+    times = []
+    for text in texts:
+        start = time.perf_counter()
+        analyze_text(path, text)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+async def lsp_times(path: Path, base: str, edits: int, debounce: int) -> dict[str, object]:
+    from lsprotocol import types
+    from pygls.lsp.client import LanguageClient
+
+    client = LanguageClient("bench", "1")
+    arrivals: dict[int, tuple[float, int]] = {}
+    arrived = asyncio.Event()
+
+    @client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+    def on_diagnostics(_ls, params: types.PublishDiagnosticsParams) -> None:
+        arrivals[params.version] = (time.perf_counter(), len(params.diagnostics))
+        arrived.set()
+
+    async def wait_for(version: int) -> tuple[float, int]:
+        while version not in arrivals:
+            arrived.clear()
+            await asyncio.wait_for(arrived.wait(), 120)
+        return arrivals[version]
+
+    await client.start_io(sys.executable, "-m", "kanalyze", "lsp", cwd=str(path.parent))
+    await client.initialize_async(types.InitializeParams(
+        capabilities=types.ClientCapabilities(), root_uri=path.parent.as_uri(),
+        initialization_options={"debounce": debounce}))
+    client.initialized(types.InitializedParams())
+    uri = path.as_uri()
+    start = time.perf_counter()
+    client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(
+        uri=uri, language_id="python", version=0, text=base)))
+    cold = (await wait_for(0))[0] - start
+
+    def change(version: int, text: str) -> None:
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)]))
+
+    single, counts = [], []
+    version = 0
+    for number in range(1, edits + 1):
+        await asyncio.sleep(debounce / 1000 + 0.1)  # a pause, as between a person's edits
+        version += 1
+        start = time.perf_counter()
+        change(version, edited(base, number))
+        arrival, count = await wait_for(version)
+        single.append(arrival - start)
+        counts.append(count)
+
+    bursts = []
+    for _ in range(3):
+        await asyncio.sleep(debounce / 1000 + 0.1)
+        for step in range(5):
+            version += 1
+            change(version, edited(base, 100 + version))
+            last = time.perf_counter()
+            await asyncio.sleep(0.03)
+        last_version = version
+        arrival, _ = await wait_for(last_version)
+        bursts.append(arrival - last)
+    await client.shutdown_async(None)
+    client.exit(None)
+    await client.stop()
+    return {"cold": cold, "single": single, "bursts": bursts, "counts": counts}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lines", type=int, default=1000)
+    parser.add_argument("--edits", type=int, default=9)
+    parser.add_argument("--debounce", type=int, default=150, help="the server's debounce setting, ms")
+    args = parser.parse_args()
+
+    base = kernel_file(args.lines)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernels.py"
+        path.write_text(base)
+        bare = bare_times(str(path), [edited(base, n) for n in range(1, args.edits + 1)])
+        lsp = asyncio.run(lsp_times(path, base, args.edits, args.debounce))
+
+    flips = lsp["counts"]
+    assert all(count == number % 2 for number, count in zip(range(1, args.edits + 1), flips)), (
+        f"the diagnostics did not follow the edits: {flips}")
+    bare_median = statistics.median(bare)
+    single = statistics.median(lsp["single"])
+    burst = statistics.median(lsp["bursts"])
+    ms = 1000
+    print(f"kernel file: {base.count(chr(10))} lines, {len(base.encode())} bytes; "
+          f"{args.edits} edits; debounce {args.debounce} ms")
+    print(f"{'measurement':<44} {'median ms':>10} {'× bare':>8}")
+    print(f"{'bare analyze_text of the same text':<44} {bare_median * ms:>10.0f} {1.0:>8.2f}")
+    print(f"{'LSP didChange → diagnostics, single edit':<44} {single * ms:>10.0f} {single / bare_median:>8.2f}")
+    print(f"{'LSP last change of a burst → diagnostics':<44} {burst * ms:>10.0f} {burst / bare_median:>8.2f}")
+    print(f"{'LSP didOpen → diagnostics (cold worker)':<44} {lsp['cold'] * ms:>10.0f} {lsp['cold'] / bare_median:>8.2f}")
+    verdict = "met" if single < 0.2 else "not met"
+    print(f"target single edit < 200 ms warm: {verdict} ({single * ms:.0f} ms; "
+          f"server overhead {(single - bare_median) * ms:+.0f} ms over the bare analysis)")
+
+
+if __name__ == "__main__":
+    main()
