@@ -16,6 +16,7 @@ from kanalyze.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 SARIF_SCHEMA = json.loads((ROOT / "tests/data/sarif-schema-2.1.0.json").read_text())
+FINDINGS_SCHEMA = json.loads((ROOT / "kanalyze/schemas/findings.schema.json").read_text())
 
 TF32_KERNEL = textwrap.dedent('''\
     import triton
@@ -85,6 +86,7 @@ def test_json_output(project, capsys) -> None:
     code, out, _ = run(capsys, "check", "kern.py", "--output-format", "json")
     assert code == 1
     items = json.loads(out)
+    jsonschema.Draft202012Validator(FINDINGS_SCHEMA).validate(items)
     assert len(items) == 1
     item = items[0]
     for key in ("code", "name", "message", "status", "filename", "location", "end_location", "kernel", "evidence"):
@@ -110,6 +112,15 @@ def test_sarif_output_validates(project, capsys) -> None:
     region = by_rule["PRC001"]["locations"][0]["physicalLocation"]["region"]
     assert (region["startLine"], region["startColumn"]) == (DOT_ROW, DOT_COL)
     assert rule_ids[by_rule["PRC001"]["ruleIndex"]] == "PRC001"
+
+
+def test_json_schema_validates_every_fixture_finding(capsys) -> None:
+    code, out, _ = run(capsys, "check", str(ROOT / "fixtures"), "--output-format", "json", "--no-cache", "--isolated")
+    items = json.loads(out)
+    assert code == 1 and len(items) > 20
+    jsonschema.Draft202012Validator(FINDINGS_SCHEMA).validate(items)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft202012Validator(FINDINGS_SCHEMA).validate([{**items[0], "status": "maybe"}])
 
 
 def test_sarif_schema_rejects_a_broken_log() -> None:
