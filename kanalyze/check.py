@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from kanalyze.analyzer.cuda_sources import cuda_files_named_in, is_cuda_path, may_contain_inline_cuda
 from kanalyze.analyzer.sources import SourceError, SourceText, discover, may_contain_triton, read_source
 from kanalyze.cache import Cache
 from kanalyze.config import Config
@@ -40,6 +41,7 @@ class CheckResult:
     files_parsed: int = 0
     files_from_cache: int = 0
     suppressed: int = 0
+    notes: list[str] = field(default_factory=list)  # said once per run, e.g. "nvcc was not found"
 
 
 def _error_finding(path: str, reason: str, row: int = 1, column: int = 1, code=PARSE_ERROR) -> Finding:
@@ -118,10 +120,202 @@ def _analyze(path: str, text: str) -> tuple[list[Finding], int]:
     return findings, suppressed
 
 
+def analyze_source(path: str, text: str, language: str | None = None) -> tuple[list[Finding], int]:
+    """One file's text → its findings, whatever the file holds: what the pool's
+    workers and the editor call.  A CUDA file (by suffix, or `language="cuda"`
+    for an unsaved editor buffer) goes through the CUDA pass; Python through the
+    Triton pass when it may hold a Triton kernel and through the CUDA pass when
+    it may build CUDA (load_inline, cupy); anything else gives no findings."""
+    if language == "cuda" or is_cuda_path(path):
+        return analyze_cuda_text(path, text)
+    findings: list[Finding] = []
+    suppressed = 0
+    triton = may_contain_triton(text)
+    if triton:
+        findings, suppressed = analyze_text(path, text)
+    if may_contain_inline_cuda(text):
+        # The Triton pass already ran the Python-side detectors (and reported a parse error).
+        more, more_suppressed = analyze_inline_cuda(path, text, python_rules=not triton)
+        findings = sorted(findings + more, key=lambda f: f.sort_key)
+        suppressed += more_suppressed
+    return findings, suppressed
+
+
+def needs_analysis(path: str, text: str) -> bool:
+    """The prefilter of `analyze_source`: can this text hold a kernel at all?"""
+    return is_cuda_path(path) or may_contain_triton(text) or may_contain_inline_cuda(text)
+
+
+def analyze_cuda_text(path: str, text: str) -> tuple[list[Finding], int]:
+    """Every CUDA finding in a `.cu`/`.cuh`/`.cuda` file, `// NOLINT` applied."""
+    from kanalyze.analyzer.cuda_sources import CudaUnit
+
+    return _analyze_cuda(path, text, [CudaUnit(path, text, "file")], None, [], python_rules=False)
+
+
+def analyze_inline_cuda(path: str, text: str, *, python_rules: bool = True) -> tuple[list[Finding], int]:
+    """Every finding of a Python file that builds CUDA: the CUDA detectors over each
+    inline unit (findings at the Python file's rows and columns), the Python side of
+    each extension, and with `python_rules` every rule's Python-side detectors."""
+    import libcst as cst
+
+    from kanalyze.analyzer.cuda_inline import find_extensions
+    from kanalyze.analyzer.cstwalk import cached_children
+    from kanalyze.analyzer.triton import TritonModule
+
+    with cached_children():
+        try:
+            host = TritonModule.from_source(path, text)
+        except cst.ParserSyntaxError as exc:
+            if not python_rules:
+                return [], 0
+            message = " ".join(exc.message.split())
+            return [_error_finding(path, f"cannot parse: {message}", exc.raw_line, exc.raw_column + 1)], 0
+        except Exception as exc:  # LibCST raises more than ParserSyntaxError on odd input
+            return ([_error_finding(path, f"cannot parse: {type(exc).__name__}: {exc}")] if python_rules else []), 0
+        extensions = find_extensions(host)
+        units = [unit for ext in extensions for unit in ext.units]
+        return _analyze_cuda(path, text, units, host, extensions, python_rules=python_rules)
+
+
+def _analyze_cuda(path: str, text: str, units: list, host, extensions: list, *,
+                  python_rules: bool) -> tuple[list[Finding], int]:
+    from kanalyze.analyzer.cuda_inline import module_int_constants
+    from kanalyze.analyzer.cuda_model import CudaModule
+    from kanalyze.rules import cuda_rules, detecting_rules
+    from kanalyze.rules.cuda_rule import CudaReport
+
+    findings: list[Finding] = []
+    reports: list = []
+    partial: list[tuple] = []   # (unit, model or None, why) for units read in part
+    rules = cuda_rules()
+    sizes = module_int_constants(host) if host is not None else {}
+
+    def guarded(rule, run) -> None:
+        try:
+            reports.extend(run())
+        except Exception as exc:  # a bug in one rule must not hide the others
+            findings.append(_error_finding(
+                path, f"rule {rule.code} failed on this file: {type(exc).__name__}: {exc}", code=INTERNAL_ERROR))
+
+    for unit in units:
+        try:
+            model = CudaModule.parse(unit)
+        except (RecursionError, MemoryError, ValueError) as exc:
+            partial.append((unit, None, f"cannot parse: {type(exc).__name__}: {exc}"))
+            continue
+        model.problem_sizes = sizes
+        if model.errors or unit.skipped:
+            partial.append((unit, model, ""))
+        for rule in rules:
+            guarded(rule, lambda: rule.check_cuda(model))
+    if host is not None:
+        for rule in rules:
+            guarded(rule, lambda: rule.check_host(host, extensions))
+        if python_rules:
+            for rule in detecting_rules():
+                guarded(rule, lambda: rule.check(host))
+    skipped = [s for ext in extensions for s in ext.skipped]
+    if not reports and not partial and not skipped:
+        return findings, 0
+
+    from kanalyze.analyzer.cuda_sources import line_starts, row_column
+    from kanalyze.analyzer.cuda_suppressions import CudaSuppressions
+    from kanalyze.analyzer.suppressions import Suppressions
+    from kanalyze.rules import rules_by_code
+
+    positions = None
+    if host is not None:
+        from kanalyze.analyzer.positions import Positions
+
+        positions = Positions(host.module, text)
+    starts = line_starts(text) if positions is None else None
+
+    def resolve(node) -> int | None:
+        span = positions.offsets(node) if positions is not None else None
+        return span[0] if span else None
+
+    def unit_offset(unit, byte: int) -> int:
+        return byte if unit.text.isascii() else len(unit.text.encode("utf-8", "surrogatepass")[:byte].decode(
+            "utf-8", "ignore"))
+
+    def rows(start: int, end: int) -> tuple[int, int, int, int]:
+        if positions is not None:
+            return (*positions.row_column(start), *positions.row_column(end))
+        return (*row_column(starts, start), *row_column(starts, end))
+
+    def unit_span(unit, start_byte: int, end_byte: int) -> tuple[int, int, int, int]:
+        start, end = unit_offset(unit, start_byte), unit_offset(unit, end_byte)
+        origin = unit.source_map.origin(start, resolve)
+        return rows(origin, unit.source_map.origin(max(end - 1, start), resolve) + (1 if end > start else 0))
+
+    located: list[tuple[str, tuple[int, int, int, int], str, str | None, dict]] = []
+    for report in reports:
+        if isinstance(report, CudaReport):
+            span = unit_span(report.unit, report.node.start_byte, report.node.end_byte)
+        else:
+            offsets = positions.offsets(report.node) if positions is not None else None
+            span = rows(*offsets) if offsets else (1, 1, 1, 1)
+        located.append((report.code, span, report.message, report.kernel, report.evidence))
+    for unit, model, why in partial:
+        located.append(_partial_unit(unit, model, why, unit_span, lambda n: rows(*(positions.offsets(n) or (0, 0)))))
+    for note in skipped:
+        offsets = positions.offsets(note.node) if positions is not None else None
+        located.append((PARSE_ERROR[0], rows(*offsets) if offsets else (1, 1, 1, 1),
+                        f"{note.what}; findings in that source may be missing", None, {"reason": note.what}))
+
+    names = rules_by_code()
+    noqa = Suppressions.parse(text) if host is not None else None
+    nolint = CudaSuppressions.parse(text)
+    seen: set[tuple] = set()
+    suppressed = 0
+    for code, (row, column, end_row, end_column), message, kernel, evidence in located:
+        key = (code, row, column, message)
+        if key in seen:
+            continue
+        seen.add(key)
+        lines = (row, end_row) if end_row != row else (row,)
+        if nolint.suppressed(code, lines) or (noqa is not None and noqa.suppressed(code, lines)):
+            suppressed += 1
+            continue
+        findings.append(Finding(code=code, name=names[code].name, message=message,
+                                location=Location(path, row, column, end_row, end_column),
+                                kernel=kernel, evidence=evidence))
+    findings.sort(key=lambda f: f.sort_key)
+    return findings, suppressed
+
+
+def _partial_unit(unit, model, why: str, unit_span, python_span) -> tuple:
+    """One KAN000 for a unit read in part: the regions tree-sitter could not parse
+    and the pieces of an inline string that are not constant."""
+    parts: list[str] = []
+    span = None
+    if why:
+        parts.append(why)
+        span = unit_span(unit, 0, 0)
+    regions = []
+    for error in (model.errors if model is not None else [])[:6]:
+        first = unit_span(unit, error.start_byte, max(error.end_byte, error.start_byte + 1))
+        span = span or first
+        regions.append(f"{first[0]}" if first[2] == first[0] else f"{first[0]}-{first[2]}")
+    if regions:
+        more = len(model.errors) - len(regions)
+        parts.append(f"tree-sitter could not parse line{'s' if len(regions) > 1 or '-' in regions[0] else ''} "
+                     f"{', '.join(regions)}{f' and {more} more regions' if more > 0 else ''} (a macro the unit "
+                     f"does not define, or syntax it does not support); that code was skipped")
+    for note in unit.skipped:
+        parts.append(note.what)
+        if span is None and note.node is not None:
+            span = python_span(note.node)
+    where = "this file" if unit.origin == "file" else f"the `{unit.origin}` CUDA source"
+    message = f"{where} was read in part: {'; '.join(parts)}. Findings in the skipped code may be missing"
+    return (PARSE_ERROR[0], span or (1, 1, 1, 1), message, None, {"reason": message, "source": unit.origin})
+
+
 def _analyze_batch(batch: list[tuple[str, str]]) -> list[tuple[str, list[dict], int]]:
     results = []
     for path, text in batch:
-        findings, suppressed = analyze_text(path, text)
+        findings, suppressed = analyze_source(path, text)
         results.append((path, [f.to_dict() for f in findings], suppressed))
     return results
 
@@ -144,7 +338,10 @@ def run_static(
     to_parse: list[tuple[str, str]] = []
     per_file: dict[str, list[Finding]] = {}
 
-    for path, explicit in discover(paths, config.exclude, force_exclude=force_exclude, root=config.root):
+    # A worklist: CUDA files that a checked Python file builds (`load(sources=[...])`) join it.
+    pending = list(discover(paths, config.exclude, force_exclude=force_exclude, root=config.root))
+    listed = {os.path.normpath(p) for p, _ in pending}
+    for path, explicit in pending:
         result.files_checked += 1
         source = read_source(path, explicit=explicit)
         if source is None:
@@ -153,8 +350,13 @@ def run_static(
             per_file[path] = [_error_finding(path, source.reason, source.row, source.column + 1)]
             continue
         assert isinstance(source, SourceText)
-        if not may_contain_triton(source.text):
+        if not needs_analysis(path, source.text):
             continue
+        for named in cuda_files_named_in(path, source.text):
+            if os.path.normpath(named) not in listed:
+                listed.add(os.path.normpath(named))
+                pending.extend((p, False) for p, _ in discover([named], config.exclude, force_exclude=True,
+                                                                root=config.root))
         cached = cache.get(path, source.text)
         if cached is not None:
             findings, suppressed = cached
@@ -187,3 +389,69 @@ def run_static(
         result.findings.extend(f for f in per_file[path] if config.selects(f.code, path))
     result.findings.sort(key=lambda f: f.sort_key)
     return result
+
+
+def run_ir(
+    paths: Iterable[str],
+    config: Config,
+    result: CheckResult,
+    *,
+    targets: list[str] | None = None,
+    show_resources: bool = False,
+    force_exclude: bool = False,
+    use_cache: bool = True,
+    jobs: int | None = None,
+) -> CheckResult:
+    """The IR stage (`--ir`): compile every kernel ahead of time (Triton; CUDA
+    through nvcc), scan PTX/SASS, check resource budgets, and merge what it
+    finds into `result`, the static findings.  Only called with `--ir`, so the
+    static path never loads it (nor triton)."""
+    from kanalyze.analyzer.ir.artifacts import ArtifactCache
+    from kanalyze.analyzer.ir.merge import failure_findings, hit_findings, merge
+    from kanalyze.analyzer.ir.settings import SettingsError, load_settings
+    from kanalyze.analyzer.ir.stage import CUDA_SUFFIXES, analyze_ir
+    from kanalyze.analyzer.suppressions import Suppressions
+    from kanalyze.config import ConfigError
+    from kanalyze.rules import rules_by_code
+    from kanalyze.rules.res002_resource_budget import ResourceBudget
+
+    try:
+        settings = load_settings(config.raw, targets, show_resources)
+    except SettingsError as exc:
+        raise ConfigError(str(exc)) from exc
+    sources: list[tuple[str, str]] = []
+    for path, explicit in discover(paths, config.exclude, force_exclude=force_exclude, root=config.root):
+        source = read_source(path, explicit=explicit)
+        if isinstance(source, SourceText) and (path.endswith(CUDA_SUFFIXES) or may_contain_triton(source.text)):
+            sources.append((path, source.text))
+    cache = ArtifactCache.open(config.root) if use_cache else ArtifactCache.disabled()
+    run = analyze_ir(sources, settings, cache, workers=jobs)
+
+    rules = rules_by_code()
+    names = {code: rule.name for code, rule in rules.items()}
+    gates = {code: rule.gate for code, rule in rules.items()}
+    budget = ResourceBudget()
+    found = hit_findings(run, names, gates) + failure_findings(run, names["KAN002"])
+    for file_ir in run.files:
+        for kernel in file_ir.kernels:
+            for report in budget.check_ir(kernel, show_resources=settings.show_resources):
+                found.append(Finding(code=report.code, name=budget.name, message=report.message,
+                                     location=Location(file_ir.path, report.row, 1, report.row, 1),
+                                     kernel=report.kernel, evidence=report.evidence))
+    found = [f for f in found if config.selects(f.code, f.location.file)]
+    static, alone = merge(result.findings, found)
+    texts = dict(sources)
+    kept = []
+    for finding in alone:
+        text = texts.get(finding.location.file, "")
+        rows = tuple(finding.evidence.get("rows") or (finding.location.row,))
+        if Suppressions.parse(text).suppressed(finding.code, rows):
+            result.suppressed += 1
+            continue
+        kept.append(finding)
+    result.findings = sorted(static + kept, key=lambda f: f.sort_key)
+    result.notes.extend(run.notes)
+    result.notes.append(f"IR: {run.compiled} kernel configurations compiled, {run.from_cache} from the cache "
+                        f"({', '.join(t.name for t in settings.targets)}; {run.seconds:.1f} s)")
+    return result
+

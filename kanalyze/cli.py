@@ -64,6 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per core)")
     check.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary")
     check.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    check.add_argument("--ir", action="store_true",
+                       help="also compile kernels ahead of time and check PTX/SASS and resource budgets "
+                            "(needs triton; nvcc for CUDA)")
+    check.add_argument("--target", action="append", metavar="SM",
+                       help="GPU target(s) for --ir: sm_90 (default), sm_100, ...; repeat or comma-separate")
+    check.add_argument("--show-resources", action="store_true",
+                       help="with --ir, report every compiled kernel's registers, spills, shared memory, "
+                            "threads and TMEM columns, within budget or not")
 
     rules = sub.add_parser("rules", help="list every clause of the contract catalog")
     rules.add_argument("--output-format", choices=("text", "json"), default="text")
@@ -111,6 +119,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
     )
     result = run_static(paths, config, force_exclude=args.force_exclude,
                         use_cache=not args.no_cache, jobs=args.jobs)
+    if args.ir or args.target or args.show_resources:
+        from kanalyze.check import run_ir
+
+        result = run_ir(paths, config, result, targets=args.target, show_resources=args.show_resources,
+                        force_exclude=args.force_exclude, use_cache=not args.no_cache, jobs=args.jobs)
+        for note in result.notes:
+            if not args.quiet or not note.startswith("IR: "):
+                sys.stderr.write(f"kanalyze: {note}\n")
     findings = result.findings
     fmt = args.output_format or os.environ.get("KANALYZE_OUTPUT_FORMAT") or "text"
     if fmt not in ("text", "json", "sarif", "github"):
@@ -138,7 +154,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
             handle.write(report)
     else:
         sys.stdout.write(report)
-    if findings and not args.exit_zero:
+    # `--show-resources` numbers within budget are information, not findings to fail on.
+    if any(not f.evidence.get("informational") for f in findings) and not args.exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN
 

@@ -73,6 +73,14 @@ class Positions:
         row = bisect_right(self._line_starts, offset)
         return row, offset - self._line_starts[row - 1] + 1
 
+    def offsets(self, node: cst.CSTNode) -> tuple[int, int] | None:
+        """(start, end) character offsets of `node` in the text, None if it has no span."""
+        return self._spans.get(id(node))
+
+    def row_column(self, offset: int) -> tuple[int, int]:
+        """1-based (row, column) of a character offset."""
+        return self._row_column(offset)
+
     def span(self, node: cst.CSTNode) -> tuple[int, int, int, int]:
         """(row, column, end_row, end_column), rows and columns 1-based."""
         span = self._spans.get(id(node))

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from kanalyze.analyzer.cuda_sources import CUDA_SUFFIXES
+
 PYTHON_SUFFIXES = (".py", ".pyi")
 
 # Directories nobody wants linted (the same spirit as ruff's default excludes).
@@ -106,7 +108,7 @@ def discover(
 ) -> Iterator[tuple[str, bool]]:
     """Yield `(path, explicit)` for every file to check, in a stable order.
 
-    Directories are walked for Python files; files named on the command line
+    Directories are walked for Python and CUDA files; files named on the command line
     are checked whatever their suffix (`explicit=True`), unless `force_exclude`
     is set and they match an exclude pattern (as ruff's `--force-exclude`).
     """
@@ -129,7 +131,7 @@ def discover(
                     if d not in DEFAULT_EXCLUDES and not _matches(relative(os.path.join(dirpath, d)), exclude)
                 )
                 for name in sorted(filenames):
-                    if not name.endswith(PYTHON_SUFFIXES):
+                    if not (name.endswith(PYTHON_SUFFIXES) or name.lower().endswith(CUDA_SUFFIXES)):
                         continue
                     path = os.path.join(dirpath, name)
                     if _matches(relative(path), exclude) or path in seen:

@@ -9,9 +9,11 @@ the same file.  Select/ignore and per-file-ignores are applied by the server,
 which knows the configuration; the findings here are everything the rules
 report, `# noqa` already applied.
 
-Every kind of source goes through `analyze_document`: Python (Triton, and
-inline CUDA once that pass exists) and CUDA C++ files, whose static pass is
-not written yet and so reports nothing today.  The pass slots in here.
+Every kind of source goes through `analyze_document`: Python (Triton kernels,
+and CUDA built inline) and CUDA C++ files.  It hands the text to the
+pipeline's `analyze_source`, which dispatches to the Triton and CUDA passes;
+with a pipeline that predates the CUDA passes it runs the Triton pass alone
+and accepts CUDA documents without findings.
 
 Runs inside the worker process; imports nothing of pygls.
 """
@@ -23,7 +25,7 @@ from kanalyze.findings import Finding, Location
 
 PYTHON, CUDA = "python", "cuda"
 
-_SUFFIX_KIND = {".py": PYTHON, ".pyi": PYTHON, ".cu": CUDA, ".cuh": CUDA}
+_SUFFIX_KIND = {".py": PYTHON, ".pyi": PYTHON, ".cu": CUDA, ".cuh": CUDA, ".cuda": CUDA}
 # Language identifiers that editors send for these files (VS Code's `cuda-cpp`).
 _LANGUAGE_KIND = {"python": PYTHON, "cuda": CUDA, "cuda-cpp": CUDA}
 
@@ -57,16 +59,23 @@ def analyze_document(path: str, text: str, kind: str) -> tuple[list[Finding], in
         return [unreadable(path, f"file too large to analyze ({size} bytes; the limit is {MAX_FILE_BYTES})")], 0
     if "\x00" in text:
         return [unreadable(path, "binary file: it contains NUL bytes, so it is not source code")], 0
+    try:
+        # The pipeline's entry for one file's text, CUDA passes included, where
+        # this version of the pipeline has it.
+        from kanalyze.check import analyze_source
+    except ImportError:
+        return _analyze_without_cuda(path, text, kind)
+    return analyze_source(path, text, CUDA if kind == CUDA else None)
+
+
+def _analyze_without_cuda(path: str, text: str, kind: str) -> tuple[list[Finding], int]:
+    """The same for a pipeline without the CUDA passes: Triton only."""
     if kind == CUDA:
-        return _analyze_cuda(path, text)
+        return [], 0  # accepted; no findings until the CUDA pass is there
+    # The pipeline's prefilter (run_static step 3): a file that cannot hold a
+    # kernel is not parsed.
     if not may_contain_triton(text):
         return [], 0
     from kanalyze.check import analyze_text
 
     return analyze_text(path, text)
-
-
-def _analyze_cuda(path: str, text: str) -> tuple[list[Finding], int]:
-    # The CUDA C++ static pass (tree-sitter-cuda) is not part of this version:
-    # a .cu/.cuh document is accepted and gets no findings until it lands.
-    return [], 0

@@ -172,9 +172,10 @@ def _evidence_text(evidence: dict[str, Any]) -> str:
 
 
 def to_diagnostic(finding: Finding, uri: str, lines: list[str], units: Units,
-                  witness: WitnessRef | None = None, root: str | None = None) -> types.Diagnostic:
+                  witness: WitnessRef | None = None) -> types.Diagnostic:
     rng = finding_range(finding, lines, units)
-    gate = finding.evidence.get("gate") or (rules_by_code()[finding.code].gate if finding.code in rules_by_code() else "")
+    rule = rules_by_code().get(finding.code)
+    gate = finding.evidence.get("gate") or (rule.gate if rule else "")
     message = finding.message
     status = str(finding.status)
     related: list[types.DiagnosticRelatedInformation] = []
@@ -182,7 +183,8 @@ def to_diagnostic(finding: Finding, uri: str, lines: list[str], units: Units,
     if witness is not None:
         status = "confirmed"
         witness_path = witness.path
-        shown = os.path.relpath(witness.path, root) if root else witness.path
+        # As the project sees it: relative to the folder that holds `.kanalyze/`.
+        shown = os.path.relpath(witness.path, Path(witness.path).parents[len(WITNESS_DIR.parts)])
         message = f"{message} (confirmed: witness {shown})"
         related.append(types.DiagnosticRelatedInformation(
             location=types.Location(uri=Path(witness.path).as_uri(), range=types.Range(

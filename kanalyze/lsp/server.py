@@ -28,16 +28,18 @@ import asyncio
 import hashlib
 import logging
 import os
+import shutil
 import sys
 import tempfile
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.exceptions import FeatureRequestError, JsonRpcException, JsonRpcInvalidParams, JsonRpcParseError
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.uris import to_fs_path
@@ -48,7 +50,7 @@ from kanalyze.config import Config, ConfigError, load_config
 from kanalyze.findings import Finding
 from kanalyze.lsp.analysis import CUDA, document_kind, unreadable
 from kanalyze.lsp.convert import (
-    SOURCE, WitnessIndex, WitnessRef, contains, hover_markdown, overlaps, split_lines,
+    SOURCE, WitnessIndex, contains, hover_markdown, overlaps, split_lines,
     suppression_edit, to_diagnostic,
 )
 from kanalyze.lsp.worker import AnalysisWorker, WorkerFailed
@@ -97,12 +99,14 @@ class Settings:
         values: dict[str, Any] = {}
         problems: list[str] = []
         for key in ("select", "ignore"):
-            if key in raw:
-                codes = _codes(raw[key])
-                if codes is None:
-                    problems.append(f"`{key}` must be a list of codes or a comma-separated string")
-                else:
-                    values[key] = codes
+            if key not in raw:
+                continue
+            if raw[key] is None:
+                values[key] = None  # back to [tool.kanalyze]'s
+            elif (codes := _codes(raw[key])) is not None:
+                values[key] = codes
+            else:
+                problems.append(f"`{key}` must be a list of codes or a comma-separated string")
         if "ir" in raw:
             if isinstance(raw["ir"], bool):
                 values["ir"] = raw["ir"]
@@ -117,12 +121,11 @@ class Settings:
         unknown = sorted(set(raw) - {"select", "ignore", "ir", "debounce"})
         if unknown:
             problems.append(f"unknown setting(s): {', '.join(map(str, unknown))}")
-        return Settings(**{**self.__dict__, **values}), problems
+        return replace(self, **values), problems
 
 
 def _codes(value: Any) -> tuple[str, ...] | None:
-    if value is None:
-        return None
+    """Codes from a list or a comma-separated string; None if it is neither."""
     if isinstance(value, str):
         value = value.split(",")
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -136,12 +139,11 @@ def _codes(value: Any) -> tuple[str, ...] | None:
 class Published:
     """The analysis behind the diagnostics last published for a document."""
 
-    key: tuple                     # (version, settings generation, configuration stamp)
+    key: tuple                     # (version, configuration stamp, witnesses) it was made from
     version: int | None
     lines: list[str]
     findings: list[Finding]
-    witnesses: list[WitnessRef | None]
-    diagnostics: list[types.Diagnostic]
+    diagnostics: list[types.Diagnostic]   # one per finding, in the same order
 
 
 @dataclass
@@ -200,6 +202,8 @@ class KanalyzeServer(LanguageServer):
         self._configs: dict[tuple, Config] = {}
         self._warned: set[str] = set()
         self._tasks: set[asyncio.Task] = set()
+        self.docs_dir: str | None = None         # where "Explain" writes the pages it opens
+        self.shutdown_requested = False
 
     # -- messages to the user --------------------------------------------------------
 
@@ -216,6 +220,13 @@ class KanalyzeServer(LanguageServer):
     def report_server_error(self, error: Exception, source) -> None:
         # Errors the client is not waiting for (a malformed notification, a
         # failing handler): a line in the client's log, not a pop-up per keystroke.
+        # A failed request was answered with its error already.
+        if source is FeatureRequestError:
+            return
+        if source is JsonRpcException and isinstance(error, ValueError):
+            # A frame that is not JSON (or not UTF-8) has no id to answer;
+            # JSON-RPC says to answer it with a parse error and a null id.
+            self.protocol._send_response(None, None, JsonRpcParseError(str(error)).to_response_error())
         try:
             self.log(f"{type(error).__name__}: {error}", types.MessageType.Error)
         except Exception:
@@ -300,11 +311,13 @@ class KanalyzeServer(LanguageServer):
             return
         version, text = document.version, document.source
         config, excluded, stamp = self.config_for(state)
-        key = (version, stamp)
+        roots = list(dict.fromkeys(self.roots() + [config.root]))
+        refs = tuple(ref for root in roots for ref in self.witnesses.refs(root))
+        key = (version, stamp, refs)
         if state.published is not None and state.published.key == key:
-            return  # this version was analyzed with these settings already
+            return  # this version was published with these settings and witnesses already
         if excluded:
-            self._publish(state, Published(key, version, split_lines(text), [], [], []))
+            self._publish(state, Published(key, version, split_lines(text), [], []))
             return
         state.in_flight += 1
         try:
@@ -319,13 +332,10 @@ class KanalyzeServer(LanguageServer):
         findings = [f for f in map(Finding.from_dict, finding_dicts)
                     if config.selects(f.code, state.path if state.is_file else None)]
         lines = split_lines(text)
-        roots = self.roots() + [config.root]
-        refs = [ref for root in dict.fromkeys(roots) for ref in self.witnesses.refs(root)]
         witnesses = [next((r for r in refs if state.is_file and r.matches(f, state.path)), None) for f in findings]
         units = self.workspace.position_codec.client_num_units
-        root = roots[0] if roots else None
-        diagnostics = [to_diagnostic(f, uri, lines, units, w, root) for f, w in zip(findings, witnesses)]
-        self._publish(state, Published(key, version, lines, findings, witnesses, diagnostics))
+        diagnostics = [to_diagnostic(f, uri, lines, units, w) for f, w in zip(findings, witnesses)]
+        self._publish(state, Published(key, version, lines, findings, diagnostics))
 
     def _publish(self, state: DocState, published: Published) -> None:
         state.published = published
@@ -375,13 +385,21 @@ class KanalyzeServer(LanguageServer):
             return None
         return DocState(uri=uri, path=path or uri, is_file=path is not None, kind=kind)
 
-    def close(self) -> None:
+    def forget_documents(self) -> None:
+        """Drop every document and its pending analysis (on the event loop's thread)."""
         for state in self.docs.values():
             if state.timer is not None:
                 state.timer.cancel()
         self.docs.clear()
+
+    def close(self) -> None:
+        """Stop the worker and the analysis thread, remove the pages "Explain"
+        wrote; safe to call more than once."""
         self.worker.close()
         self.analysis_thread.shutdown(wait=False, cancel_futures=True)
+        if self.docs_dir is not None:
+            shutil.rmtree(self.docs_dir, ignore_errors=True)
+            self.docs_dir = None
 
 
 def _pyproject_stamp(directory: str) -> tuple:
@@ -441,9 +459,6 @@ def build_server() -> KanalyzeServer:
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE, types.SaveOptions(include_text=False))
     def did_save(ls: KanalyzeServer, params: types.DidSaveTextDocumentParams) -> None:
         uri = params.text_document.uri
-        if uri.endswith("/pyproject.toml"):
-            ls.republish_all()  # its [tool.kanalyze] may have changed
-            return
         state = ls.docs.get(uri)
         if state is not None:
             if state.timer is not None:
@@ -521,6 +536,8 @@ def build_server() -> KanalyzeServer:
 
     @server.feature(types.SHUTDOWN)
     async def shutdown(ls: KanalyzeServer, params: None) -> None:
+        ls.shutdown_requested = True
+        ls.forget_documents()
         await asyncio.get_running_loop().run_in_executor(None, ls.close)
 
     return server
@@ -569,28 +586,34 @@ def _workspace_edit(ls: KanalyzeServer, uri: str, published: Published, edit) ->
 
 async def _show_explanation(ls: KanalyzeServer, code: str, markdown: str) -> None:
     """Open the clause's docs in the editor: a markdown file where the client can
-    show documents (works offline), else a message."""
+    show documents (it works offline), else a message."""
     capabilities = ls.client_capabilities
     can_show = capabilities.window and capabilities.window.show_document and capabilities.window.show_document.support
-    if not can_show:
+    path = None
+    if can_show:
+        try:
+            if ls.docs_dir is None:
+                ls.docs_dir = tempfile.mkdtemp(prefix="kanalyze-docs-")  # this server's own, whoever else runs one
+            path = Path(ls.docs_dir) / f"{code}.md"
+            path.write_text(markdown, encoding="utf-8")
+        except OSError as exc:
+            ls.log(f"cannot write the docs of {code}: {exc}", types.MessageType.Warning)
+            path = None
+    if path is None:
         ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Info, message=markdown))
         return
-    directory = os.path.join(tempfile.gettempdir(), f"kanalyze-{__version__}-docs")
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, f"{code}.md")
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(markdown)
-    from pathlib import Path
-
     try:
         await asyncio.wait_for(ls.window_show_document_async(
-            types.ShowDocumentParams(uri=Path(path).as_uri(), take_focus=True)), timeout=10)
+            types.ShowDocumentParams(uri=path.as_uri(), take_focus=True)), timeout=10)
     except Exception as exc:
         ls.log(f"window/showDocument failed: {exc}", types.MessageType.Warning)
 
 
 def serve(stdin=None, stdout=None) -> int:
-    """Run the server on stdio until the client says exit."""
+    """Run the server on stdio until the client says exit (or goes away).
+
+    The exit status is the protocol's: 0 after a shutdown request, 1 without one.
+    """
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="kanalyze-lsp %(levelname)s %(name)s: %(message)s")
     stdin = stdin or sys.stdin.buffer
@@ -602,4 +625,4 @@ def serve(stdin=None, stdout=None) -> int:
         server.start_io(stdin, stdout)
     finally:
         server.close()
-    return 0
+    return 0 if server.shutdown_requested else 1

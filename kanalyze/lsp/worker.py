@@ -89,16 +89,25 @@ class AnalysisWorker:
             return response["findings"], response["suppressed"]
 
     def close(self) -> None:
-        with self._lock:
-            if self._process is not None and self._process.poll() is None:
-                assert self._process.stdin is not None
-                self._process.stdin.close()  # end of input: the child exits
+        """Stop the child: politely when it is idle, at once when an analysis
+        nobody will read is still running."""
+        process = self._process
+        if process is None or process.poll() is not None:
+            return
+        if self._lock.acquire(timeout=1):
+            try:
+                assert process.stdin is not None
                 try:
-                    self._process.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    self._process.kill()
-                    self._process.wait()
-            self._process = None
+                    process.stdin.close()  # end of input: the child exits
+                    process.wait(timeout=5)
+                except (OSError, subprocess.TimeoutExpired):
+                    process.kill()
+                    process.wait()
+                self._process = None
+            finally:
+                self._lock.release()
+        else:
+            process.kill()  # the analyzing thread sees the pipe close and gives up
 
 
 def main() -> None:

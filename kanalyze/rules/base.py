@@ -57,7 +57,15 @@ class Rule:
     def explanation(cls) -> str:
         header = f"# {cls.code} ({cls.name})\n\n{cls.summary}\n\n"
         gate = f"\n\n## How it is confirmed\n\nGate: `{cls.gate}`.\n" if cls.gate else "\n"
-        return header + textwrap.dedent(cls.docs).strip() + gate
+        return header + textwrap.dedent(cls.docs).strip() + cls._cuda_docs() + gate
+
+    @classmethod
+    def _cuda_docs(cls) -> str:
+        """The docs of the clause's CUDA detectors (rules/cuda_rule.py), as a section of its own."""
+        from kanalyze.rules import cuda_detector_classes
+
+        return "".join(f"\n\n## In CUDA C++\n\n{textwrap.dedent(rule.docs).strip()}"
+                       for rule in cuda_detector_classes(cls.code) if rule is not cls and rule.docs)
 
     @classmethod
     def help_uri(cls) -> str:

@@ -1,0 +1,222 @@
+"""Bounds proofs for Triton loads and stores (MEM003) and their int32 arithmetic (MEM004).
+
+For every launched kernel, every launch site and every constexpr configuration
+(each `triton.Config` of an autotune list is a proof of its own), each
+`tl.load` / `tl.store` / `tl.atomic_*` is turned into z3 terms
+(bounds_launch binds the launch, bounds_kernel evaluates the kernel) and two
+questions are asked (bounds_solver):
+  - MEM003: can the mask let an offset outside [0, numel) through, for runtime
+    sizes in [1, max-size]?  Either a proof, or the smallest counterexample;
+  - MEM004: can an int32 operation of the offset or mask arithmetic wrap, for
+    tensors of up to max-numel elements?
+An access the extraction does not model is "unknown", with the reason; so is
+one where the solver runs out of time.  Nothing here imports z3 until a file
+has a launched kernel with a memory access.
+
+Assumptions every verdict carries: the tensors the wrapper receives are
+contiguous; a received tensor's rank is what the wrapper's reads imply
+(`M, N = x.shape` → 2-D; read only through `x.numel()` → 1-D); offsets are
+exact integers for MEM003 (wrap-around is MEM004's question).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import libcst as cst
+
+from kanalyze.analyzer.triton import TritonModule
+
+TL = "triton.language."
+ACCESS_NAMES = {TL + "load", TL + "store"} | {TL + f"atomic_{op}" for op in
+                                              ("add", "max", "min", "and", "or", "xor", "xchg", "cas")}
+DEFAULT_MAX_SIZE = 2**20
+DEFAULT_MAX_NUMEL = 2**32
+
+
+@dataclass
+class AccessReport:
+    """Everything the proofs found about one access, over all its launches."""
+
+    call: cst.Call
+    kernel: str                     # the launched kernel
+    function: str                   # the jit function the access is in (a helper, maybe)
+    kind: str                       # load | store | atomic
+    masked: bool
+    parameter: str | None = None    # the kernel pointer parameter
+    tensor: str | None = None       # the wrapper's name for the tensor passed
+    bounds: Any = None              # Verdict (bounds_solver): proved | violated | unknown
+    overflow: Any = None            # Verdict for the access as a whole
+    wraps: dict = field(default_factory=dict)   # id(op node) → Verdict with the smallest size
+    reasons: list = field(default_factory=list)  # why it is unknown somewhere
+    configurations: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class BoundsAnalysis:
+    accesses: list[AccessReport] = field(default_factory=list)
+    seconds: float = 0.0
+    solver_seconds: float = 0.0
+    queries: int = 0
+    timeouts: int = 0
+    max_size: int = DEFAULT_MAX_SIZE
+    max_numel: int = DEFAULT_MAX_NUMEL
+    truncated: list[str] = field(default_factory=list)   # kernels with more autotune configs than checked
+
+
+def has_launched_accesses(model: TritonModule) -> bool:
+    """Cheap: is there anything to prove (no z3 needed to answer)?"""
+    launched = {id(j.node) for j in model.jit.values() if j.launches}
+    if not launched:
+        return False
+    return any(site.qualname in ACCESS_NAMES for site in model.calls)
+
+
+def settings_of(model: TritonModule) -> dict:
+    """`max-size` / `max-numel` from `[tool.kanalyze]`, as the pipeline attached them."""
+    return dict(getattr(model, "settings", None) or {})
+
+
+def analyze(model: TritonModule) -> BoundsAnalysis:
+    """The proofs of one file, computed once (both rules read them)."""
+    raw = settings_of(model)
+    key = (raw.get("max-size", DEFAULT_MAX_SIZE), raw.get("max-numel", DEFAULT_MAX_NUMEL))
+    cached = getattr(model, "_bounds_analysis", None)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    analysis = BoundsAnalysis(max_size=key[0], max_numel=key[1])
+    if has_launched_accesses(model):
+        _run(model, analysis)
+    model._bounds_analysis = (key, analysis)
+    return analysis
+
+
+def _run(model: TritonModule, analysis: BoundsAnalysis) -> None:
+    import z3
+
+    from kanalyze.analyzer.bounds_launch import bind, configurations, pointer_parameters
+    from kanalyze.analyzer.bounds_solver import Budget, Settings, Verdict, check_bounds, check_overflow, evaluate
+    from kanalyze.analyzer.bounds_terms import Unsupported
+
+    started = time.perf_counter()
+    budget = Budget(Settings(max_size=analysis.max_size, max_numel=analysis.max_numel))
+    reports: dict[int, AccessReport] = {}
+    seen_kernels: set[int] = set()
+    for jit in model.jit.values():
+        if not jit.launches or id(jit.node) in seen_kernels:
+            continue
+        seen_kernels.add(id(jit.node))
+        pointers = pointer_parameters(model, jit)
+        configs, total = configurations(jit)
+        if total > len(configs):
+            analysis.truncated.append(f"{jit.name}: {len(configs)} of {total} autotune configs")
+        for launch in jit.launches:
+            for index, config in configs:
+                try:
+                    bound = bind(model, launch, index, config, pointers)
+                    accesses = list(bound.frame.accesses())
+                except (Unsupported, z3.Z3Exception) as exc:
+                    _unknown_launch(model, jit, reports, f"the launch is not modeled: {exc}")
+                    continue
+                overflow_cache: dict = {}
+                for call, terms in accesses:
+                    report = reports.get(id(call))
+                    if report is None:
+                        report = reports[id(call)] = _new_report(model, jit, call)
+                    report.configurations += 1
+                    access_started = time.perf_counter()
+                    if isinstance(terms, Unsupported):
+                        _merge(report, Verdict("unknown", terms.reason), Verdict("unknown", terms.reason))
+                        continue
+                    report.parameter = terms.pointer.base
+                    tensor = bound.ctx.tensors.get(terms.pointer.base)
+                    report.tensor = tensor.label if tensor is not None else report.tensor
+                    try:
+                        ev = evaluate(terms, bound, f"{id(call) % 100000}")
+                        verdict = check_bounds(terms, bound, ev, budget)
+                        overflow = check_overflow(terms, bound, ev, budget, overflow_cache)
+                    except (Unsupported, z3.Z3Exception) as exc:
+                        reason = exc.reason if isinstance(exc, Unsupported) else f"internal: {exc}"
+                        verdict = overflow = Verdict("unknown", reason)
+                    for v in (verdict, overflow):
+                        if v.counterexample is not None and "kernel" not in v.counterexample:
+                            v.counterexample.update(_context(model, bound, terms, report))
+                    _merge(report, verdict, overflow)
+                    report.seconds += time.perf_counter() - access_started
+    analysis.accesses = list(reports.values())
+    analysis.seconds = time.perf_counter() - started
+    analysis.solver_seconds = budget.solver_seconds
+    analysis.queries = budget.queries
+    analysis.timeouts = budget.timeouts
+
+
+def _new_report(model: TritonModule, jit, call: cst.Call) -> AccessReport:
+    from kanalyze.analyzer.triton import keyword
+
+    name = model.call_name(call) or ""
+    kind = "load" if name.endswith(".load") else "store" if name.endswith(".store") else "atomic"
+    position = 1 if kind == "load" else None if name.endswith("atomic_cas") else 2
+    mask = keyword(call, "mask", position)
+    masked = mask is not None and not (isinstance(mask, cst.Name) and mask.value == "None")
+    function = model.function_of(call)
+    return AccessReport(call, jit.name, function.name if function else jit.name, kind, masked)
+
+
+def _unknown_launch(model, jit, reports: dict, reason: str) -> None:
+    from kanalyze.analyzer.bounds_solver import Verdict
+
+    for site in model.calls_in(jit):
+        if site.qualname in ACCESS_NAMES:
+            report = reports.get(id(site.node))
+            if report is None:
+                report = reports[id(site.node)] = _new_report(model, jit, site.node)
+            _merge(report, Verdict("unknown", reason), Verdict("unknown", reason))
+
+
+def _context(model: TritonModule, bound, terms, report: AccessReport) -> dict:
+    from kanalyze.analyzer.cstwalk import node_text
+
+    launch = bound.launch
+    text = node_text(model.module, launch.call)
+    return {
+        "kernel": report.kernel,
+        "wrapper": launch.wrapper.qualname if launch.wrapper is not None else None,
+        "launch": text if len(text) <= 120 else text[:119] + "…",
+        "config": bound.config_index,
+        "parameter": terms.pointer.base,
+        "tensor": report.tensor,
+        "access": report.kind,
+    }
+
+
+def _merge(report: AccessReport, bounds, overflow) -> None:
+    report.bounds = _worse(report.bounds, bounds)
+    if overflow.status == "violated":
+        key = id(overflow.node)
+        previous = report.wraps.get(key)
+        if previous is None or (overflow.objective or 0) < (previous.objective or 0):
+            report.wraps[key] = overflow
+    report.overflow = _worse(report.overflow, overflow)
+    for v in (bounds, overflow):
+        if v.status == "unknown" and v.reason and v.reason not in report.reasons:
+            report.reasons.append(v.reason)
+
+
+_RANK = {"proved": 0, "unknown": 1, "violated": 2}
+
+
+def _worse(old, new):
+    """A violation anywhere wins (the smallest one), then unknown, then proved."""
+    if old is None:
+        return new
+    if _RANK[new.status] != _RANK[old.status]:
+        return new if _RANK[new.status] > _RANK[old.status] else old
+    if new.status == "violated" and (new.objective or 0) < (old.objective or 0):
+        return new
+    return old
+
+
+__all__ = ["AccessReport", "BoundsAnalysis", "analyze", "has_launched_accesses"]

@@ -1,0 +1,286 @@
+"""The IR stage over a set of files: plan, compile (or read the cache), scan.
+
+For each Triton file: the plan (scratch module + launch contexts) → one job
+per kernel, context and target → the worker's compiled configurations → the
+scanners' facts and the kernel's resources.  For each CUDA unit: nvcc per
+target → the same.  The result is facts, not findings: the pipeline
+(kanalyze.check) hands them to the rules and merges them with the static
+findings.  One kernel's failure is one `CompiledKernel` with `ok=False`; the
+rest goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from kanalyze.analyzer.ir.artifacts import ArtifactCache, digest, tool_versions
+from kanalyze.analyzer.ir.nvcc import NVCC_MISSING, CudaSource, compile_cuda, find_nvcc, nvcc_version
+from kanalyze.analyzer.ir.plan import FilePlan, plan_file
+from kanalyze.analyzer.ir.resources import Resources
+from kanalyze.analyzer.ir.runner import job_spec, run_batch
+from kanalyze.analyzer.ir.scan import IRHit, Scanner
+from kanalyze.analyzer.ir.settings import IRSettings
+from kanalyze.analyzer.ir.targets import Target
+
+CUDA_SUFFIXES = (".cu", ".cuh")
+MAX_LABEL_VALUES = 8
+
+
+@dataclass
+class CompiledKernel:
+    """One configuration of one kernel on one target, or why it did not compile."""
+
+    path: str
+    kernel: str
+    target: Target
+    config: str                    # "BLOCK=1024, num_warps=4 (launch at line 40)"
+    row: int                       # where budget findings go: the autotune Config, else the def
+    def_row: int
+    ok: bool
+    error: str | None = None
+    error_row: int | None = None
+    timed_out: bool = False
+    notes: list[str] = field(default_factory=list)
+    resources: Resources = field(default_factory=Resources)
+    hits: list[IRHit] = field(default_factory=list)
+    from_cache: bool = False
+    seconds: float = 0.0
+    language: str = "triton"
+
+
+@dataclass
+class FileIR:
+    path: str
+    kernels: list[CompiledKernel] = field(default_factory=list)
+    missing: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class IRRun:
+    files: list[FileIR] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)     # said once per run (nvcc or triton missing)
+    compiled: int = 0                                  # configurations compiled in this run
+    from_cache: int = 0                                # ... read from the cache
+    seconds: float = 0.0
+
+
+def triton_available() -> bool:
+    from importlib.util import find_spec
+
+    return find_spec("triton") is not None
+
+
+def _label(record: dict, context: dict | None) -> str:
+    values = [f"{k}={v}" for k, v in (record.get("constexprs") or {}).items()]
+    if len(values) > MAX_LABEL_VALUES:
+        values = values[:MAX_LABEL_VALUES] + ["…"]
+    options = record.get("options") or {}
+    values += [f"{k}={options[k]}" for k in ("num_warps", "num_stages") if options.get(k) is not None]
+    where = []
+    if context is not None:
+        where.append(context["label"])
+    if record.get("of", 1) > 1:
+        where.append(f"autotune config {record['index'] + 1} of {record['of']}")
+    text = ", ".join(values)
+    return f"{text} ({'; '.join(where)})" if where else text
+
+
+class _Stage:
+    def __init__(self, settings: IRSettings, cache: ArtifactCache, workers: int) -> None:
+        self.settings = settings
+        self.cache = cache
+        self.workers = max(1, workers)
+        self.run = IRRun()
+
+    # --- Triton -------------------------------------------------------------
+
+    def plan(self, path: str, text: str) -> FilePlan | None:
+        from kanalyze.cache import _fingerprint
+
+        key = "plan-" + digest(os.path.abspath(path), text, self.settings.key(), _fingerprint())
+        cached = self.cache.get(key)
+        if cached is not None:
+            return FilePlan.from_json(cached)
+        import libcst as cst
+
+        from kanalyze.analyzer.cstwalk import cached_children
+        from kanalyze.analyzer.triton import TritonModule
+
+        try:
+            with cached_children():
+                model = TritonModule.from_source(path, text)
+                plan = plan_file(model, self.settings)
+        except (cst.ParserSyntaxError, RecursionError, MemoryError, ValueError):
+            return None  # the static pass reports the file (KAN000)
+        self.cache.put(key, plan.to_json())
+        return plan
+
+    def triton(self, sources: list[tuple[str, str]]) -> list[FileIR]:
+        files: list[FileIR] = []
+        batches: list[tuple[FilePlan, list[dict]]] = []
+        expected: list[tuple[FileIR, FilePlan, dict, dict, str, list[str]]] = []
+        for path, text in sources:
+            plan = self.plan(path, text)
+            if plan is None or not plan.kernels:
+                continue
+            file_ir = FileIR(path, missing=plan.missing)
+            files.append(file_ir)
+            pending: list[dict] = []
+            for k, kernel in enumerate(plan.kernels):
+                for c, context in enumerate(kernel.contexts):
+                    data = context.__dict__
+                    for target in self.settings.targets:
+                        spec = job_spec(data, target, f"{k}-{c}-{target.name}", self.settings.max_configs)
+                        key = "job-" + digest(plan.scratch_hash, {**spec, "id": None}, tool_versions())
+                        expected.append((file_ir, plan, {"kernel": kernel, "context": data, "target": target},
+                                         spec, key, []))
+                        if self.cache.get(key) is None:
+                            pending.append(spec)
+            if pending:
+                batches.append((plan, pending))
+        results = self._compile(batches)
+        for file_ir, plan, info, spec, key, _ in expected:
+            records = results.get((plan.path, spec["id"]))
+            from_cache = records is None
+            if records is None:
+                records = self.cache.get(key) or []
+            elif not any(r.get("timed_out") or "compile worker exited" in (r.get("error") or "") for r in records):
+                self.cache.put(key, records)
+            lines = self._lines(file_ir.path)
+            for record in records:
+                file_ir.kernels.append(self._triton_kernel(file_ir.path, lines, info, record, from_cache))
+        return files
+
+    def _compile(self, batches: list[tuple[FilePlan, list[dict]]]) -> dict[tuple[str, str], list[dict]]:
+        work = []
+        for plan, pending in batches:
+            chunks = min(len(pending), self.workers)
+            name = os.path.basename(plan.path) if plan.path.endswith(".py") else "kernels.py"
+            for i in range(chunks):
+                work.append((plan, name, pending[i::chunks]))
+        results: dict[tuple[str, str], list[dict]] = {}
+        if not work:
+            return results
+
+        def compile_chunk(item):
+            plan, name, jobs = item
+            return plan.path, run_batch(plan.scratch, name, jobs, self.settings.timeout_s)
+
+        with ThreadPoolExecutor(max_workers=min(self.workers, len(work))) as pool:
+            for path, batch in pool.map(compile_chunk, work):
+                for job_id, records in batch.items():
+                    results[(path, job_id)] = records
+        return results
+
+    def _triton_kernel(self, path: str, lines: list[str], info: dict, record: dict, from_cache: bool) -> CompiledKernel:
+        kernel, context, target = info["kernel"], info["context"], info["target"]
+        index = record.get("index", 0)
+        rows = kernel.config_rows
+        row = rows[index] if record.get("of", 1) == len(rows) and index < len(rows) else kernel.def_row
+        compiled = CompiledKernel(
+            path=path, kernel=kernel.name, target=target, config=_label(record, context), row=row,
+            def_row=kernel.def_row, ok=bool(record.get("ok")), error=record.get("error"),
+            error_row=record.get("row"), timed_out=bool(record.get("timed_out")),
+            notes=list(context["notes"]) + list(record.get("notes") or []),
+            resources=Resources.from_dict(record.get("resources") or {}),
+            from_cache=from_cache, seconds=record.get("seconds", 0.0),
+        )
+        if record.get("dropped"):
+            compiled.notes.append(f"{record['dropped']} more autotune configurations were not compiled "
+                                  f"(max-configs = {self.settings.max_configs})")
+        if compiled.ok:
+            compiled.hits = Scanner(record, lines).scan()
+            self.run.compiled += not from_cache
+            self.run.from_cache += from_cache
+        return compiled
+
+    @staticmethod
+    def _lines(path: str) -> list[str]:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                return handle.read().splitlines()
+        except OSError:
+            return []
+
+    # --- CUDA ---------------------------------------------------------------
+
+    def cuda(self, units: list[CudaSource]) -> list[FileIR]:
+        if not units:
+            return []
+        nvcc = find_nvcc()
+        if nvcc is None:
+            self.run.notes.append(NVCC_MISSING)
+            return []
+        by_file: dict[str, FileIR] = {}
+        work = []
+        for unit in units:
+            file_ir = by_file.setdefault(unit.filename, FileIR(unit.filename))
+            for target in self.settings.targets:
+                key = "cuda-" + digest(unit.text, unit.origin_row, unit.flags, self.settings.nvcc_flags,
+                                       target.name, nvcc_version(nvcc), tool_versions())
+                work.append((file_ir, unit, target, key))
+
+        def compile_unit(item):
+            file_ir, unit, target, key = item
+            cached = self.cache.get(key)
+            if cached is not None:
+                return item, cached, True
+            record = compile_cuda(unit, target, timeout_s=self.settings.timeout_s,
+                                  extra_flags=self.settings.nvcc_flags)
+            if "did not finish" not in (record.get("error") or ""):
+                self.cache.put(key, record)
+            return item, record, False
+
+        with ThreadPoolExecutor(max_workers=min(self.workers, len(work))) as pool:
+            for (file_ir, unit, target, _), record, from_cache in pool.map(compile_unit, work):
+                file_ir.kernels.extend(self._cuda_kernels(unit, target, record, from_cache))
+        return list(by_file.values())
+
+    def _cuda_kernels(self, unit: CudaSource, target: Target, record: dict, from_cache: bool) -> list[CompiledKernel]:
+        flags = " ".join(unit.flags + self.settings.nvcc_flags)
+        config = f"nvcc -arch=sm_{target.capability}{target.suffix}" + (f" {flags}" if flags else "")
+        if not record.get("ok"):
+            return [CompiledKernel(unit.filename, unit.name or os.path.basename(unit.filename), target, config,
+                                   record.get("row") or unit.origin_row, unit.origin_row, False,
+                                   error=record.get("error"), error_row=record.get("row"), language="cuda")]
+        lines = self._lines(unit.filename)
+        kernels = []
+        for function in record["functions"]:
+            scanner = Scanner(record, lines, fast_math=record.get("fast_math", False), function=function["symbol"])
+            kernels.append(CompiledKernel(
+                unit.filename, function["kernel"], target, config, function["row"], function["row"], True,
+                resources=Resources.from_dict(function["resources"]), hits=scanner.scan(),
+                from_cache=from_cache, seconds=record.get("seconds", 0.0), language="cuda"))
+        self.run.compiled += not from_cache
+        self.run.from_cache += from_cache
+        return kernels
+
+
+def cuda_units(path: str, text: str) -> list[CudaSource]:
+    """The CUDA units of a file: a whole `.cu`/`.cuh` file is one.  (Inline CUDA
+    in Python files comes from the CUDA static pass as `CudaSource`s.)"""
+    if path.endswith(CUDA_SUFFIXES):
+        return [CudaSource(text, path, 1, (), os.path.basename(path))]
+    return []
+
+
+def analyze_ir(sources: list[tuple[str, str]], settings: IRSettings, cache: ArtifactCache, *,
+               workers: int | None = None, cuda: list[CudaSource] | None = None) -> IRRun:
+    """Compile and scan every kernel of `sources` ((path, text) of Python files) and
+    every CUDA unit (the `.cu` files among `sources`, plus `cuda`)."""
+    started = time.perf_counter()
+    stage = _Stage(settings, cache, workers or os.cpu_count() or 1)
+    python = [(p, t) for p, t in sources if not p.endswith(CUDA_SUFFIXES)]
+    units = [u for p, t in sources for u in cuda_units(p, t)] + list(cuda or ())
+    if python:
+        if triton_available():
+            stage.run.files.extend(stage.triton(python))
+        else:
+            stage.run.notes.append("triton is not installed: Triton kernels were not compiled to PTX/SASS "
+                                   '(pip install "kanalyze[ir]")')
+    stage.run.files.extend(stage.cuda(units))
+    stage.run.seconds = round(time.perf_counter() - started, 3)
+    return stage.run

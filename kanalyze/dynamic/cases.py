@@ -1,0 +1,123 @@
+"""What one gate asks a worker to run: a `Case`, and the sizes it runs at.
+
+A case names everything that makes a run reproducible: the problem's size
+knobs, the seed, the input distribution, the injected special values, and how
+the candidate is run (how many times, in which program order, with which
+sentinel in fresh memory, with TF32 emulated or not).  Cases are plain data:
+they travel to the workers as JSON and are stored in witnesses as they are.
+
+Several cases share one set of inputs (the same sizes, seed, distribution and
+specials): the reference worker computes each such set once (`input_key`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+DEFAULT_POISON = 0xA5  # the byte that fills fresh memory unless a gate asks for another
+
+
+@dataclass
+class Run:
+    """One call of the candidate on a fresh copy of the case's inputs."""
+
+    order_seed: int | None = None   # interpreter: permute program order with this seed
+    poison: int = DEFAULT_POISON    # byte written into every fresh allocation first
+
+
+@dataclass
+class Case:
+    id: str
+    gate: str
+    sizes: dict[str, int]
+    seed: int = 0
+    distribution: str = "given"     # see dynamic/inputs.py
+    special: str | None = None      # "nan" | "+inf" | "-inf" injected into float inputs
+    dtype: str | None = None        # a contract's working dtype, where it has several
+    runs: list[Run] = field(default_factory=lambda: [Run()])
+    emulate_tf32: bool = False      # interpreter: round tl.dot's fp32 operands as TF32 does
+    record_ops: bool = False        # record aten ops and kernel launches (RES001)
+    return_inputs: bool = False     # send the inputs back after the run (MEM002)
+    variant: str = "original"       # "promoted": the candidate with fp32 accumulators (PRC002)
+
+    @property
+    def input_key(self) -> str:
+        return json.dumps([sorted(self.sizes.items()), self.seed, self.distribution, self.special, self.dtype])
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Case":
+        data = dict(data)
+        data["runs"] = [Run(**r) for r in data.get("runs", [{}])]
+        return cls(**data)
+
+    def describe(self) -> str:
+        sizes = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
+        extra = f", {self.special} injected" if self.special else ""
+        return f"sizes ({sizes}), seed {self.seed}, {self.distribution} inputs{extra}"
+
+
+# ---------------------------------------------------------------- sizes
+
+SCALABLE_MIN = 16  # knobs below this are structural (kernel sizes, axes, groups): never scaled
+
+
+def scale_down(knobs: dict[str, int], numel_of, max_numel: int) -> dict[str, int]:
+    """Halve the largest size knob until the inputs hold at most `max_numel` elements.
+
+    `numel_of(sizes)` counts the input elements at those sizes (the reference
+    worker measures it on meta tensors); it returns None where it cannot tell,
+    and then the product of the scalable knobs stands in for it.
+    """
+    sizes = dict(knobs)
+    for _ in range(64):
+        scalable = {k: v for k, v in sizes.items() if v >= SCALABLE_MIN}
+        if not scalable:
+            return sizes
+        numel = numel_of(sizes)
+        if numel is None:
+            numel = 1
+            for v in scalable.values():
+                numel *= v
+        if numel <= max_numel:
+            return sizes
+        name = max(scalable, key=lambda k: (scalable[k], k))
+        sizes[name] = max(SCALABLE_MIN // 2, scalable[name] // 2)
+    return sizes
+
+
+def _is_prime(n: int) -> bool:
+    return n >= 2 and all(n % d for d in range(2, int(n ** 0.5) + 1))
+
+
+def _next_prime(n: int) -> int:
+    while not _is_prime(n):
+        n += 1
+    return n
+
+
+def perturbed_sizes(base: dict[str, int]) -> list[tuple[str, dict[str, int]]]:
+    """The sizes CMP003 tries, knob by knob: ±1, a prime, 1, a non-power-of-two, twice as large.
+
+    Knobs of value 0 or 1 are flags and axes, not sizes: they stay as they are.
+    """
+    out: list[tuple[str, dict[str, int]]] = []
+    seen = {json.dumps(sorted(base.items()))}
+    for name, value in base.items():
+        if value < 2:
+            continue
+        non_power_of_two = value + value // 2 + 1 if value & (value - 1) == 0 else value + 2
+        tries = [("+1", value + 1), ("-1", value - 1), ("prime", _next_prime(value + 2)),
+                 ("1", 1), ("non-power-of-two", non_power_of_two), ("x2", value * 2)]
+        for label, new in tries:
+            sizes = {**base, name: new}
+            key = json.dumps(sorted(sizes.items()))
+            if new < 1 or key in seen:
+                continue
+            seen.add(key)
+            out.append((f"{name}={new} ({label})", sizes))
+    return out

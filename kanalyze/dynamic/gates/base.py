@@ -1,0 +1,133 @@
+"""What a gate is: the cases it asks for, and how it judges what came back.
+
+A gate decides one clause (DESIGN.md, "Flag → gate → witness").  `plan`
+returns the cases to run (plain data, see cases.py); the runner runs them
+through the reference and the candidate workers; `judge` turns the results
+into a `Verdict`: `confirmed` with what the witness needs, `refuted` with what
+ran, or `unconfirmed` with what was missing.  Gates never start processes and
+never import torch: they see numpy arrays only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from kanalyze.dynamic.cases import Case, Run
+from kanalyze.dynamic.compare import ValueCheck, check_values, same_shape
+from kanalyze.dynamic.harness import Harness
+from kanalyze.dynamic.results import Result, RunView
+from kanalyze.dynamic.tensors import Leaf, as_float64
+
+CONFIRMED, REFUTED, UNCONFIRMED = "confirmed", "refuted", "unconfirmed"
+
+
+@dataclass
+class GateContext:
+    harness: Harness
+    sizes: dict[str, int]          # the base sizes (scaled down on the CPU)
+    mode: str                      # "cpu" (interpreter) | "cuda"
+    flags: list[dict] = field(default_factory=list)   # this clause's static findings in the file
+    seed: int = 0
+    promotion: list[dict] | None = None   # PRC002: the fp32 rewrites of the promoted variant
+
+    @property
+    def dtype(self) -> str | None:
+        return self.harness.dtypes[0] if self.harness.dtypes else None
+
+    def case(self, gate: "Gate", suffix: str, **fields: Any) -> Case:
+        fields.setdefault("sizes", dict(self.sizes))
+        fields.setdefault("seed", self.seed)
+        fields.setdefault("dtype", self.dtype)
+        return Case(id=f"{gate.code}/{suffix}", gate=gate.code, **fields)
+
+
+@dataclass
+class Verdict:
+    code: str
+    status: str
+    summary: str                   # one line: what failed, or what ran
+    cases: list[Case] = field(default_factory=list)   # what the witness replays
+    details: dict = field(default_factory=dict)       # observed / expected / metric ...
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    gate: str = ""
+
+
+class Gate:
+    code: ClassVar[str] = ""
+    name: ClassVar[str] = ""          # the gate id the rules name (Rule.gate)
+    summary: ClassVar[str] = ""
+
+    def plan(self, ctx: GateContext) -> list[Case]:
+        raise NotImplementedError
+
+    def judge(self, ctx: GateContext, results: list[Result]) -> Verdict:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ helpers for judges
+
+    def verdict(self, status: str, summary: str, cases=(), **details) -> Verdict:
+        arrays = details.pop("arrays", {})
+        return Verdict(self.code, status, summary, list(cases), details, arrays, self.name)
+
+    def confirmed(self, summary: str, result: Result, **details) -> Verdict:
+        arrays = details.pop("arrays", {})
+        for i, leaf in enumerate(result.inputs):
+            arrays.setdefault(f"input{i}", leaf.array)
+        return Verdict(self.code, CONFIRMED, summary, [result.case], details, arrays, self.name)
+
+
+def witness_arrays(observed: list[Leaf] | None, expected: list[Leaf] | None, prefix: str = "") -> dict:
+    arrays = {}
+    for i, leaf in enumerate(observed or []):
+        arrays[f"{prefix}observed{i}"] = leaf.array
+    for i, leaf in enumerate(expected or []):
+        arrays[f"{prefix}expected{i}"] = leaf.array
+    return arrays
+
+
+def run_problem(result: Result, run: RunView | None = None) -> str | None:
+    """Why a candidate run cannot be compared with the reference, or None."""
+    if not result.candidate_ok:
+        return result.candidate_failure()
+    run = run or result.runs[0]
+    if not run.ok:
+        return run.failure()
+    return same_shape(run.outputs, result.expected, run.structure, result.expected_structure)
+
+
+def compare_with_float64(result: Result, run: RunView | None = None) -> tuple[str | None, ValueCheck | None, int]:
+    """(structural problem, worst value check, output index) of a run against the float64 reference."""
+    problem = run_problem(result, run)
+    if problem:
+        return problem, None, -1
+    run = run or result.runs[0]
+    expected64 = result.expected64 or result.expected
+    worst, worst_index = None, -1
+    for i, (observed, working, exact) in enumerate(zip(run.outputs, result.expected, expected64)):
+        check = check_values(observed, working, exact)
+        if worst is None or (not check.ok and (worst.ok or check.max_error > worst.max_error)):
+            worst, worst_index = check, i
+    return None, worst, worst_index
+
+
+def value_failure(result: Result, run: RunView | None = None) -> tuple[str | None, dict]:
+    """None if the run matches float64 within the calibrated bound; else what failed and the details."""
+    problem, check, index = compare_with_float64(result, run)
+    if problem:
+        return problem, {}
+    if check is None or check.ok:
+        return None, {"metric": check.metric() if check else {}}
+    which = f"output {index}: " if len(result.expected) > 1 else ""
+    return which + check.summary(), {"metric": check.metric(), "index": list(check.index or ()),
+                                     "observed": check.observed, "expected": check.expected}
+
+
+def first_value(leaf: Leaf, index) -> float:
+    return float(as_float64(leaf)[tuple(index)]) if index is not None else float("nan")
+
+
+__all__ = ["CONFIRMED", "REFUTED", "UNCONFIRMED", "Case", "Gate", "GateContext", "Run", "Verdict",
+           "compare_with_float64", "run_problem", "value_failure", "witness_arrays", "first_value"]

@@ -1,0 +1,59 @@
+"""CMP001 value: the candidate matches the reference computed in float64.
+
+Fresh seeds and several input distributions (the problem's own, normal,
+uniform [0, 1), heavy-tailed, large magnitude, mixed sign; every dtype a
+contract lists).  The tolerance is calibrated per case (compare.py): a small
+multiple of the error the reference itself makes in the working dtype, with a
+floor in ulps.  A distribution under which the float64 reference is not finite
+(a log of negative numbers, say) is not valid for the problem and is skipped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kanalyze.dynamic.gates.base import REFUTED, UNCONFIRMED, Gate, GateContext, value_failure, witness_arrays
+from kanalyze.dynamic.tensors import as_float64
+
+DISTRIBUTIONS = ("given", "normal", "uniform", "heavy_tailed", "large", "mixed_sign")
+
+
+class CalibratedValue(Gate):
+    code = "CMP001"
+    name = "cmp001-calibrated-value"
+    summary = "value against float64 over seeds and input distributions, calibrated tolerance"
+
+    def plan(self, ctx: GateContext):
+        cases = [ctx.case(self, distribution, distribution=distribution, seed=ctx.seed + 11 + i)
+                 for i, distribution in enumerate(DISTRIBUTIONS)]
+        for j, dtype in enumerate(ctx.harness.dtypes[1:]):
+            cases.append(ctx.case(self, f"given-{dtype}", dtype=dtype, seed=ctx.seed + 31 + j))
+        return cases
+
+    def judge(self, ctx: GateContext, results):
+        ran, skipped = [], []
+        for result in results:
+            label = result.case.distribution + (f" {result.case.dtype}" if result.case.dtype else "")
+            if not result.reference_ok:
+                skipped.append(f"{label}: {result.reference_failure()}")
+                continue
+            if result.expected64 is None:
+                skipped.append(f"{label}: the reference does not run in float64 "
+                               f"({result.reference.meta.get('output64_error')})")
+                continue
+            if not all(np.isfinite(as_float64(leaf)).all() for leaf in result.expected64 if leaf.is_float):
+                skipped.append(f"{label}: the float64 reference is not finite for these inputs")
+                continue
+            failure, details = value_failure(result)
+            if failure:
+                run = result.runs[0] if result.runs else None
+                return self.confirmed(f"{result.case.distribution} inputs (seed {result.case.seed}): {failure}",
+                                      result, arrays=witness_arrays(run.outputs if run and run.ok else None,
+                                                                    result.expected64), **details)
+            ran.append(label)
+        if not ran:
+            return self.verdict(UNCONFIRMED, "no distribution could be compared: " + "; ".join(skipped),
+                                [r.case for r in results])
+        note = f" ({len(skipped)} skipped: {'; '.join(skipped)})" if skipped else ""
+        return self.verdict(REFUTED, f"within the calibrated bound against float64 for {', '.join(ran)} inputs{note}",
+                            [r.case for r in results])

@@ -1,0 +1,66 @@
+"""CMP003 shape: the candidate works at sizes other than the benchmark's.
+
+Each size knob in turn: +1, −1, a prime, 1, a non-power-of-two, twice as
+large.  The first size at which the candidate gives wrong values (calibrated
+bound against float64), crashes, or reads or writes out of bounds (reported by
+the interpreter with the program id and offset) is the witness.  A size the
+reference itself rejects (channels not divisible by groups, say) is skipped.
+
+`judge_sizes` is also the entry point for sizes found elsewhere (the z3 bounds
+pass hands its counterexample sizes to `runner.run_at_sizes`).
+"""
+
+from __future__ import annotations
+
+from kanalyze.dynamic.cases import perturbed_sizes
+from kanalyze.dynamic.gates.base import (REFUTED, UNCONFIRMED, Gate, GateContext, run_problem, value_failure,
+                                         witness_arrays)
+
+MAX_CASES = 24
+
+
+def size_outcome(result) -> tuple[str, str, dict]:
+    """(status, detail, details) of one sized run: ok | rejected | out_of_bounds | crashed | wrong."""
+    if not result.reference_ok:
+        return "rejected", result.reference_failure(), {}
+    if not result.candidate_ok:
+        return "crashed", result.candidate_failure(), {}
+    run = result.runs[0]
+    if run.meta.get("out_of_bounds"):
+        return "out_of_bounds", run.meta["out_of_bounds"]["message"], {"out_of_bounds": run.meta["out_of_bounds"]}
+    problem = run_problem(result)
+    if problem:
+        return "crashed" if not run.ok else "wrong", problem, {}
+    failure, details = value_failure(result)
+    if failure:
+        return "wrong", failure, details
+    return "ok", "", details
+
+
+class PerturbedShapes(Gate):
+    code = "CMP003"
+    name = "cmp003-perturbed-shapes"
+    summary = "rerun at perturbed sizes (±1, prime, 1, non-power-of-two, 2×)"
+
+    def plan(self, ctx: GateContext):
+        return [ctx.case(self, label, sizes=sizes) for label, sizes in perturbed_sizes(ctx.sizes)[:MAX_CASES]]
+
+    def judge(self, ctx: GateContext, results):
+        ran, skipped = 0, 0
+        for result in results:
+            status, detail, details = size_outcome(result)
+            if status == "rejected":
+                skipped += 1
+                continue
+            ran += 1
+            if status != "ok":
+                label = result.case.id.split("/", 1)[1]
+                run = result.runs[0] if result.runs else None
+                arrays = witness_arrays(run.outputs if run is not None and run.ok else None, result.expected64)
+                return self.confirmed(f"fails at {label}: {detail}", result, arrays=arrays, failure=status,
+                                      sizes=result.case.sizes, **details)
+        if not ran:
+            return self.verdict(UNCONFIRMED, f"the reference rejected all {skipped} perturbed sizes",
+                                [r.case for r in results])
+        note = f"; {skipped} sizes the reference rejects skipped" if skipped else ""
+        return self.verdict(REFUTED, f"correct at {ran} perturbed sizes{note}", [r.case for r in results])

@@ -1,0 +1,70 @@
+"""EXC001 non-finite: NaN, +Inf and −Inf appear exactly where the reference has them.
+
+One class per case: NaN, +Inf or −Inf goes into about one element in 64 of
+every floating input, at seeded positions.  The candidate's output must be in
+the same class as the reference's (computed in the working dtype), element by
+element: NaN where NaN, +Inf where +Inf, −Inf where −Inf, finite where finite.
+A kernel that propagates NaN correctly passes; one that drops it (a
+`tl.maximum` without `propagate_nan`) or turns an Inf into NaN (a tanh
+written as a ratio of exponentials) fails.  Tolerance-free.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kanalyze.dynamic.compare import CLASS_NAMES, classes
+from kanalyze.dynamic.gates.base import REFUTED, UNCONFIRMED, Gate, GateContext, run_problem, witness_arrays
+from kanalyze.dynamic.tensors import as_float64
+
+SPECIALS = ("nan", "+inf", "-inf")
+
+
+class NonfiniteInjection(Gate):
+    code = "EXC001"
+    name = "exc001-nonfinite-injection"
+    summary = "inject NaN / +Inf / -Inf, compare non-finite classes exactly"
+
+    def plan(self, ctx: GateContext):
+        return [ctx.case(self, special, special=special, seed=ctx.seed + 3) for special in SPECIALS]
+
+    def judge(self, ctx: GateContext, results):
+        ran = []
+        for result in results:
+            special = result.case.special
+            if not result.reference_ok:
+                continue
+            problem = run_problem(result)
+            if problem:
+                if not result.candidate_ok:
+                    return self.verdict(UNCONFIRMED, f"the candidate did not run: {problem}", [result.case])
+                return self.confirmed(f"with {special} injected: {problem}", result)
+            run = result.runs[0]
+            for i, (observed, expected) in enumerate(zip(run.outputs, result.expected)):
+                if not expected.is_float:
+                    continue
+                got, want = classes(as_float64(observed)), classes(as_float64(expected))
+                wrong = got != want
+                if not wrong.any():
+                    continue
+                pairs = {}
+                for w, g in zip(want[wrong], got[wrong]):
+                    key = f"{CLASS_NAMES[w]} -> {CLASS_NAMES[g]}"
+                    pairs[key] = pairs.get(key, 0) + 1
+                first = tuple(int(x) for x in np.unravel_index(int(np.flatnonzero(wrong.reshape(-1))[0]), wrong.shape))
+                worst = max(pairs, key=pairs.get)
+                expected_name, observed_name = worst.split(" -> ")
+                which = f"output {i}, " if len(run.outputs) > 1 else ""
+                summary = (f"with {special} injected: {which}{int(wrong.sum())} of {wrong.size} elements in the "
+                           f"wrong class, e.g. {observed_name} where the reference has {expected_name} "
+                           f"(first at index {list(first)})")
+                return self.confirmed(summary, result, arrays=witness_arrays(run.outputs, result.expected),
+                                      special=special, mismatches=pairs, first_index=list(first),
+                                      observed=float(as_float64(observed)[first]),
+                                      expected=float(as_float64(expected)[first]))
+            ran.append(special)
+        if not ran:
+            reasons = "; ".join(r.reference_failure() for r in results if not r.reference_ok)
+            return self.verdict(UNCONFIRMED, f"no case ran: {reasons}", [r.case for r in results])
+        return self.verdict(REFUTED, f"non-finite classes match the reference with {', '.join(ran)} injected",
+                            [r.case for r in results])

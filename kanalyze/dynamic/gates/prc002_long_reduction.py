@@ -1,0 +1,95 @@
+"""PRC002 accumulator: reductions accumulate in fp32 or wider.
+
+Long reductions with a large common mean (1 + 0.1·normal: a low-precision
+running sum stalls once it is large), at the base sizes and with each size
+knob lengthened in turn, against float64 with the calibrated bound.  Where a
+static flag points at the accumulator, the promotion differential runs too:
+the same cases on the candidate rewritten with fp32 accumulators
+(promote.py).  With a differential, the gate confirms only when promotion
+removes the error; the witness shows both errors.
+"""
+
+from __future__ import annotations
+
+from kanalyze.dynamic.cases import SCALABLE_MIN
+from kanalyze.dynamic.compare import fmt
+from kanalyze.dynamic.gates.base import REFUTED, UNCONFIRMED, Gate, GateContext, compare_with_float64, \
+    run_problem, witness_arrays
+
+LONG = {"cpu": 4096, "cuda": 65536}
+BUDGET = {"cpu": 2 ** 20, "cuda": 2 ** 26}
+
+
+def long_sizes(sizes: dict[str, int], mode: str) -> list[tuple[str, dict[str, int]]]:
+    out = []
+    for name, value in sizes.items():
+        if value < SCALABLE_MIN:
+            continue
+        others = 1
+        for other, v in sizes.items():
+            if other != name and v >= SCALABLE_MIN:
+                others *= v
+        longer = min(LONG[mode], BUDGET[mode] // max(others, 1))
+        if longer > value:
+            out.append((f"{name}={longer}", {**sizes, name: longer}))
+    return out
+
+
+class LongReduction(Gate):
+    code = "PRC002"
+    name = "prc002-long-reduction-and-promotion"
+    summary = "long reductions with a large common mean vs float64; fp32-promotion differential"
+
+    def plan(self, ctx: GateContext):
+        cases = []
+        for label, sizes in [("base", dict(ctx.sizes))] + long_sizes(ctx.sizes, ctx.mode):
+            for variant in ("original", "promoted"):
+                cases.append(ctx.case(self, f"{label}/{variant}", sizes=sizes, distribution="common_mean",
+                                      seed=ctx.seed + 9, variant=variant))
+        return cases
+
+    def judge(self, ctx: GateContext, results):
+        promotion = ctx.promotion
+        by_label: dict[str, dict] = {}
+        for result in results:
+            label, variant = result.case.id.split("/")[1:]
+            by_label.setdefault(label, {})[variant] = result
+        ran = []
+        for label, pair in by_label.items():
+            original, promoted = pair.get("original"), pair.get("promoted")
+            if original is None or not original.reference_ok:
+                continue
+            problem, check, _ = compare_with_float64(original)
+            if problem:
+                if not original.candidate_ok:
+                    return self.verdict(UNCONFIRMED, f"the candidate did not run: {problem}", [original.case])
+                return self.confirmed(f"long reduction at {label}: {problem}", original)
+            ran.append(label)
+            if check is None or check.ok:
+                continue
+            arrays = witness_arrays(original.runs[0].outputs, original.expected64)
+            if promoted is None or not promotion:
+                return self.confirmed(f"long reduction at {label} (inputs 1 + 0.1·normal): {check.summary()}",
+                                      original, arrays=arrays, metric=check.metric())
+            p_problem, p_check, _ = compare_with_float64(promoted)
+            if p_problem or p_check is None:
+                continue
+            if p_check.ok:
+                rows = sorted({c["row"] for c in promotion})
+                summary = (f"long reduction at {label} (inputs 1 + 0.1·normal): max abs error "
+                           f"{fmt(check.max_error)} > bound {fmt(check.bound)}; with the accumulator promoted "
+                           f"to fp32 (line {', '.join(map(str, rows))}) it is {fmt(p_check.max_error)}")
+                arrays.update({f"promoted_observed{i}": leaf.array for i, leaf in enumerate(promoted.runs[0].outputs)})
+                return self.verdict("confirmed", summary, [original.case, promoted.case],
+                                    arrays={**arrays, **{f"input{i}": leaf.array
+                                                         for i, leaf in enumerate(original.inputs)}},
+                                    metric=check.metric(), promoted_metric=p_check.metric(), promotion=promotion)
+            return self.verdict(REFUTED, f"the error at {label} ({fmt(check.max_error)}) stays after promoting the "
+                                f"accumulator to fp32 ({fmt(p_check.max_error)}): not the accumulator (see CMP001)",
+                                [original.case, promoted.case])
+        if not ran:
+            reasons = "; ".join(r.reference_failure() for r in results if not r.reference_ok) or \
+                "; ".join(run_problem(r) or "" for r in results)
+            return self.verdict(UNCONFIRMED, f"no long reduction ran: {reasons}", [r.case for r in results])
+        return self.verdict(REFUTED, f"within the calibrated bound on long reductions at {', '.join(ran)}",
+                            [r.case for r in results if r.case.variant == "original"])

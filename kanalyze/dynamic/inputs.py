@@ -1,0 +1,76 @@
+"""Input distributions and injected special values (reference worker side; imports torch).
+
+The problem's `get_inputs()` gives shapes, dtypes and its own values
+("given"); a distribution replaces the values of every floating input, keeping
+shape and dtype.  Integer inputs (indices, labels) are never touched.
+
+* normal        standard normal
+* uniform       uniform on [0, 1), what most KernelBench `get_inputs` use
+* heavy_tailed  Student t with 2 degrees of freedom (rare huge values)
+* large         normal scaled near the top of the dtype's comfortable range
+* mixed_sign    magnitudes spread over six decades, either sign
+* common_mean   1 + 0.1·normal: long sums of these grow large (PRC002)
+* subnormal     magnitudes below the dtype's smallest normal number (EXC002)
+
+Specials ("nan", "+inf", "-inf") go into about one element in 64 of every
+floating input, at positions drawn from the case's seed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+DISTRIBUTIONS = ("given", "normal", "uniform", "heavy_tailed", "large", "mixed_sign", "common_mean", "subnormal")
+_LARGE = {torch.float16: 32.0, torch.bfloat16: 1e4, torch.float32: 1e4, torch.float64: 1e6}
+SPECIALS = {"nan": float("nan"), "+inf": float("inf"), "-inf": float("-inf")}
+
+
+def _draw(distribution: str, shape, dtype, generator: torch.Generator) -> torch.Tensor:
+    def normal():
+        return torch.randn(shape, generator=generator, dtype=torch.float64)
+
+    if distribution == "normal":
+        values = normal()
+    elif distribution == "uniform":
+        values = torch.rand(shape, generator=generator, dtype=torch.float64)
+    elif distribution == "heavy_tailed":
+        chi2 = (normal() ** 2 + normal() ** 2) / 2
+        values = (normal() / chi2.sqrt()).clamp(-1e4, 1e4)
+    elif distribution == "large":
+        values = normal() * _LARGE.get(dtype, 1e4)
+    elif distribution == "mixed_sign":
+        magnitude = 10.0 ** (torch.rand(shape, generator=generator, dtype=torch.float64) * 6 - 3)
+        sign = torch.where(torch.rand(shape, generator=generator, dtype=torch.float64) < 0.5, -1.0, 1.0)
+        values = magnitude * sign
+    elif distribution == "common_mean":
+        values = 1.0 + 0.1 * normal()
+    elif distribution == "subnormal":
+        tiny = torch.finfo(dtype).tiny
+        fraction = torch.rand(shape, generator=generator, dtype=torch.float64) * 0.9 + 0.05
+        sign = torch.where(torch.rand(shape, generator=generator, dtype=torch.float64) < 0.5, -1.0, 1.0)
+        values = sign * fraction * tiny
+    else:
+        raise ValueError(f"unknown input distribution {distribution!r}")
+    return values.to(dtype)
+
+
+def apply(inputs: list, distribution: str, special: str | None, seed: int) -> list:
+    """The inputs with new values for every floating tensor; specials injected."""
+    generator = torch.Generator().manual_seed(seed * 7919 + 17)
+    out = []
+    for value in inputs:
+        if not (isinstance(value, torch.Tensor) and value.is_floating_point()):
+            out.append(value)
+            continue
+        tensor = value
+        if distribution != "given":
+            tensor = _draw(distribution, tuple(value.shape), value.dtype, generator).to(value.device)
+        if special is not None and tensor.numel() > 0:
+            tensor = tensor.clone()
+            flat = tensor.view(-1) if tensor.is_contiguous() else tensor.reshape(-1)
+            count = max(1, tensor.numel() // 64)
+            positions = torch.randperm(tensor.numel(), generator=generator)[:count].to(tensor.device)
+            flat[positions] = SPECIALS[special]
+            tensor = flat.view(tensor.shape)
+        out.append(tensor)
+    return out

@@ -1,0 +1,206 @@
+"""Driving Triton's interpreter: permuted program order, bounds checks, TF32 emulation.
+
+Worker-side only, imported after `TRITON_INTERPRET=1` is set and triton is
+imported.  The interpreter runs a launch's grid in nested loops and announces
+each program through `interpreter_builder.set_grid_idx(x, y, z)`; every memory
+access goes through `create_masked_load`, `create_masked_store`,
+`create_atomic_rmw` or `create_atomic_cas` with raw addresses; `tl.dot` goes
+through `create_dot`.  Wrapping those calls on the builder instance (never
+copying Triton code) gives:
+
+* program order permuted by a seeded bijection over the grid (ORD001 on the CPU);
+* every address checked against the argument tensors of the launch, so that an
+  out-of-bounds access stops the run with the program id and element offset,
+  instead of reading garbage or crashing the process (CMP003, MEM003);
+* TF32 emulated in `tl.dot` where the kernel asks for TF32 (the default): the
+  fp32 operands are rounded to TF32's 10-bit mantissa, as the tensor cores do.
+  The interpreter otherwise ignores `input_precision` and computes in full fp32.
+
+The hook points were checked on the Triton versions in `CHECKED_TRITON`;
+`check_hooks()` fails loudly when a version lacks one of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import triton
+import triton.language as tl
+from triton.runtime import interpreter as _interp
+
+CHECKED_TRITON = ("3.9",)
+_BUILDER_HOOKS = ("set_grid_idx", "set_grid_dim", "create_masked_load", "create_masked_store",
+                  "create_atomic_rmw", "create_atomic_cas", "create_dot")
+
+
+class OutOfBounds(Exception):
+    """A load or store outside every argument tensor of the launch."""
+
+
+def check_hooks() -> None:
+    builder = getattr(_interp, "interpreter_builder", None)
+    missing = [h for h in _BUILDER_HOOKS if not hasattr(builder, h)]
+    if not hasattr(getattr(_interp, "GridExecutor", None), "_init_args_hst"):
+        missing.append("GridExecutor._init_args_hst")
+    if missing:
+        raise RuntimeError(f"triton {triton.__version__}: the interpreter lacks {', '.join(missing)}; "
+                           f"kanalyze's interpreter hooks were checked on triton {', '.join(CHECKED_TRITON)}")
+
+
+@dataclass
+class _Range:
+    name: str
+    start: int        # the tensor's data_ptr
+    lo: int           # lowest byte its view covers
+    hi: int           # one past the highest byte
+    itemsize: int
+    numel: int
+
+
+def _tensor_range(name: str, tensor) -> _Range | None:
+    t = getattr(tensor, "base", tensor) if type(tensor).__name__ == "TensorWrapper" else tensor
+    if not hasattr(t, "data_ptr") or not hasattr(t, "stride"):
+        return None
+    itemsize = t.element_size()
+    start = t.data_ptr()
+    low = sum(st * (sz - 1) for st, sz in zip(t.stride(), t.shape) if st < 0 and sz > 0)
+    high = sum(st * (sz - 1) for st, sz in zip(t.stride(), t.shape) if st > 0 and sz > 0)
+    if t.numel() == 0:
+        return _Range(name, start, start, start, itemsize, 0)
+    return _Range(name, start, start + low * itemsize, start + (high + 1) * itemsize, itemsize, t.numel())
+
+
+def round_to_tf32(values: np.ndarray) -> np.ndarray:
+    """fp32 → TF32 (1+8+10 bits), round to nearest, ties away from zero (cvt.rna.tf32.f32)."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(np.isfinite(values), rounded, values).astype(np.float32)
+
+
+class InterpreterDriver:
+    """Installs the hooks once per process; the worker sets the knobs before each run."""
+
+    def __init__(self) -> None:
+        check_hooks()
+        self.order_seed: int | None = None
+        self.emulate_tf32 = False
+        self.tf32_dots = 0              # dots whose operands were rounded to TF32
+        self.out_of_bounds: dict | None = None
+        self._ranges: list[_Range] = []
+        self._permutation: np.ndarray | None = None
+        self._launch = 0
+        self._kernel = ""
+        self._program = (0, 0, 0)
+        self._install()
+
+    def reset(self, order_seed: int | None, emulate_tf32: bool) -> None:
+        self.order_seed, self.emulate_tf32 = order_seed, emulate_tf32
+        self.tf32_dots, self.out_of_bounds, self._launch = 0, None, 0
+
+    # -------------------------------------------------------------- hooks
+
+    def _install(self) -> None:
+        builder = _interp.interpreter_builder
+        driver = self
+        set_grid_dim, set_grid_idx = builder.set_grid_dim, builder.set_grid_idx
+        masked_load, masked_store = builder.create_masked_load, builder.create_masked_store
+        atomic_rmw, atomic_cas, create_dot = builder.create_atomic_rmw, builder.create_atomic_cas, builder.create_dot
+
+        def grid_dim(nx, ny, nz):
+            driver._launch += 1
+            if driver.order_seed is None:
+                driver._permutation = None
+            else:
+                rng = np.random.default_rng([driver.order_seed, driver._launch])
+                driver._permutation = rng.permutation(nx * ny * nz)
+            return set_grid_dim(nx, ny, nz)
+
+        def grid_idx(x, y, z):
+            if driver._permutation is not None:
+                _, ny, nz = builder.grid_dim
+                p = int(driver._permutation[(x * ny + y) * nz + z])
+                x, y, z = p // (ny * nz), (p // nz) % ny, p % nz
+            driver._program = (x, y, z)
+            return set_grid_idx(x, y, z)
+
+        def load(ptrs, mask, other, cache_policy, is_volatile):
+            driver._check(ptrs, mask, "load")
+            return masked_load(ptrs, mask, other, cache_policy, is_volatile)
+
+        def store(ptrs, value, mask, cache_policy):
+            driver._check(ptrs, mask, "store")
+            return masked_store(ptrs, value, mask, cache_policy)
+
+        def rmw(op, ptr, val, mask, sem, scope):
+            driver._check(ptr, mask, "atomic")
+            return atomic_rmw(op, ptr, val, mask, sem, scope)
+
+        def cas(ptr, cmp, val, sem, scope):
+            driver._check(ptr, None, "atomic_cas")
+            return atomic_cas(ptr, cmp, val, sem, scope)
+
+        def dot(a, b, d, input_precision, max_num_imprecise_acc):
+            if driver.emulate_tf32 and input_precision == _interp._ir.INPUT_PRECISION.TF32 \
+                    and a.dtype.scalar == tl.float32 and b.dtype.scalar == tl.float32:
+                driver.tf32_dots += 1
+                a = _interp.TensorHandle(round_to_tf32(a.data), a.dtype.scalar)
+                b = _interp.TensorHandle(round_to_tf32(b.data), b.dtype.scalar)
+            return create_dot(a, b, d, input_precision, max_num_imprecise_acc)
+
+        builder.set_grid_dim, builder.set_grid_idx = grid_dim, grid_idx
+        builder.create_masked_load, builder.create_masked_store = load, store
+        builder.create_atomic_rmw, builder.create_atomic_cas, builder.create_dot = rmw, cas, dot
+
+        init_args = _interp.GridExecutor._init_args_hst
+
+        def init_args_hst(executor, args_dev, kwargs):
+            args_hst, kwargs_hst = init_args(executor, args_dev, kwargs)
+            names = list(executor.arg_names)
+            ranges = [_tensor_range(names[i] if i < len(names) else f"arg{i}", a) for i, a in enumerate(args_hst)]
+            ranges += [_tensor_range(k, v) for k, v in kwargs_hst.items()]
+            driver._ranges = [r for r in ranges if r is not None]
+            driver._kernel = getattr(executor.fn, "__name__", "kernel")
+            return args_hst, kwargs_hst
+
+        _interp.GridExecutor._init_args_hst = init_args_hst
+
+    # -------------------------------------------------------------- bounds
+
+    def _check(self, ptrs, mask, what: str) -> None:
+        addresses = np.asarray(ptrs.data)
+        if addresses.dtype.kind not in "iu" or addresses.size == 0:
+            return
+        if mask is not None:
+            active = np.broadcast_to(np.asarray(mask.data, dtype=bool), addresses.shape)
+            selected = addresses[active]
+        else:
+            active, selected = None, addresses.ravel()
+        if selected.size == 0:
+            return
+        itemsize = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
+        low, high = int(selected.min()), int(selected.max()) + itemsize
+        if any(r.lo <= low and high <= r.hi for r in self._ranges):
+            return
+        inside = np.zeros(selected.shape, dtype=bool)
+        for r in self._ranges:
+            inside |= (selected >= r.lo) & (selected + itemsize <= r.hi)
+        if inside.all():
+            return
+        bad = int(selected[~inside][0])
+        flat = np.flatnonzero(active.ravel()) if active is not None else np.arange(addresses.size)
+        lane = int(flat[np.flatnonzero(~inside)[0]])
+        nearest = min(self._ranges, key=lambda r: 0 if r.lo <= bad < r.hi else min(abs(bad - r.lo), abs(bad - r.hi)),
+                      default=None)
+        record = {"kernel": self._kernel, "program_id": list(self._program), "access": what,
+                  "lane": lane, "address": hex(bad)}
+        if nearest is not None:
+            offset = (bad - nearest.start) // nearest.itemsize
+            record.update(tensor=nearest.name, element_offset=offset, numel=nearest.numel)
+            where = (f"element offset {offset} of `{nearest.name}`, which has {nearest.numel} elements")
+        else:
+            where = f"address {hex(bad)}, outside every argument"
+        record["message"] = (f"out-of-bounds {what} in `{self._kernel}`, program {tuple(self._program)}, "
+                             f"lane {lane}: {where}")
+        self.out_of_bounds = record
+        raise OutOfBounds(record["message"])

@@ -1,0 +1,118 @@
+"""Loading a problem at given sizes and a candidate, inside a worker (imports torch).
+
+A problem's size knobs are its module-level integers: the module is executed
+with those assignments replaced (`NAME = 4096` → `NAME = 64`), so that values
+derived from them at import time follow.  The candidate is imported from its
+file (Triton needs the source file for `inspect`), once per worker.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import inspect
+import os
+import sys
+import types
+
+import torch
+
+_counter = 0
+
+
+def _fresh_name(stem: str) -> str:
+    global _counter
+    _counter += 1
+    return f"kanalyze_{stem}_{_counter}"
+
+
+def load_problem(path: str, sizes: dict[str, int]) -> types.ModuleType:
+    source = open(path, encoding="utf-8").read()
+    tree = ast.parse(source, filename=path)
+    for node in tree.body:
+        target = None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            target = node.targets[0].id
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            target = node.target.id
+        if target in sizes and isinstance(node.value, ast.Constant) and type(node.value.value) is int:
+            node.value = ast.copy_location(ast.Constant(int(sizes[target])), node.value)
+    name = _fresh_name("problem")
+    module = types.ModuleType(name)
+    module.__file__ = os.path.abspath(path)
+    sys.modules[name] = module
+    directory = os.path.dirname(os.path.abspath(path))
+    if directory not in sys.path:
+        sys.path.append(directory)
+    exec(compile(tree, module.__file__, "exec"), module.__dict__)
+    return module
+
+
+def load_candidate(path: str) -> types.ModuleType:
+    name = _fresh_name("candidate")
+    directory = os.path.dirname(os.path.abspath(path))
+    if directory not in sys.path:
+        sys.path.append(directory)
+    spec = importlib.util.spec_from_file_location(name, os.path.abspath(path))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _accepts(fn, parameter: str) -> bool:
+    try:
+        return parameter in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class Problem:
+    """The reference side of a harness at one set of sizes."""
+
+    def __init__(self, harness: dict, sizes: dict[str, int], dtype: str | None) -> None:
+        self.kind = harness["kind"]
+        self.module = load_problem(harness["problem"], sizes)
+        self.dtype = getattr(torch, dtype) if dtype else None
+
+    def init_inputs(self) -> list:
+        if self.kind == "contract":
+            return []
+        return list(self.module.get_init_inputs())
+
+    def inputs(self) -> list:
+        get_inputs = self.module.get_inputs
+        if self.dtype is not None and _accepts(get_inputs, "dtype"):
+            return list(get_inputs(dtype=self.dtype))
+        return list(get_inputs())
+
+    def model(self, init_inputs: list):
+        if self.kind == "contract":
+            return self.module.reference
+        return self.module.Model(*init_inputs)
+
+
+def build_candidate(module: types.ModuleType, harness: dict, init_inputs: list):
+    if harness["kind"] == "contract":
+        return getattr(module, harness["callable"])
+    cls = getattr(module, "ModelNew", None)
+    if cls is None:
+        raise LookupError("the candidate defines no `ModelNew`")
+    return cls(*init_inputs)
+
+
+def move(model, device: str):
+    if isinstance(model, torch.nn.Module):
+        return model.to(device)
+    return model
+
+
+def load_matching_state(model, state: dict[str, torch.Tensor]) -> bool:
+    """Give the candidate the reference's parameters where both have the same ones."""
+    if not isinstance(model, torch.nn.Module) or not state:
+        return False
+    own = model.state_dict()
+    if set(own) != set(state) or any(own[k].shape != state[k].shape for k in own):
+        return False
+    model.load_state_dict({k: v.to(own[k].dtype) for k, v in state.items()})
+    return True

@@ -1,0 +1,132 @@
+"""Reading what the workers returned (parent side; numpy only).
+
+A `Result` pairs one case with its reference outcome and its candidate
+outcome, and gives the gates typed views: the reference's outputs in the
+working dtype and in float64, the inputs it generated, and each candidate run
+with its outputs, error, launches and out-of-bounds report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from kanalyze.dynamic.cases import Case
+from kanalyze.dynamic.sandbox import Outcome
+from kanalyze.dynamic.tensors import Leaf
+
+
+def _load(path: str | None) -> dict[str, np.ndarray]:
+    if not path:
+        return {}
+    with np.load(path, allow_pickle=False) as data:
+        return {k: data[k] for k in data.files}
+
+
+def _leaves(output: dict | None, arrays: dict) -> list[Leaf] | None:
+    if not output:
+        return None
+    return [Leaf(arrays[f"{output['prefix']}{i}"], dtype) for i, dtype in enumerate(output["dtypes"])]
+
+
+@dataclass
+class RunView:
+    index: int
+    meta: dict
+    arrays: dict
+
+    @property
+    def ok(self) -> bool:
+        return self.meta.get("status") == "ok" and self.outputs is not None
+
+    @property
+    def status(self) -> str:
+        return self.meta.get("status", "error")
+
+    @property
+    def structure(self) -> str | None:
+        return (self.meta.get("output") or {}).get("structure")
+
+    @cached_property
+    def outputs(self) -> list[Leaf] | None:
+        return _leaves(self.meta.get("output"), self.arrays)
+
+    @cached_property
+    def inputs_after(self) -> list[Leaf]:
+        return [Leaf(self.arrays[i["key"]], i["dtype"]) for i in self.meta.get("inputs_after", [])
+                if i["kind"] == "tensor"]
+
+    def failure(self) -> str:
+        """Why this run produced no output, in words."""
+        if self.meta.get("out_of_bounds"):
+            return self.meta["out_of_bounds"]["message"]
+        return f"raised {self.meta.get('error', 'an error')}"
+
+
+@dataclass
+class Result:
+    case: Case
+    reference: Outcome
+    candidate: Outcome | None = None
+    _arrays: dict = field(default_factory=dict, repr=False)
+
+    # ------------------------------------------------------------ reference
+
+    @property
+    def reference_ok(self) -> bool:
+        return self.reference.status == "done" and self.reference.meta.get("status") == "ok"
+
+    def reference_failure(self) -> str:
+        if self.reference.status != "done":
+            return f"the reference {self.reference.status}: {self.reference.detail}"
+        return f"the reference rejects these sizes: {self.reference.meta.get('error')}"
+
+    @cached_property
+    def reference_arrays(self) -> dict:
+        return _load(self.reference.arrays)
+
+    @cached_property
+    def expected(self) -> list[Leaf] | None:
+        return _leaves(self.reference.meta.get("output"), self.reference_arrays)
+
+    @cached_property
+    def expected64(self) -> list[Leaf] | None:
+        return _leaves(self.reference.meta.get("output64"), self.reference_arrays)
+
+    @property
+    def expected_structure(self) -> str | None:
+        return (self.reference.meta.get("output") or {}).get("structure")
+
+    @cached_property
+    def inputs(self) -> list[Leaf]:
+        return [Leaf(self.reference_arrays[i["key"]], i["dtype"]) for i in self.reference.meta.get("inputs", [])
+                if i["kind"] == "tensor"]
+
+    # ------------------------------------------------------------ candidate
+
+    @property
+    def candidate_ok(self) -> bool:
+        return (self.candidate is not None and self.candidate.status == "done"
+                and self.candidate.meta.get("status") == "ok")
+
+    def candidate_failure(self) -> str:
+        """Why the candidate produced nothing for this case, in words."""
+        if self.candidate is None:
+            return "the candidate did not run"
+        if self.candidate.status != "done":
+            tail = self.candidate.output.strip().splitlines()[-1:] if self.candidate.output else []
+            last = f" (last output: {tail[0][:200]})" if tail else ""
+            return f"the candidate {self.candidate.status}: {self.candidate.detail}{last}"
+        return f"the candidate failed: {self.candidate.meta.get('error')}"
+
+    @cached_property
+    def candidate_arrays(self) -> dict:
+        return _load(self.candidate.arrays if self.candidate else None)
+
+    @cached_property
+    def runs(self) -> list[RunView]:
+        if not self.candidate_ok:
+            return []
+        return [RunView(i, meta, self.candidate_arrays) for i, meta in enumerate(self.candidate.meta["runs"])]

@@ -1,0 +1,269 @@
+"""Running gates for one candidate: sizes, cases, workers, verdicts.
+
+    run_gates(harness, ["ORD001", "PRC002"], flags)   the gates of a check
+    run_at_sizes(harness, [{"N": 1025}])              one candidate at given sizes
+                                                      (the z3 bounds pass's hand-off)
+
+A `Session` owns one scratch directory and the workers: the reference worker
+and one candidate worker per variant (the candidate as written, and for
+PRC002 the candidate with fp32 accumulators) start together, so that their
+imports of torch, triton and the candidate overlap.  The reference worker first
+scales the size knobs down (on the CPU) and then computes, once per distinct
+input set, the inputs, the reference output in the working dtype and in
+float64; the candidate workers run every case on those inputs (compile once,
+every gate in the same worker).  Every case starts with a baseline: the
+problem's own inputs at the base sizes, which is KernelBench's check.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+from dataclasses import dataclass, field
+
+from kanalyze.dynamic.cases import Case
+from kanalyze.dynamic.gates import gates_by_code
+from kanalyze.dynamic.gates.base import CONFIRMED, UNCONFIRMED, GateContext, Verdict, value_failure, witness_arrays
+from kanalyze.dynamic.harness import Harness
+from kanalyze.dynamic.results import Result
+from kanalyze.dynamic.sandbox import (Limits, Outcome, Worker, WorkerGone, new_scratch_root, remove_scratch_root,
+                                      run_cases)
+
+MAX_NUMEL = {"cpu": 2 ** 16, "cuda": 2 ** 26}
+BASELINE = "baseline"
+
+
+def cuda_present() -> bool:
+    """A CUDA device is there (checked without importing torch)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    return bool(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def resolve_mode(mode: str) -> str:
+    if mode == "auto":
+        return "cuda" if cuda_present() else "cpu"
+    if mode not in ("cpu", "cuda"):
+        raise ValueError(f"unknown device mode {mode!r} (auto, cpu or cuda)")
+    return mode
+
+
+@dataclass
+class Options:
+    mode: str = "auto"
+    limits: Limits = field(default_factory=Limits)
+    max_numel: int | None = None
+    seed: int = 0
+
+
+@dataclass
+class GateRun:
+    verdicts: list[Verdict]
+    environment: dict
+    sizes: dict[str, int]
+    seconds: float
+
+
+class Session:
+    def __init__(self, harness: Harness, mode: str, limits: Limits, promoted_source: str | None = None) -> None:
+        self.harness, self.mode, self.limits = harness, mode, limits
+        self.root = new_scratch_root()
+        absolute = {**harness.to_dict(), "candidate": os.path.abspath(harness.candidate),
+                    "problem": os.path.abspath(harness.problem)}
+        self.spec = {"harness": absolute}
+        self.reference = Worker("reference", mode, self.spec, limits, self.root)
+        self.candidates = {"original": Worker("candidate", mode, self.spec, limits, self.root)}
+        if promoted_source is not None:
+            folder = os.path.join(self.root, "promoted")
+            os.makedirs(folder)
+            path = os.path.join(folder, os.path.basename(harness.candidate))
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(promoted_source)
+            self.candidates["promoted"] = Worker("candidate", mode, {**self.spec, "candidate_file": path},
+                                                 limits, self.root)
+        self.environment: dict = {"mode": mode}
+
+    def plan_sizes(self, max_numel: int) -> dict[str, int]:
+        """The knobs scaled down until the inputs hold at most `max_numel` elements."""
+        knobs = dict(self.harness.knobs)
+        try:
+            self.reference.wait_ready()
+            self.reference.send({"kind": "plan", "knobs": knobs, "max_numel": max_numel,
+                                 "dtype": self.harness.dtypes[0] if self.harness.dtypes else None})
+            event = self.reference.next_event(self.limits.case_seconds)
+        except WorkerGone:
+            return knobs
+        return event.get("sizes", knobs) if event and event.get("event") == "plan" else knobs
+
+    def execute(self, cases: list[Case]) -> list[Result]:
+        """Reference, then candidates, for every case; one Result per case, in order."""
+        reference_cases: dict[str, dict] = {}
+        for case in cases:
+            entry = reference_cases.setdefault(case.input_key, {**case.to_dict(), "record_ops": False})
+            entry["record_ops"] = entry["record_ops"] or case.record_ops
+        keys = list(reference_cases)
+        outcomes, ready = run_cases("reference", self.mode, self.spec, list(enumerate(reference_cases.values())),
+                                    self.limits, self.root, first_worker=self.reference)
+        self.environment.update(_describe_ready(ready, "reference"))
+        by_key = {key: outcomes[i] for i, key in enumerate(keys)}
+        results = [Result(case, by_key[case.input_key]) for case in cases]
+        for variant, worker in self.candidates.items():
+            runnable = [(i, r.case.to_dict()) for i, r in enumerate(results)
+                        if r.case.variant == variant and r.reference_ok]
+            if not runnable:
+                worker.close()
+                continue
+
+            def references(indices, results=results):
+                return {"references": {str(i): {"meta": results[i].reference.meta,
+                                                "arrays": results[i].reference.arrays} for i in indices}}
+
+            candidate_outcomes, ready = run_cases("candidate", self.mode, worker.spec,
+                                                  runnable, self.limits, self.root, job_extra=references,
+                                                  first_worker=worker)
+            if variant == "original":
+                self.environment.update(_describe_ready(ready, "candidate"))
+            for i, outcome in candidate_outcomes.items():
+                results[i].candidate = outcome
+        return results
+
+    def close(self) -> None:
+        for worker in [self.reference, *self.candidates.values()]:
+            worker.close()
+        remove_scratch_root(self.root)
+
+
+def _describe_ready(ready: dict, role: str) -> dict:
+    if not ready:
+        return {}
+    out = {"versions": ready.get("versions", {}), f"{role}_confinement": ready.get("confinement", {})}
+    if role == "candidate" and ready.get("import_error"):
+        out["candidate_import_error"] = ready["import_error"]
+    return out
+
+
+def _baseline_verdict(result: Result) -> Verdict | None:
+    """CMP001 from the baseline (the problem's own inputs), when it fails there."""
+    failure, details = value_failure(result)
+    if not failure:
+        return None
+    run = result.runs[0] if result.runs else None
+    arrays = witness_arrays(run.outputs if run is not None and run.ok else None, result.expected64)
+    arrays.update({f"input{i}": leaf.array for i, leaf in enumerate(result.inputs)})
+    case = Case.from_dict({**result.case.to_dict(), "id": "CMP001/baseline", "gate": "CMP001"})
+    return Verdict("CMP001", CONFIRMED, f"on the problem's own inputs: {failure}", [case], details, arrays,
+                   "cmp001-calibrated-value")
+
+
+def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] | None = None,
+              options: Options | None = None, cases: list[Case] | None = None) -> GateRun:
+    """Run the gates of `codes` on one candidate; `cases` replays exactly those (a witness)."""
+    from kanalyze.dynamic.promote import promote_accumulators
+
+    started = time.perf_counter()
+    options = options or Options()
+    flags = flags or {}
+    mode = resolve_mode(options.mode)
+    gates = gates_by_code()
+    codes = [c for c in codes if c in gates]
+    promoted_source, promotion = None, None
+    if "PRC002" in codes and (cases is None or any(c.variant == "promoted" for c in cases)):
+        rows = [f["row"] for f in flags.get("PRC002", []) if f.get("row")] or None
+        with open(harness.candidate, encoding="utf-8") as handle:
+            source = handle.read()
+        promoted, changes = promote_accumulators(source, rows)
+        if changes:
+            promoted_source, promotion = promoted, changes
+    session = Session(harness, mode, options.limits, promoted_source)
+    try:
+        if cases is not None:
+            sizes = dict(cases[0].sizes)
+        else:
+            sizes = session.plan_sizes(options.max_numel or MAX_NUMEL[mode])
+        contexts = {code: GateContext(harness, sizes, mode, flags.get(code, []), options.seed, promotion)
+                    for code in codes}
+        if cases is None:
+            plan = {code: [c for c in gates[code].plan(contexts[code]) if c.variant == "original" or promotion]
+                    for code in codes}
+            baseline = Case(BASELINE, "", dict(sizes), seed=options.seed,
+                            dtype=harness.dtypes[0] if harness.dtypes else None)
+            all_cases = [baseline] + [c for code in codes for c in plan[code]]
+        else:
+            all_cases = [c for c in cases if c.variant == "original" or promotion]
+        results = session.execute(all_cases)
+        verdicts = _judge(results, codes, contexts, gates, replay=cases is not None)
+        environment = {**session.environment, "sizes": sizes, "knobs": harness.knobs}
+    finally:
+        session.close()
+    return GateRun(verdicts, environment, sizes, time.perf_counter() - started)
+
+
+def _judge(results: list[Result], codes, contexts, gates, replay: bool) -> list[Verdict]:
+    verdicts: list[Verdict] = []
+    baseline = next((r for r in results if r.case.id == BASELINE), None)
+    blocked = None
+    if baseline is not None:
+        if not baseline.reference_ok:
+            blocked = f"{baseline.reference_failure()} (at the base sizes)"
+        elif not baseline.candidate_ok or not baseline.runs or not baseline.runs[0].ok:
+            found = _baseline_verdict(baseline)
+            if found:
+                verdicts.append(found)
+            blocked = f"the candidate fails on the problem's own inputs: {found.summary if found else '?'}"
+        elif "CMP001" not in codes:
+            found = _baseline_verdict(baseline)
+            if found:
+                verdicts.append(found)
+    for code in codes:
+        own = [r for r in results if r.case.gate == code]
+        if blocked and code != "CMP001":
+            verdicts.append(Verdict(code, UNCONFIRMED, blocked, [r.case for r in own], gate=gates[code].name))
+            continue
+        if not own:
+            verdicts.append(Verdict(code, UNCONFIRMED, "no case of this gate in the witness", gate=gates[code].name))
+            continue
+        try:
+            verdicts.append(gates[code].judge(contexts[code], own))
+        except Exception as exc:  # a bug in one gate must not hide the others
+            verdicts.append(Verdict(code, UNCONFIRMED, f"the gate failed: {type(exc).__name__}: {exc}",
+                                    [r.case for r in own], gate=gates[code].name))
+    if blocked and "CMP001" in codes and not any(v.code == "CMP001" for v in verdicts):
+        verdicts.append(Verdict("CMP001", UNCONFIRMED, blocked, gate=gates["CMP001"].name))
+    return verdicts
+
+
+@dataclass
+class SizeOutcome:
+    sizes: dict[str, int]
+    status: str          # ok | rejected | out_of_bounds | crashed | wrong
+    detail: str
+    out_of_bounds: dict | None = None
+
+
+def run_at_sizes(harness: Harness, sizes_list: list[dict[str, int]], options: Options | None = None) -> list[SizeOutcome]:
+    """Run the candidate at each of the given sizes (knobs not named keep their values).
+
+    For the bounds pass: an out-of-bounds access comes back with the program id
+    and the element offset (`out_of_bounds`), a wrong value with the metric.
+    """
+    from kanalyze.dynamic.gates.cmp003_perturbed_shapes import size_outcome
+
+    options = options or Options()
+    mode = resolve_mode(options.mode)
+    cases = [Case(f"sizes/{i}", "CMP003", {**harness.knobs, **sizes}, seed=options.seed)
+             for i, sizes in enumerate(sizes_list)]
+    session = Session(harness, mode, options.limits)
+    try:
+        results = session.execute(cases)
+    finally:
+        session.close()
+    out = []
+    for result in results:
+        status, detail, details = size_outcome(result)
+        out.append(SizeOutcome(result.case.sizes, status, detail, details.get("out_of_bounds")))
+    return out
+
+
+__all__ = ["GateRun", "Options", "Outcome", "Session", "SizeOutcome", "cuda_present", "resolve_mode", "run_at_sizes",
+           "run_gates"]

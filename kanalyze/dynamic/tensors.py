@@ -1,0 +1,136 @@
+"""Values across the process boundary: torch tensors ↔ numpy arrays in `.npz` files.
+
+The worker encodes what the candidate returned (`encode_value`); the parent,
+which imports numpy but never torch, decodes it (`as_float64`, `bits`).  numpy
+has no bfloat16 or float8, so those travel as their raw bits (uint16 / uint8)
+with the dtype's name beside them.
+
+A value is a flat list of leaves plus a structure string, so that a candidate
+returning a tuple where the reference returns a tensor is visible as such.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+# torch dtype name → (numpy storage dtype, is raw bits)
+_RAW_BITS = {"bfloat16": np.uint16, "float8_e4m3fn": np.uint8, "float8_e5m2": np.uint8,
+             "float8_e4m3fnuz": np.uint8, "float8_e5m2fnuz": np.uint8}
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64") + tuple(k for k in _RAW_BITS if k.startswith("float8"))
+
+# Machine epsilon (distance from 1.0 to the next value) of each floating dtype.
+EPS = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 2.0 ** -23, "float64": 2.0 ** -52,
+       "float8_e4m3fn": 2.0 ** -3, "float8_e5m2": 2.0 ** -2}
+# Smallest positive normal value of each floating dtype.
+TINY = {"float16": 2.0 ** -14, "bfloat16": 2.0 ** -126, "float32": 2.0 ** -126, "float64": 2.0 ** -1022}
+
+
+@dataclass
+class Leaf:
+    """One array of a returned value: its numpy storage and torch dtype name."""
+
+    array: np.ndarray
+    dtype: str
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.array.shape)
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype in FLOAT_DTYPES
+
+    def describe(self) -> str:
+        return f"{self.dtype}[{', '.join(map(str, self.shape))}]"
+
+
+def dtype_name(torch_dtype: Any) -> str:
+    return str(torch_dtype).replace("torch.", "")
+
+
+# ---------------------------------------------------------------- worker side (torch)
+
+def tensor_to_numpy(tensor: Any) -> np.ndarray:
+    """A torch tensor's values as a numpy array (raw bits where numpy lacks the dtype)."""
+    import torch
+
+    t = tensor.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    t = t.contiguous()
+    name = dtype_name(t.dtype)
+    if name in _RAW_BITS:
+        view = torch.int16 if _RAW_BITS[name] is np.uint16 else torch.uint8
+        return t.view(view).numpy().view(_RAW_BITS[name]).copy()
+    return t.numpy().copy()
+
+
+def numpy_to_tensor(array: np.ndarray, dtype: str, device: str = "cpu") -> Any:
+    import torch
+
+    target = getattr(torch, dtype)
+    if dtype in _RAW_BITS:
+        view = torch.int16 if _RAW_BITS[dtype] is np.uint16 else torch.uint8
+        t = torch.from_numpy(array.view(np.int16 if view is torch.int16 else np.uint8).copy()).view(target)
+    else:
+        t = torch.from_numpy(array.copy())
+    return t.to(device)
+
+
+def flatten_value(value: Any) -> tuple[str, list[Any]]:
+    """A returned value as (structure, tensor-or-number leaves), or raise TypeError."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return "tensor", [value]
+    if isinstance(value, (bool, int, float)):
+        return "number", [torch.tensor(value)]
+    if isinstance(value, (tuple, list)):
+        parts, leaves = [], []
+        for item in value:
+            structure, sub = flatten_value(item)
+            parts.append(structure)
+            leaves.extend(sub)
+        return f"{type(value).__name__}({', '.join(parts)})", leaves
+    raise TypeError(f"returned a {type(value).__name__}, not a tensor")
+
+
+# ---------------------------------------------------------------- parent side (numpy only)
+
+def as_float64(leaf: Leaf) -> np.ndarray:
+    """The leaf's values in float64 (exact for every dtype up to float64)."""
+    a = leaf.array
+    if leaf.dtype == "bfloat16":
+        return (a.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    if leaf.dtype.startswith("float8"):
+        return _float8_to_float64(a, leaf.dtype)
+    if a.dtype.kind == "c":
+        return a  # complex stays complex; comparisons use abs()
+    return a.astype(np.float64)
+
+
+def _float8_to_float64(a: np.ndarray, dtype: str) -> np.ndarray:
+    # Rare in references; decode through a lookup table of all 256 codes.
+    exponent_bits, bias = (4, 7) if "e4m3" in dtype else (5, 15)
+    mantissa_bits = 7 - exponent_bits
+    codes = np.arange(256, dtype=np.uint32)
+    sign = np.where(codes & 0x80, -1.0, 1.0)
+    exponent = (codes >> mantissa_bits) & ((1 << exponent_bits) - 1)
+    mantissa = codes & ((1 << mantissa_bits) - 1)
+    normal = sign * (1 + mantissa / 2 ** mantissa_bits) * 2.0 ** (exponent.astype(np.float64) - bias)
+    subnormal = sign * (mantissa / 2 ** mantissa_bits) * 2.0 ** (1 - bias)
+    table = np.where(exponent == 0, subnormal, normal)
+    return table[a.astype(np.int64)]
+
+
+def bits(leaf: Leaf) -> np.ndarray:
+    """The leaf's raw bits, with every NaN made the same (payloads are not results)."""
+    a = leaf.array
+    if a.dtype.kind == "f":
+        a = np.where(np.isnan(a), np.array(np.nan, dtype=a.dtype), a)
+    if a.dtype.kind in "fc":
+        return np.ascontiguousarray(a).view(f"u{a.dtype.itemsize}" if a.dtype.kind == "f" else "u1")
+    return a
