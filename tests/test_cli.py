@@ -202,6 +202,8 @@ def test_bad_config_is_a_usage_error(project, capsys) -> None:
     ("latin1.py", b"import triton\n# caf\xe9\n", "not valid utf-8"),
     ("binary.py", b"\x7fELF\x00\x00triton\x00", "binary file"),
     ("empty.py", b"", "empty file"),
+    ("nested.py", b"import triton\n@triton.jit\ndef k(x):\n    return " + b"(" * 20000 + b"x" + b")" * 20000 + b"\n",
+     "brackets are open at once"),
     ("newer.py", b"import triton\ntype Alias[T] = list[T]\ndef f[T](x: T) -> T: return x\nmatch = 1\nprint(f'{x!r:>{w}}')\n@triton.jit\ndef k(x_ptr):\n    pass\n", None),
 ])
 def test_bad_input_gives_one_clear_finding(project, capsys, name, content, reason) -> None:

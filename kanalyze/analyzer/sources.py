@@ -32,6 +32,7 @@ MAX_FILE_BYTES = 10 * 1024 * 1024
 # needs both the word `triton` (an import) and `jit` (its decorator).
 _TRITON_HINT = re.compile(r"\btriton\b")
 _JIT_HINT = re.compile(r"\bjit\b")
+_CODING_COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=]", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,26 @@ class SourceError:
     reason: str
     row: int = 1
     column: int = 0
+
+
+# CPython refuses more than 200 nested brackets; LibCST's native parser
+# overflows its stack (a segfault, not an exception) far beyond that.
+MAX_NESTING = 200
+_BRACKET = re.compile(r"[()\[\]{}]")
+
+
+def too_deeply_nested(text: str, limit: int = MAX_NESTING) -> bool:
+    """More than `limit` brackets open at once (brackets in strings count too:
+    a cheap, conservative guard that runs before any parser sees the text)."""
+    depth = 0
+    for match in _BRACKET.finditer(text):
+        if match.group() in "([{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif depth:
+            depth -= 1
+    return False
 
 
 def may_contain_triton(text: str) -> bool:
@@ -75,9 +96,14 @@ def read_source(path: str, *, explicit: bool = False) -> SourceText | SourceErro
         return SourceError(path, "binary file: it contains NUL bytes, so it is not source code")
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        text = data.decode(encoding)
     except (SyntaxError, LookupError) as exc:
-        return SourceError(path, f"unknown source encoding: {exc}")
+        # detect_encoding also fails on undecodable first lines with no
+        # declaration: say what is wrong with the bytes when that is the case.
+        if _CODING_COOKIE.search(data[:200]) is not None:
+            return SourceError(path, f"unknown source encoding: {exc}")
+        encoding = "utf-8"
+    try:
+        text = data.decode(encoding)
     except UnicodeDecodeError as exc:
         row = data[: exc.start].count(b"\n") + 1
         column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1)
