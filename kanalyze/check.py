@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from kanalyze.analyzer.cuda_sources import cuda_files_named_in, is_cuda_path, may_contain_inline_cuda
-from kanalyze.analyzer.sources import SourceError, SourceText, discover, may_contain_triton, read_source
+from kanalyze.analyzer.sources import MAX_NESTING, too_deeply_nested, SourceError, SourceText, discover, may_contain_triton, read_source
 from kanalyze.cache import Cache
 from kanalyze.config import Config
 from kanalyze.findings import Finding, Location
@@ -73,6 +73,9 @@ def _analyze(path: str, text: str) -> tuple[list[Finding], int]:
     from kanalyze.analyzer.triton import TritonModule
     from kanalyze.rules import detecting_rules, rules_by_code
 
+    if too_deeply_nested(text):
+        return [_error_finding(path, f"cannot parse: more than {MAX_NESTING} brackets are open at once "
+                                     f"(Python itself refuses such code)")], 0
     try:
         model = TritonModule.from_source(path, text)
     except cst.ParserSyntaxError as exc:
@@ -204,8 +207,8 @@ def _analyze_cuda(path: str, text: str, units: list, host, extensions: list, *,
         except (RecursionError, MemoryError, ValueError) as exc:
             partial.append((unit, None, f"cannot parse: {type(exc).__name__}: {exc}"))
             continue
-        model.problem_sizes = sizes
-        if model.errors or unit.skipped:
+        model.problem_sizes, model.host = sizes, host
+        if model.errors or model.unknown_macros or unit.skipped:
             partial.append((unit, model, ""))
         for rule in rules:
             guarded(rule, lambda: rule.check_cuda(model))
@@ -303,12 +306,18 @@ def _partial_unit(unit, model, why: str, unit_span, python_span) -> tuple:
         parts.append(f"tree-sitter could not parse line{'s' if len(regions) > 1 or '-' in regions[0] else ''} "
                      f"{', '.join(regions)}{f' and {more} more regions' if more > 0 else ''} (a macro the unit "
                      f"does not define, or syntax it does not support); that code was skipped")
+    for node in (model.unknown_macros if model is not None else [])[:3]:
+        first = unit_span(unit, node.start_byte, node.start_byte + 1)
+        span = span or first
+        head = node.child_by_field_name("declarator")
+        parts.append(f"`{model.text(head, 40)}` on line {first[0]} is a macro the unit does not define; its block "
+                     f"was read as plain statements")
     for note in unit.skipped:
         parts.append(note.what)
         if span is None and note.node is not None:
             span = python_span(note.node)
     where = "this file" if unit.origin == "file" else f"the `{unit.origin}` CUDA source"
-    message = f"{where} was read in part: {'; '.join(parts)}. Findings in the skipped code may be missing"
+    message = f"{where} was read in part: {'; '.join(parts)}. Findings in that code may be missing"
     return (PARSE_ERROR[0], span or (1, 1, 1, 1), message, None, {"reason": message, "source": unit.origin})
 
 
@@ -409,7 +418,7 @@ def run_ir(
     from kanalyze.analyzer.ir.artifacts import ArtifactCache
     from kanalyze.analyzer.ir.merge import failure_findings, hit_findings, merge
     from kanalyze.analyzer.ir.settings import SettingsError, load_settings
-    from kanalyze.analyzer.ir.stage import CUDA_SUFFIXES, analyze_ir
+    from kanalyze.analyzer.ir.stage import analyze_ir
     from kanalyze.analyzer.suppressions import Suppressions
     from kanalyze.config import ConfigError
     from kanalyze.rules import rules_by_code
@@ -422,7 +431,7 @@ def run_ir(
     sources: list[tuple[str, str]] = []
     for path, explicit in discover(paths, config.exclude, force_exclude=force_exclude, root=config.root):
         source = read_source(path, explicit=explicit)
-        if isinstance(source, SourceText) and (path.endswith(CUDA_SUFFIXES) or may_contain_triton(source.text)):
+        if isinstance(source, SourceText) and needs_analysis(path, source.text):
             sources.append((path, source.text))
     cache = ArtifactCache.open(config.root) if use_cache else ArtifactCache.disabled()
     run = analyze_ir(sources, settings, cache, workers=jobs)
@@ -453,5 +462,23 @@ def run_ir(
     result.notes.extend(run.notes)
     result.notes.append(f"IR: {run.compiled} kernel configurations compiled, {run.from_cache} from the cache "
                         f"({', '.join(t.name for t in settings.targets)}; {run.seconds:.1f} s)")
+    return result
+
+
+def run_dynamic(paths: Iterable[str], config: Config, result: CheckResult, options, *,
+                force_exclude: bool = False) -> CheckResult:
+    """The dynamic pass (`--dynamic`): run the gates that the flags call for (or
+    every gate) in sandboxed workers, and move each flag to confirmed / refuted /
+    unconfirmed; gate-found violations join as confirmed findings.  `options` is a
+    `kanalyze.dynamic.confirm.DynamicOptions`.  Only called with `--dynamic`, so
+    the static path never loads torch or triton (the workers import them)."""
+    from kanalyze.dynamic.confirm import confirm
+    from kanalyze.rules import rules_by_code
+
+    files = [path for path, _ in discover(paths, config.exclude, force_exclude=force_exclude, root=config.root)
+             if path.endswith(".py")]
+    names = {code: rule.name for code, rule in rules_by_code().items()}
+    found = confirm(result.findings, files, options, names)
+    result.findings = [f for f in found if config.selects(f.code, f.location.file)]
     return result
 

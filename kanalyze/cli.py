@@ -18,7 +18,7 @@ from typing import Sequence
 
 from kanalyze import __version__
 
-SUBCOMMANDS = ("check", "rules", "explain", "lsp", "version")
+SUBCOMMANDS = ("check", "rules", "explain", "lsp", "version", "replay")
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -72,6 +72,21 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--show-resources", action="store_true",
                        help="with --ir, report every compiled kernel's registers, spills, shared memory, "
                             "threads and TMEM columns, within budget or not")
+    dynamic = check.add_argument_group("dynamic gates (need torch and triton: kanalyze[dynamic])")
+    dynamic.add_argument("--dynamic", action="store_true",
+                         help="run the gate of each flagged clause and confirm or refute the flag with a witness")
+    dynamic.add_argument("--gates", type=_codes, metavar="all|CODES",
+                         help="run every gate (`all`) or these clauses' gates, flagged or not (implies --dynamic)")
+    dynamic.add_argument("--reference", metavar="PROBLEM.py",
+                         help="the KernelBench problem (or kanalyze contract) that the checked candidates solve")
+    dynamic.add_argument("--kernelbench", metavar="DIR",
+                         help="pair candidates named level1_problem19_*.py with DIR/level1/19_*.py")
+    dynamic.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                         help="where gates run: cuda, or cpu through Triton's interpreter (default: auto)")
+    dynamic.add_argument("--witness-dir", metavar="DIR",
+                         help="where witnesses go (default: .kanalyze/witnesses beside the configuration)")
+    dynamic.add_argument("--case-timeout", type=float, metavar="SECONDS",
+                         help="time limit of one gate case in a worker (default: 120)")
 
     rules = sub.add_parser("rules", help="list every clause of the contract catalog")
     rules.add_argument("--output-format", choices=("text", "json"), default="text")
@@ -82,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("lsp", help="run the language server over stdio (needs kanalyze[lsp])")
 
     sub.add_parser("version", help="print the version")
+
+    replay = sub.add_parser("replay", help="re-run a witness: exit 1 while it still fails, 0 once fixed")
+    replay.add_argument("witness", metavar="WITNESS.json")
+    replay.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     return parser
 
 
@@ -127,6 +146,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
         for note in result.notes:
             if not args.quiet or not note.startswith("IR: "):
                 sys.stderr.write(f"kanalyze: {note}\n")
+    if args.dynamic or args.gates:
+        result = _run_dynamic(args, paths, config, result)
     findings = result.findings
     fmt = args.output_format or os.environ.get("KANALYZE_OUTPUT_FORMAT") or "text"
     if fmt not in ("text", "json", "sarif", "github"):
@@ -154,10 +175,45 @@ def _cmd_check(args: argparse.Namespace) -> int:
             handle.write(report)
     else:
         sys.stdout.write(report)
-    # `--show-resources` numbers within budget are information, not findings to fail on.
-    if any(not f.evidence.get("informational") for f in findings) and not args.exit_zero:
+    # `--show-resources` numbers within budget are information, not findings to fail on;
+    # neither are flags that a gate refuted.
+    if any(not f.evidence.get("informational") and str(f.status) != "refuted" for f in findings) \
+            and not args.exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _run_dynamic(args: argparse.Namespace, paths: list[str], config, result):
+    from kanalyze.check import run_dynamic
+    from kanalyze.dynamic.confirm import DynamicOptions
+
+    for option, path in (("--reference", args.reference), ("--kernelbench", args.kernelbench)):
+        if path and not os.path.exists(path):
+            raise UsageError(f"{option}: path not found: {path}")
+    gates = "targeted" if not args.gates else ("all" if args.gates == ["ALL"] else args.gates)
+    mapping = config.raw.get("harness", {})
+    if not isinstance(mapping, dict):
+        raise UsageError("[tool.kanalyze.harness] must be a table of \"candidate glob\" = \"problem.py\"")
+    witness_dir = args.witness_dir or config.raw.get("witness-dir")
+    options = DynamicOptions(gates=gates, reference=args.reference, kernelbench=args.kernelbench, mapping=mapping,
+                             root=config.root, mode=args.device, jobs=args.jobs, case_seconds=args.case_timeout,
+                             witness_dir=os.path.join(config.root, witness_dir) if witness_dir else None,
+                             max_numel=config.raw.get("max-numel"))
+    return run_dynamic(paths, config, result, options, force_exclude=args.force_exclude)
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from kanalyze.dynamic.runner import Options
+    from kanalyze.dynamic.witness import WitnessError, replay
+
+    try:
+        verdict = replay(args.witness, Options(mode=args.device))
+    except WitnessError as exc:
+        raise UsageError(str(exc)) from exc
+    sys.stdout.write(f"{verdict.code} {verdict.status}: {verdict.summary}\n")
+    if verdict.status == "confirmed":
+        return EXIT_FINDINGS
+    return EXIT_CLEAN if verdict.status == "refuted" else EXIT_ERROR
 
 
 def _cmd_rules(args: argparse.Namespace) -> int:
@@ -208,7 +264,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "version":
             sys.stdout.write(f"kanalyze {__version__}\n")
             return EXIT_CLEAN
-        handler = {"check": _cmd_check, "rules": _cmd_rules, "explain": _cmd_explain, "lsp": _cmd_lsp}[args.command]
+        handler = {"check": _cmd_check, "rules": _cmd_rules, "explain": _cmd_explain, "lsp": _cmd_lsp,
+                   "replay": _cmd_replay}[args.command]
         return handler(args)
     except UsageError as exc:
         sys.stderr.write(f"kanalyze: error: {exc}\n")

@@ -32,7 +32,7 @@ class ConfigError(Exception):
 
 _KNOWN_KEYS = {
     "select", "ignore", "extend-select", "extend-ignore", "per-file-ignores",
-    "exclude", "extend-exclude", "harness", "target", "max-numel", "ir",
+    "exclude", "extend-exclude", "harness", "target", "max-numel", "witness-dir", "ir",
 }
 
 

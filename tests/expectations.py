@@ -3,6 +3,7 @@
     # expect: PRC002          the next code line must carry a PRC002 finding
     # expect: PRC002, EXC001  ... both
     # ok: PRC002              the next code line must not (a look-alike)
+    // expect: ORD001         the same in CUDA, also inside an inline CUDA string
 
 The target is the next line that is not itself an expectation comment.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-DIRECTIVE = re.compile(r"^\s*#\s*(?P<kind>expect|ok):\s*(?P<codes>[A-Z]{3}\d{3}(?:\s*,\s*[A-Z]{3}\d{3})*)\s*$")
+DIRECTIVE = re.compile(r"^\s*(?:#|//)\s*(?P<kind>expect|ok):\s*(?P<codes>[A-Z]{3}\d{3}(?:\s*,\s*[A-Z]{3}\d{3})*)\s*$")
 
 
 def parse_expectations(text: str) -> tuple[set[tuple[int, str]], set[tuple[int, str]]]:

@@ -99,8 +99,9 @@ def _run(model: TritonModule, analysis: BoundsAnalysis) -> None:
 
     from kanalyze.analyzer.bounds_launch import bind, configurations, pointer_parameters
     from kanalyze.analyzer.bounds_solver import Budget, Settings, Verdict, check_bounds, check_overflow, evaluate
-    from kanalyze.analyzer.bounds_terms import Unsupported
+    from kanalyze.analyzer.bounds_terms import Unsupported, reset_variables
 
+    reset_variables()
     started = time.perf_counter()
     budget = Budget(Settings(max_size=analysis.max_size, max_numel=analysis.max_numel))
     reports: dict[int, AccessReport] = {}
@@ -146,6 +147,7 @@ def _run(model: TritonModule, analysis: BoundsAnalysis) -> None:
                             v.counterexample.update(_context(model, bound, terms, report))
                     _merge(report, verdict, overflow)
                     report.seconds += time.perf_counter() - access_started
+    reset_variables()
     analysis.accesses = list(reports.values())
     analysis.seconds = time.perf_counter() - started
     analysis.solver_seconds = budget.solver_seconds

@@ -59,6 +59,17 @@ class HParam:
     """A wrapper argument whose type shows only by use (tensor or integer)."""
 
     name: str
+    function: Function | None = None   # where it is a parameter (its rank is read there)
+
+
+@dataclass(eq=False)
+class HArith:
+    """`a + b` of values whose type shows only by use: integers, or tensors
+    (`x + self.bias` broadcasts)."""
+
+    op: type
+    left: object
+    right: object
 
 
 @dataclass(eq=False)
@@ -112,6 +123,8 @@ class HostEval:
     def as_int(self, value, expr=None) -> z3.ArithRef:
         if isinstance(value, HParam):
             return self.env.symbol(value.name, "size", value.name)
+        if isinstance(value, HArith):
+            return _arith(value.op, self.as_int(value.left), self.as_int(value.right), expr)
         if isinstance(value, bool):
             return z3.IntVal(int(value))
         if isinstance(value, int):
@@ -125,15 +138,26 @@ class HostEval:
         if isinstance(value, HostTensor):
             return value
         if isinstance(value, HParam):
-            return self.base_tensor(value.name)
+            return self.base_tensor(value.name, value.function)
+        if isinstance(value, HArith):  # elementwise: the operand of higher rank gives the shape
+            tensors = []
+            for side in (value.left, value.right):
+                try:
+                    tensors.append(self.as_tensor(side))
+                except Unsupported:
+                    pass
+            if not tensors:
+                raise Unsupported("arithmetic that is not on tensors")
+            widest = max(tensors, key=lambda t: len(t.shape))
+            return HostTensor(widest.label, widest.shape, contiguous_strides(widest.shape))
         raise Unsupported("an argument that is not a tensor the wrapper receives or allocates")
 
     # --- tensors -------------------------------------------------------------
 
-    def base_tensor(self, name: str) -> HostTensor:
+    def base_tensor(self, name: str, function: Function | None = None) -> HostTensor:
         """A tensor the wrapper receives: one size symbol per dimension."""
         if name not in self.bases:
-            rank = self._rank(name)
+            rank = self._rank(name, function or self.function)
             if rank is None:
                 shape = [self.env.symbol(f"{name}.numel()", "size", f"{name}.numel()")]
             else:
@@ -141,22 +165,34 @@ class HostEval:
             self.bases[name] = HostTensor(name, shape, contiguous_strides(shape), base=name)
         return self.bases[name]
 
-    def _rank(self, name: str) -> int | None:
-        """The rank of a received tensor, from how the wrapper reads it: exact from
-        `M, N = x.shape`, else the fewest dimensions its indices need; None when
-        only `x.numel()` (or nothing) is read."""
-        if self.function is None:
+    def _rank(self, name: str, function: Function | None) -> int | None:
+        """The rank of a received tensor, from how the wrapper (and the host helpers
+        it passes the tensor to) read it: exact from `M, N = x.shape`, else the
+        fewest dimensions its indices need; None when only `x.numel()` is read."""
+        exact, indices = self._rank_reads(name, function, 2)
+        if exact is not None:
+            return exact
+        if not indices:
             return None
+        positive = [i + 1 for i in indices if i >= 0]
+        negative = [-i for i in indices if i < 0]
+        rank = max(positive + negative)
+        return max(rank, 2) if positive and negative else rank
+
+    def _rank_reads(self, name: str, function: Function | None, depth: int) -> tuple[int | None, set[int]]:
+        if function is None:
+            return None, set()
         indices: set[int] = set()
-        for node in self.model.nodes(cst.Assign):
-            if self.model.function_of(node) is not self.function or len(node.targets) != 1:
+        model = self.model
+        for node in model.nodes(cst.Assign):
+            if model.function_of(node) is not function or len(node.targets) != 1:
                 continue
             target = node.targets[0].target
             if isinstance(target, (cst.Tuple, cst.List)) and _shape_of(node.value) == name \
                     and not any(isinstance(e, cst.StarredElement) for e in target.elements):
-                return len(target.elements)
-        for node in self.model.nodes(cst.Subscript, cst.Call):
-            if self.model.function_of(node) is not self.function:
+                return len(target.elements), indices
+        for node in model.nodes(cst.Subscript, cst.Call):
+            if model.function_of(node) is not function:
                 continue
             index = None
             if isinstance(node, cst.Subscript) and _shape_of(node.value) == name and len(node.slice) == 1 \
@@ -165,14 +201,19 @@ class HostEval:
             elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
                     and node.func.attr.value in ("size", "stride") and dotted(node.func.value) == name and node.args:
                 index = int_literal(node.args[0].value)
+            elif isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and depth > 0:
+                callee = next((f for f in model.functions if f.name == node.func.value and f.class_name is None), None)
+                positional = [a.value for a in node.args if a.keyword is None and not a.star]
+                params = _params(callee)
+                for arg, param in zip(positional, params):
+                    if dotted(arg) == name:
+                        exact, inner = self._rank_reads(param.name.value, callee, depth - 1)
+                        if exact is not None:
+                            return exact, indices
+                        indices |= inner
             if index is not None:
                 indices.add(index)
-        if not indices:
-            return None
-        positive = [i + 1 for i in indices if i >= 0]
-        negative = [-i for i in indices if i < 0]
-        rank = max(positive + negative)
-        return max(rank, 2) if positive and negative else rank
+        return None, indices
 
     def _tensor_method(self, tensor: HostTensor, method: str, call: cst.Call):
         args = [a.value for a in call.args if a.keyword is None and not a.star]
@@ -338,9 +379,12 @@ class HostEval:
             return name == "True"
         if name == "None":
             return HValue(None)
-        defs = self.reaching.defs(name, node) if self.reaching is not None else []
+        return self._resolve(name, node)
+
+    def _resolve(self, name: str, at: cst.CSTNode):
+        defs = self.reaching.defs(name, at) if self.reaching is not None else []
         if not defs:
-            return self._module_value(name, node)
+            return self._module_value(name, at)
         if len(defs) != 1:
             raise Unsupported(f"`{name}` has several definitions that reach the launch")
         d = defs[0]
@@ -348,7 +392,11 @@ class HostEval:
             default = self.defaults.get(name)
             if default is not None and int_literal(default) is not None:
                 return int_literal(default)  # `block=1024`: callers rarely pass it
-            return HParam(name)
+            return HParam(name, self.function)
+        if d.kind == "augassign" and d.operator in ("+=", "-=", "*=", "//="):
+            before = self._resolve(name, d.node)
+            op = {"+=": cst.Add, "-=": cst.Subtract, "*=": cst.Multiply, "//=": cst.FloorDivide}[d.operator]
+            return self._combine(op, before, self.value(d.value), d.node)
         if d.kind != "assign":
             raise Unsupported(f"`{name}` is bound by a `{d.kind}`")
         return self._assigned(d.node, name)
@@ -405,7 +453,7 @@ class HostEval:
             return HValue(qualified)
         if dotted(expr) is not None and dotted(expr).startswith("self.") and dotted(expr).count(".") == 1 \
                 and attr not in ("shape", "T", "mT", "ndim"):
-            return HParam(dotted(expr))  # `self.weight`: a module attribute, typed by its use
+            return HParam(dotted(expr), self.function)  # `self.weight`: a module attribute, typed by its use
         owner = self.value(expr.value)
         if attr in ("shape",):
             return HTuple(list(self.as_tensor(owner).shape))
@@ -437,8 +485,9 @@ class HostEval:
         raise Unsupported(f"`{_text(expr)}`")
 
     def _binary(self, expr: cst.BinaryOperation):
-        left, right = self.value(expr.left), self.value(expr.right)
-        op = type(expr.operator)
+        return self._combine(type(expr.operator), self.value(expr.left), self.value(expr.right), expr)
+
+    def _combine(self, op: type, left, right, expr):
         if isinstance(left, HTuple) and isinstance(right, HTuple) and op is cst.Add:
             return HTuple(left.items + right.items)
         if isinstance(left, int) and isinstance(right, int) and op in _PY_OPS:
@@ -446,25 +495,16 @@ class HostEval:
                 return _PY_OPS[op](left, right)
             except ZeroDivisionError as exc:
                 raise Unsupported(f"`{_text(expr)}` divides by zero") from exc
-        a, b = self.as_int(left, expr.left), self.as_int(right, expr.right)
-        if op is cst.Add:
-            return a + b
-        if op is cst.Subtract:
-            return a - b
-        if op is cst.Multiply:
-            return a * b
-        if op is cst.FloorDivide:
-            return a / b   # Python floors; z3 floors for a positive divisor
-        if op is cst.Modulo:
-            return a % b
-        raise Unsupported(f"`{_text(expr)}`")
+        if any(isinstance(side, (HParam, HostTensor, HArith)) for side in (left, right)):
+            return HArith(op, left, right)  # an integer or a tensor: its use decides
+        return _arith(op, self.as_int(left), self.as_int(right), expr)
 
     def _call(self, call: cst.Call):
         name = self.model.call_name(call) or ""
         args = [a.value for a in call.args if a.keyword is None and not a.star]
         if isinstance(call.func, cst.Attribute) and not name.startswith(("torch.", "triton.", "math.")):
             owner = self.value(call.func.value)
-            if isinstance(owner, (HostTensor, HParam)):
+            if isinstance(owner, (HostTensor, HParam, HArith)):
                 return self._tensor_method(self.as_tensor(owner), call.func.attr.value, call)
             raise Unsupported(f"`{_text(call)}`")
         if isinstance(call.func, cst.Name) and name in self.locals and isinstance(self.locals[name], HLambda):
@@ -528,6 +568,20 @@ class HostEval:
         inner = HostEval(self.model, function.function, self.env, dict(zip(function.params, values)))
         inner.bases = self.bases
         return inner.value(function.body)
+
+
+def _arith(op: type, a, b, expr):
+    if op is cst.Add:
+        return a + b
+    if op is cst.Subtract:
+        return a - b
+    if op is cst.Multiply:
+        return a * b
+    if op is cst.FloorDivide:
+        return a / b   # Python floors; so does z3 for a positive divisor
+    if op is cst.Modulo:
+        return a % b
+    raise Unsupported(f"`{_text(expr)}`")
 
 
 _PY_OPS = {cst.Add: lambda a, b: a + b, cst.Subtract: lambda a, b: a - b, cst.Multiply: lambda a, b: a * b,

@@ -342,6 +342,9 @@ class Frame:
 
     def value_at(self, name: str, at: cst.CSTNode):
         reaching = self.reaching.defs(name, at)
+        loop_targets = [d for d in reaching if d.kind == "for" and self.reaching.inside(at, d.node.body)]
+        if loop_targets:  # inside `for name in ...`: that loop's variable, whatever came before
+            return self.def_value(max(loop_targets, key=lambda d: self.reaching.span(d.node)[0]), name, at)
         carried = [d for d in self.flow.defs_of(name) if d.loops and self._increment(d) is not None]
         if any(d in carried for d in reaching):
             return self.carried(name, at, carried)

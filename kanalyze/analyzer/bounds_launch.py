@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 import z3
 
-from kanalyze.analyzer.bounds_host import HLambda, HMeta, HostEval, HostTensor, HParam, HTuple, HValue
+from kanalyze.analyzer.bounds_host import HArith, HLambda, HMeta, HostEval, HostTensor, HParam, HTuple, HValue
 from kanalyze.analyzer.bounds_kernel import ACCESSES, Frame, LaunchContext, to_kernel_value
 from kanalyze.analyzer.bounds_terms import Env, Opaque, Pointer, PyValue, Tile, Unsupported, constant, variables
 from kanalyze.analyzer.cstwalk import body_nodes, node_text
@@ -69,7 +69,7 @@ def pointer_parameters(model: TritonModule, jit: JitFunction) -> set[str]:
             if isinstance(expr, cst.Name):
                 if expr.value in params:
                     names.add(expr.value)
-                stack += [d.value for d in flow.defs_of(expr.value) if d.value is not None and d.kind != "for"]
+                stack += [d.value for d in flow.defs_of(expr.value) if d.value is not None and d.kind == "assign"]
     for helper_name in jit.calls_helpers:  # `_load(x_ptr + ...)` inside a helper: bound at the call site
         helper = model.jit.get(helper_name)
         if helper is None or helper is jit:
@@ -153,8 +153,11 @@ def _bind_one(bound: BoundLaunch, param, expr, scope: HostEval, pointers: set[st
         except Unsupported as exc:
             return Opaque(f"`{_text(expr)}` passed to `{param.name}`: {exc.reason}")
         return Pointer(param.name, constant(0))
-    if isinstance(value, HParam):
-        value = scope.as_int(value)
+    if isinstance(value, (HParam, HArith)):
+        try:
+            value = scope.as_int(value)
+        except Unsupported as exc:
+            return Opaque(f"`{_text(expr)}` passed to `{param.name}`: {exc.reason}")
     kernel_value = to_kernel_value(value, runtime=not param.is_constexpr)
     if isinstance(kernel_value, Tile) and kernel_value.kind == "int":
         term = kernel_value.at(())[0]

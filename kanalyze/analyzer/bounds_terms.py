@@ -95,23 +95,47 @@ class Env:
         self.facts.append(fact)
 
 
+# id of a z3 term → (the term, kept alive so that the id is not reused; its names).
+# Walking z3 terms through the Python API is slow and the proofs ask about the
+# same subterms again and again; `reset_variables()` empties it per file.
+_VARIABLES: dict[int, tuple] = {}
+
+
+def reset_variables() -> None:
+    _VARIABLES.clear()
+
+
 def variables(*terms: z3.ExprRef) -> set[str]:
     """Names of the uninterpreted constants in `terms`."""
     found: set[str] = set()
-    seen: set[int] = set()
-    stack = list(terms)
-    while stack:
-        term = stack.pop()
-        key = term.get_id()
-        if key in seen:
-            continue
-        seen.add(key)
-        if z3.is_const(term):
-            if term.decl().kind() == z3.Z3_OP_UNINTERPRETED:
-                found.add(term.decl().name())
-            continue
-        stack.extend(term.children())
+    for term in terms:
+        found |= _variables(term)
     return found
+
+
+def _variables(root: z3.ExprRef) -> frozenset:
+    cached = _VARIABLES.get(root.get_id())
+    if cached is not None:
+        return cached[1]
+    # Post-order without recursion: children first, then the node from theirs.
+    stack = [(root, False)]
+    while stack:
+        term, expanded = stack.pop()
+        key = term.get_id()
+        if key in _VARIABLES:
+            continue
+        if z3.is_const(term):
+            names = frozenset([term.decl().name()]) if term.decl().kind() == z3.Z3_OP_UNINTERPRETED else frozenset()
+            _VARIABLES[key] = (term, names)
+            continue
+        children = term.children()
+        if not expanded:
+            stack.append((term, True))
+            stack.extend((c, False) for c in children if c.get_id() not in _VARIABLES)
+            continue
+        names = frozenset().union(*(_VARIABLES[c.get_id()][1] for c in children)) if children else frozenset()
+        _VARIABLES[key] = (term, names)
+    return _VARIABLES[root.get_id()][1]
 
 
 def concrete(term) -> int | None:

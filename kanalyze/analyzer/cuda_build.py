@@ -43,10 +43,20 @@ def build(model: CudaModule) -> None:
                         for name, value in model.defines.items() if "__" in text(value)}
     qualifier_macros = {k: v for k, v in qualifier_macros.items() if v}
     explained: set[int] = set()
+    outer_end = -1
     for node in model.by_type["function"]:
+        if node.start_byte < outer_end:
+            # `LOOP(i, n) { ... }` inside a function: a macro invocation the grammar reads as a
+            # nested definition. Its block stays part of the enclosing function.
+            name = node.child_by_field_name("declarator")
+            name = name.child_by_field_name("declarator") if name is not None else None
+            if name is None or model.text(name) not in model.macros:
+                model.unknown_macros.append(node)
+            continue
         function = _function(model, node, qualifier_macros, explained)
         if function is not None:
             model.functions.append(function)
+            outer_end = node.end_byte
     model.functions.sort(key=lambda f: f.node.start_byte)
     model._starts = [f.node.start_byte for f in model.functions]
     for function in model.functions:

@@ -150,6 +150,9 @@ class CudaModule:
         self.macros: dict[str, ts.Node] = {}        # function-like macro → its definition
         self.instantiations: dict[str, list[list[str]]] = {}
         self.problem_sizes: dict[str, int] = {}     # module-level integers of the Python file, by name
+        self.host = None                            # the Python file's TritonModule, for inline units
+        self.errors: list[ts.Node] = []
+        self.unknown_macros: list[ts.Node] = []     # `MACRO(args) { ... }` in a body, MACRO not defined here
         self.by_type: dict[str, list[ts.Node]] = {}
         self._starts: list[int] = []
         self._int_cache: dict[tuple[int, int], int | None] = {}

@@ -118,7 +118,7 @@ class Worker:
         control_r, self._control_w = os.pipe()
         self._status_r, status_w = os.pipe()
         self.process = subprocess.Popen(
-            [sys.executable, "-E", "-s", "-c", BOOTSTRAP, role, mode, str(control_r), str(status_w), spec_path],
+            [sys.executable, "-E", "-s", "-B", "-u", "-c", BOOTSTRAP, role, mode, str(control_r), str(status_w), spec_path],
             cwd=self.scratch, env=scrubbed_environment(self.scratch, mode), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(control_r, status_w),
             start_new_session=True,
@@ -128,6 +128,7 @@ class Worker:
         self._drain = _Drain(self.process.stdout, limits.output_bytes)
         self._drain.start()
         self._buffer = b""
+        self._closed = False
         self.ready: dict | None = None
 
     def output(self) -> str:
@@ -195,19 +196,18 @@ class Worker:
             pass
 
     def close(self) -> None:
-        try:
-            os.close(self._control_w)
-        except OSError:
-            pass
+        """End the worker (it exits when its control pipe closes).  Safe to call twice:
+        the pipe ends are closed once, since another thread may reuse their numbers."""
+        if self._closed:
+            return
+        self._closed = True
+        os.close(self._control_w)
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            self.kill()
-        self.kill()
-        try:
-            os.close(self._status_r)
-        except OSError:
             pass
+        self.kill()
+        os.close(self._status_r)
         self._drain.join(timeout=2)
 
 

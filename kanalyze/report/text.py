@@ -20,7 +20,9 @@ def render_text(findings: list[Finding], *, color: bool = False, suppressed: int
         where = paint(loc.file, _BOLD) + paint(":", _CYAN) + f"{loc.row}" + paint(":", _CYAN) + f"{loc.column}" + paint(":", _CYAN)
         status = "" if f.status is Status.FLAGGED else f" [{f.status}]"
         lines.append(f"{where} {paint(f.code, _BOLD, _RED)}{status} {f.message}")
-        if f.witness is not None and f.witness.path:
+        if f.evidence.get("gate_result"):  # the dynamic pass's one-line verdict
+            lines.append(f"    {f.evidence['gate_result']}")
+        elif f.witness is not None and f.witness.path:
             lines.append(f"    witness: {f.witness.path}")
     count = len(findings)
     if count:

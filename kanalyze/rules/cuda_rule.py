@@ -32,8 +32,17 @@ class CudaReport(Report):
 
 
 class CudaRule(Rule):
+    """`class FloatAtomicOrderCuda(CudaRule, clause=FloatAtomicOrder)`: the clause's
+    code, name, summary, gate and severity come from its catalog entry."""
+
     detects_cuda: ClassVar[bool] = True
     has_detectors: ClassVar[bool] = True
+
+    def __init_subclass__(cls, clause: type[Rule] | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if clause is not None:
+            for attribute in ("code", "name", "summary", "gate", "severity"):
+                setattr(cls, attribute, getattr(clause, attribute))
 
     def check_cuda(self, cuda: "CudaModule") -> Iterator[Report]:
         return iter(())

@@ -30,6 +30,8 @@ class BudgetReport:
 
 
 def _kb(size: int) -> str:
+    if size < 1024:
+        return f"{size} bytes"
     return f"{size / 1024:.1f} KB" if size % 1024 else f"{size // 1024} KB"
 
 
@@ -108,10 +110,10 @@ class ResourceBudget(Rule):
                        **({"tmem_columns": TMEM_COLUMNS} if target.has_tensor_memory else {})},
             "summary": numbers, "notes": kernel.notes,
         }
-        for problem in problems:
-            yield BudgetReport(self.code, kernel.row, f"`{kernel.kernel}` {problem} ({where})",
-                               kernel.kernel, {**evidence, "gate": self.gate})
-        if show_resources and not problems:
+        if problems:
+            yield BudgetReport(self.code, kernel.row, f"`{kernel.kernel}` {where} " + "; it also ".join(problems),
+                               kernel.kernel, {**evidence, "gate": self.gate, "problems": problems})
+        elif show_resources:
             yield BudgetReport(self.code, kernel.row, f"`{kernel.kernel}` {where}: {numbers} (within budget)",
                                kernel.kernel, {**evidence, "gate": self.gate, "informational": True})
 

@@ -50,6 +50,15 @@ class CudaSource:
     origin_row: int = 1            # the row of its first line in `filename`
     flags: tuple[str, ...] = ()    # build flags the source declares
     name: str = ""                 # for messages: the file name, or the load_inline name
+    # For a unit that is not one contiguous piece of its file (inline CUDA): the
+    # file's row of each row of `text` (0: none); then `origin_row` is unused.
+    row_map: tuple[int, ...] = ()
+
+    def file_row(self, row: int | None) -> int | None:
+        """The row in `filename` of a row nvcc reports (they coincide without a row map)."""
+        if row is None or not self.row_map:
+            return row
+        return self.row_map[row - 1] or None if 0 < row <= len(self.row_map) else None
 
     @property
     def fast_math(self) -> bool:
@@ -134,7 +143,8 @@ def compile_cuda(unit: CudaSource, target: Target, *, timeout_s: float = 120.0,
     try:
         source = os.path.join(scratch, os.path.basename(unit.filename).replace(".py", "") + ".cu")
         with open(source, "w", encoding="utf-8") as handle:
-            handle.write("\n" * (unit.origin_row - 1) + unit.text)
+            padding = 0 if unit.row_map else unit.origin_row - 1
+            handle.write("\n" * padding + unit.text)
         ptx_path, cubin_path = source[:-3] + ".ptx", source[:-3] + ".cubin"
         arch = f"-arch=sm_{target.capability}{target.suffix}"
         command = [nvcc, arch, "-ptx", "-lineinfo", *unit.flags, *extra_flags, *_include_flags(unit),

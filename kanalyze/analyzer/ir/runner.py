@@ -19,7 +19,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 from kanalyze.analyzer.ir import sass as sass_tools
@@ -93,8 +92,10 @@ class _Worker:
         return tail
 
 
-def _failure(message: str, *, timed_out: bool = False) -> list[dict]:
-    return [{"index": 0, "ok": False, "error": message, "timed_out": timed_out, "of": 1, "dropped": 0}]
+def _failure(message: str, *, timed_out: bool = False, crashed: bool = False) -> list[dict]:
+    """A job that produced no result of its own (not cached: it may pass next time)."""
+    return [{"index": 0, "ok": False, "error": message, "timed_out": timed_out, "crashed": crashed,
+             "of": 1, "dropped": 0}]
 
 
 def run_batch(module_text: str, module_name: str, jobs: list[dict], timeout_s: float) -> dict[str, list[dict]]:
@@ -117,12 +118,11 @@ def run_batch(module_text: str, module_name: str, jobs: list[dict], timeout_s: f
             while True:
                 message = worker.next(timeout_s)
                 if message == "timeout":
-                    tail = worker.stop()
+                    worker.stop()
                     what = "compiling" if current else "importing the kernel's module"
                     failed = current or pending[0]["id"]
                     results[failed] = _failure(f"{what} did not finish within {timeout_s:g} s", timed_out=True)
                     pending = [j for j in pending if j["id"] != failed]
-                    del tail
                     break
                 if message is None:
                     tail = worker.stop()
@@ -130,14 +130,16 @@ def run_batch(module_text: str, module_name: str, jobs: list[dict], timeout_s: f
                         failed = current or pending[0]["id"]
                         last = " ".join(tail.strip().splitlines()[-2:]) if tail.strip() else ""
                         results[failed] = _failure(
-                            f"the compile worker exited (code {worker.process.returncode})" + (f": {last}" if last else ""))
+                            f"the compile worker exited (code {worker.process.returncode})" + (f": {last}" if last else ""),
+                            crashed=True)
                         pending = [j for j in pending if j["id"] != failed]
                     break
                 event = message.get("event")
                 if event == "fatal":
                     worker.stop()
                     for job in pending:
-                        results[job["id"]] = _failure(f"the kernel's module does not load: {message['error']}")
+                        results[job["id"]] = [{**_failure(f"the kernel's module does not load: {message['error']}")[0],
+                                               "crashed": False}]
                     pending = []
                     break
                 if event == "config":
@@ -204,6 +206,3 @@ def job_spec(context: dict, target: Target, job_id: str, max_configs: int) -> di
     keys = ("kernel", "names", "signature", "constexprs", "settings_values", "guesses", "options", "ints", "unresolved")
     return {"id": job_id, "arch": target.capability, "max_configs": max_configs, **{k: context[k] for k in keys}}
 
-
-def elapsed(start: float) -> float:
-    return round(time.perf_counter() - start, 3)

@@ -217,7 +217,8 @@ class Scanner:
             first = group[0]
             hits.append(self._hit("EXC001", "approx", rows, first.column, first.opcode,
                                   f"approximate math ({why}): overflow, underflow and special values "
-                                  "differ from the IEEE functions of the reference", group))
+                                  "differ from the IEEE functions of the reference", group,
+                                  lambda s: s.text.startswith("MUFU")))
         return hits
 
 

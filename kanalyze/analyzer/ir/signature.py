@@ -47,6 +47,8 @@ _FP8 = {"float8_e4m3fn": "float8e4nv", "float8_e5m2": "float8e5", "float8e4nv": 
         "float8e5": "float8e5", "float8e4b15": "float8e4b15"}
 _CAST_METHODS = {"half": "float16", "float": "float32", "bfloat16": "bfloat16", "double": "float64",
                  "int": "int32", "long": "int64", "bool": "bool", "short": "int16", "byte": "uint8"}
+_ALIASING = {"contiguous", "view", "reshape", "flatten", "t", "transpose", "permute", "expand", "clone", "cuda",
+             "detach", "squeeze", "unsqueeze", "view_as", "reshape_as", "expand_as", "narrow", "as_strided"}
 _INT_METHODS = {"stride", "size", "numel", "dim", "nelement", "element_size", "item"}
 _INT_CALLS = {"len", "int", "triton.cdiv", "triton.next_power_of_2", "math.prod", "max", "min"}
 _FLOAT_CALLS = {"float", "math.sqrt", "math.log", "math.exp"}
@@ -178,20 +180,29 @@ class LaunchReader:
             return "fp32", "fp32 assumed from the name"
         return "i32", ("i32 assumed" + (f" (`{self._text(arg)}`)" if arg is not None else ""))
 
-    def _classify(self, function: Function | None, expr: cst.BaseExpression) -> tuple[str | None, str | None]:
-        exprs = [expr]
-        if function is not None:
-            exprs = [e for _, e in self.model.sources(function, expr, depth=0)]
-        kind: str | None = None
-        dtype: str | None = None
-        for e in exprs:
-            k, d = self._classify_one(e)
-            if d is not None and dtype is None:
-                dtype = d
+    def _classify(self, function: Function | None, expr: cst.BaseExpression,
+                  depth: int = 0) -> tuple[str | None, str | None]:
+        """(kind, element dtype) of a wrapper expression: the expression itself,
+        else the nearest definitions of the name it is (not every value that ever
+        flowed into it: `K` of `M, K = a.shape` is an int even though `a = a.half()`)."""
+        kind, dtype = self._classify_one(expr)
+        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and kind in (None, "ptr") \
+                and dtype is None and expr.func.attr.value in _ALIASING and depth < 6:
+            inner = self._classify(function, expr.func.value, depth + 1)   # `x.contiguous()`: x's dtype
+            return ("ptr", inner[1]) if inner[0] in (None, "ptr") else inner
+        if kind is not None or function is None or not isinstance(expr, cst.Name) or depth >= 6:
+            return kind, dtype
+        for d in self.model.flow(function).defs_of(expr.value):
+            if d.kind == "param":
+                k, t = self._param_annotation(function, d.name)
+            elif d.value is not None and d.kind in ("assign", "walrus", "with"):
+                k, t = self._classify(function, _assigned(d), depth + 1)
+            else:
+                continue
+            if t is not None and dtype is None:
+                dtype = t
             if k == "ptr" or kind is None:
                 kind = k or kind
-        if kind is None and function is not None and isinstance(expr, cst.Name):
-            kind, dtype = self._param_annotation(function, expr.value)
         return kind, dtype
 
     def _classify_one(self, e: cst.BaseExpression) -> tuple[str | None, str | None]:
@@ -316,6 +327,19 @@ class LaunchReader:
             return ""
         text = node_text(self.model.module, expr)
         return text if len(text) <= 50 else text[:49] + "…"
+
+
+def _assigned(d) -> cst.BaseExpression:
+    """The value a definition gives its own name: the matching element of
+    `a, b = x.half(), y.half()`, else the whole right-hand side."""
+    value = d.value
+    if isinstance(d.node, cst.Assign) and isinstance(value, (cst.Tuple, cst.List)):
+        for target in d.node.targets:
+            if isinstance(target.target, (cst.Tuple, cst.List)) and len(target.target.elements) == len(value.elements):
+                for element, item in zip(target.target.elements, value.elements):
+                    if isinstance(element.value, cst.Name) and element.value.value == d.name:
+                        return item.value
+    return value
 
 
 _OPERATORS = {cst.Add: "+", cst.Subtract: "-", cst.Multiply: "*", cst.FloorDivide: "//", cst.Divide: "/",

@@ -16,7 +16,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from kanalyze.analyzer.cuda_sources import is_cuda_path, may_contain_inline_cuda
 from kanalyze.analyzer.ir.artifacts import ArtifactCache, digest, tool_versions
+from kanalyze.analyzer.ir.cuda_units import cuda_units
 from kanalyze.analyzer.ir.nvcc import NVCC_MISSING, CudaSource, compile_cuda, find_nvcc, nvcc_version
 from kanalyze.analyzer.ir.plan import FilePlan, plan_file
 from kanalyze.analyzer.ir.resources import Resources
@@ -24,8 +26,8 @@ from kanalyze.analyzer.ir.runner import job_spec, run_batch
 from kanalyze.analyzer.ir.scan import IRHit, Scanner
 from kanalyze.analyzer.ir.settings import IRSettings
 from kanalyze.analyzer.ir.targets import Target
+from kanalyze.analyzer.sources import may_contain_triton
 
-CUDA_SUFFIXES = (".cu", ".cuh")
 MAX_LABEL_VALUES = 8
 
 
@@ -85,6 +87,8 @@ def _label(record: dict, context: dict | None) -> str:
     if record.get("of", 1) > 1:
         where.append(f"autotune config {record['index'] + 1} of {record['of']}")
     text = ", ".join(values)
+    if not text:
+        return "; ".join(where)
     return f"{text} ({'; '.join(where)})" if where else text
 
 
@@ -121,7 +125,8 @@ class _Stage:
     def triton(self, sources: list[tuple[str, str]]) -> list[FileIR]:
         files: list[FileIR] = []
         batches: list[tuple[FilePlan, list[dict]]] = []
-        expected: list[tuple[FileIR, FilePlan, dict, dict, str, list[str]]] = []
+        jobs: list[tuple[FileIR, FilePlan, dict, dict, str]] = []   # (file, plan, info, spec, cache key)
+        cached: dict[str, list[dict]] = {}
         for path, text in sources:
             plan = self.plan(path, text)
             if plan is None or not plan.kernels:
@@ -131,23 +136,25 @@ class _Stage:
             pending: list[dict] = []
             for k, kernel in enumerate(plan.kernels):
                 for c, context in enumerate(kernel.contexts):
-                    data = context.__dict__
                     for target in self.settings.targets:
-                        spec = job_spec(data, target, f"{k}-{c}-{target.name}", self.settings.max_configs)
+                        spec = job_spec(context.__dict__, target, f"{k}-{c}-{target.name}", self.settings.max_configs)
                         key = "job-" + digest(plan.scratch_hash, {**spec, "id": None}, tool_versions())
-                        expected.append((file_ir, plan, {"kernel": kernel, "context": data, "target": target},
-                                         spec, key, []))
-                        if self.cache.get(key) is None:
+                        jobs.append((file_ir, plan, {"kernel": kernel, "context": context.__dict__, "target": target},
+                                     spec, key))
+                        records = self.cache.get(key)
+                        if records is None:
                             pending.append(spec)
+                        else:
+                            cached[key] = records
             if pending:
                 batches.append((plan, pending))
         results = self._compile(batches)
-        for file_ir, plan, info, spec, key, _ in expected:
+        for file_ir, plan, info, spec, key in jobs:
             records = results.get((plan.path, spec["id"]))
             from_cache = records is None
             if records is None:
-                records = self.cache.get(key) or []
-            elif not any(r.get("timed_out") or "compile worker exited" in (r.get("error") or "") for r in records):
+                records = cached.get(key, [])
+            elif not any(r.get("timed_out") or r.get("crashed") for r in records):
                 self.cache.put(key, records)
             lines = self._lines(file_ir.path)
             for record in records:
@@ -219,7 +226,7 @@ class _Stage:
         for unit in units:
             file_ir = by_file.setdefault(unit.filename, FileIR(unit.filename))
             for target in self.settings.targets:
-                key = "cuda-" + digest(unit.text, unit.origin_row, unit.flags, self.settings.nvcc_flags,
+                key = "cuda-" + digest(unit.text, unit.origin_row, unit.row_map, unit.flags, self.settings.nvcc_flags,
                                        target.name, nvcc_version(nvcc), tool_versions())
                 work.append((file_ir, unit, target, key))
 
@@ -242,39 +249,41 @@ class _Stage:
     def _cuda_kernels(self, unit: CudaSource, target: Target, record: dict, from_cache: bool) -> list[CompiledKernel]:
         flags = " ".join(unit.flags + self.settings.nvcc_flags)
         config = f"nvcc -arch=sm_{target.capability}{target.suffix}" + (f" {flags}" if flags else "")
+        origin = unit.file_row(1) or unit.origin_row
         if not record.get("ok"):
+            row = unit.file_row(record.get("row")) or origin
             return [CompiledKernel(unit.filename, unit.name or os.path.basename(unit.filename), target, config,
-                                   record.get("row") or unit.origin_row, unit.origin_row, False,
-                                   error=record.get("error"), error_row=record.get("row"), language="cuda")]
-        lines = self._lines(unit.filename)
+                                   row, origin, False, error=record.get("error"), error_row=row, language="cuda")]
+        # Rows are the compiled text's: the file's own for a .cu file, mapped back for inline CUDA.
+        lines = unit.text.splitlines() if unit.row_map else self._lines(unit.filename)
         kernels = []
         for function in record["functions"]:
             scanner = Scanner(record, lines, fast_math=record.get("fast_math", False), function=function["symbol"])
+            hits = []
+            for hit in scanner.scan():
+                rows = tuple(r for r in (unit.file_row(r) for r in hit.rows) if r)
+                if rows:
+                    hit.row, hit.rows = rows[0], rows
+                    hits.append(hit)
+            row = unit.file_row(function["row"]) or origin
             kernels.append(CompiledKernel(
-                unit.filename, function["kernel"], target, config, function["row"], function["row"], True,
-                resources=Resources.from_dict(function["resources"]), hits=scanner.scan(),
+                unit.filename, function["kernel"], target, config, row, row, True,
+                resources=Resources.from_dict(function["resources"]), hits=hits,
                 from_cache=from_cache, seconds=record.get("seconds", 0.0), language="cuda"))
         self.run.compiled += not from_cache
         self.run.from_cache += from_cache
         return kernels
 
 
-def cuda_units(path: str, text: str) -> list[CudaSource]:
-    """The CUDA units of a file: a whole `.cu`/`.cuh` file is one.  (Inline CUDA
-    in Python files comes from the CUDA static pass as `CudaSource`s.)"""
-    if path.endswith(CUDA_SUFFIXES):
-        return [CudaSource(text, path, 1, (), os.path.basename(path))]
-    return []
-
-
 def analyze_ir(sources: list[tuple[str, str]], settings: IRSettings, cache: ArtifactCache, *,
                workers: int | None = None, cuda: list[CudaSource] | None = None) -> IRRun:
-    """Compile and scan every kernel of `sources` ((path, text) of Python files) and
-    every CUDA unit (the `.cu` files among `sources`, plus `cuda`)."""
+    """Compile and scan every kernel of `sources` ((path, text) of Triton files,
+    CUDA files and Python files that build CUDA), plus the CUDA units `cuda`."""
     started = time.perf_counter()
     stage = _Stage(settings, cache, workers or os.cpu_count() or 1)
-    python = [(p, t) for p, t in sources if not p.endswith(CUDA_SUFFIXES)]
-    units = [u for p, t in sources for u in cuda_units(p, t)] + list(cuda or ())
+    python = [(p, t) for p, t in sources if not is_cuda_path(p) and may_contain_triton(t)]
+    units = [u for p, t in sources if is_cuda_path(p) or may_contain_inline_cuda(t) for u in cuda_units(p, t)]
+    units += list(cuda or ())
     if python:
         if triton_available():
             stage.run.files.extend(stage.triton(python))

@@ -131,7 +131,7 @@ def _compile_one(jit, job: dict, config, heuristics: dict, namespace: dict, arch
             if name not in values:
                 raise LookupError(f"constexpr `{name}` has no value ahead of time"
                                   + (f" (the launch passes `{job['unresolved'][name]}`)" if name in job["unresolved"] else "")
-                                  + f"; set it under [tool.kanalyze.ir] constexprs")
+                                  + "; set it under [tool.kanalyze.ir] constexprs")
             signature[name], constexprs[name] = "constexpr", values[name]
         elif param.annotation_type:
             signature[name] = param.annotation_type
@@ -147,10 +147,19 @@ def _compile_one(jit, job: dict, config, heuristics: dict, namespace: dict, arch
     else:
         for option, text in job["options"].items():
             options[option] = eval(text, namespace)  # noqa: S307
+    # What Triton's launcher specializes at run time for typical arguments: torch
+    # allocations are 16-byte aligned, sizes and strides multiples of 16.  Without
+    # it loads are not vectorized nor pipelined, and the resources are not the real ones.
+    attrs = {}
+    for position, param in enumerate(jit.params):
+        kind = signature[param.name]
+        if (kind.startswith("*") or kind in ("i32", "i64")) and not param.do_not_specialize \
+                and not param.do_not_specialize_on_alignment:
+            attrs[(position,)] = [["tt.divisibility", 16]]
     log = io.StringIO()
     started = time.time()
     with contextlib.redirect_stdout(log):
-        compiled = triton.compile(ASTSource(jit, signature, constexprs), target=GPUTarget("cuda", arch, 32),
+        compiled = triton.compile(ASTSource(jit, signature, constexprs, attrs), target=GPUTarget("cuda", arch, 32),
                                   options=options)
     files = {}
     for stage in ("ttir", "ttgir", "ptx", "cubin"):

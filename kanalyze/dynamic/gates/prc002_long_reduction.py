@@ -16,7 +16,7 @@ from kanalyze.dynamic.compare import fmt
 from kanalyze.dynamic.gates.base import REFUTED, UNCONFIRMED, Gate, GateContext, compare_with_float64, \
     run_problem, witness_arrays
 
-LONG = {"cpu": 4096, "cuda": 65536}
+LONG = {"cpu": 65536, "cuda": 2 ** 20}
 BUDGET = {"cpu": 2 ** 20, "cuda": 2 ** 26}
 
 

@@ -1,0 +1,163 @@
+"""From static findings to verdicts: which gates run on which file, and what the findings become.
+
+`confirm(findings, files, options, names)` is what `check --dynamic` calls
+(through check.run_dynamic):
+
+* each candidate file gets its harness (harness.py); a flagged file without
+  one keeps its flags `unconfirmed`, and the message says how to add one;
+* targeted mode runs the gates of the clauses flagged in the file; `all` runs
+  every gate on every file that has a harness;
+* files run in parallel (each in its own workers);
+* a verdict moves every flag of its clause in the file to `confirmed` (with
+  the witness, written under `.kanalyze/witnesses/`), `refuted` or
+  `unconfirmed`, and records a one-line summary in `evidence["gate_result"]`;
+* a violation a gate confirms where no detector fired becomes a new finding,
+  `confirmed`, with no static evidence (these measure static recall).
+
+Imports the data model and the dynamic side only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from kanalyze.dynamic import witness as witnesses
+from kanalyze.dynamic.gates import gates_by_code
+from kanalyze.dynamic.harness import Harness, NoHarness, find_harness
+from kanalyze.dynamic.runner import GateRun, Options, run_gates
+from kanalyze.dynamic.sandbox import Limits
+from kanalyze.findings import Finding, Location, Status, Witness
+
+
+@dataclass
+class DynamicOptions:
+    gates: str | list[str] = "targeted"     # "targeted", "all", or a list of codes
+    reference: str | None = None
+    kernelbench: str | None = None
+    mapping: dict = field(default_factory=dict)   # [tool.kanalyze.harness]
+    root: str = "."
+    mode: str = "auto"
+    jobs: int | None = None
+    witness_dir: str | None = None
+    case_seconds: float | None = None
+    max_numel: int | None = None
+
+
+def _display(path: str) -> str:
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:
+        return path
+    return relative if not relative.startswith("..") else path
+
+
+def _model_row(path: str) -> int:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for row, line in enumerate(handle, 1):
+                if re.match(r"\s*(class\s+ModelNew\b|def\s+\w+)", line):
+                    return row
+    except OSError:
+        pass
+    return 1
+
+
+def _codes_for(path: str, flagged: list[Finding], options: DynamicOptions, known: set[str]) -> list[str]:
+    if options.gates == "all":
+        return sorted(known)
+    if isinstance(options.gates, list):
+        return [c for c in options.gates if c in known]
+    return sorted({f.code for f in flagged if f.code in known})
+
+
+def confirm(findings: list[Finding], files: list[str], options: DynamicOptions,
+            names: dict[str, str]) -> list[Finding]:
+    gates = gates_by_code()
+    known = set(gates)
+    by_file: dict[str, list[Finding]] = {}
+    for finding in findings:
+        by_file.setdefault(finding.location.file, []).append(finding)
+    candidates = list(dict.fromkeys([*files, *by_file]))
+    plans: list[tuple[str, Harness, list[str]]] = []
+    for path in candidates:
+        flagged = [f for f in by_file.get(path, []) if not f.code.startswith("KAN")]
+        harness = find_harness(path, reference=options.reference, kernelbench=options.kernelbench,
+                               mapping=options.mapping, root=options.root)
+        if isinstance(harness, NoHarness):
+            for f in flagged:
+                _set(f, Status.UNCONFIRMED, f"{f.code} unconfirmed: {harness.reason}")
+            continue
+        codes = _codes_for(path, flagged, options, known)
+        for f in flagged:
+            if f.code not in known:
+                _set(f, Status.UNCONFIRMED, f"{f.code} unconfirmed: kanalyze has no gate for {f.code} yet")
+        if codes:
+            plans.append((path, harness, codes))
+
+    limits = Limits()
+    if options.case_seconds:
+        limits.case_seconds = options.case_seconds
+    run_options = Options(mode=options.mode, limits=limits, max_numel=options.max_numel)
+    directory = options.witness_dir or os.path.join(options.root, witnesses.DEFAULT_DIRECTORY)
+
+    def run(plan):
+        path, harness, codes = plan
+        flags = {c: [{"row": f.location.row, "kernel": f.kernel, "message": f.message}
+                     for f in by_file.get(path, []) if f.code == c] for c in codes}
+        try:
+            return plan, flags, run_gates(harness, codes, flags, run_options), None
+        except Exception as exc:  # one candidate's trouble never stops the others
+            return plan, flags, None, f"{type(exc).__name__}: {exc}"
+
+    jobs = options.jobs or min(len(plans), os.cpu_count() or 1) or 1
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        outcomes = list(pool.map(run, plans))
+
+    out = list(findings)
+    for (path, harness, codes), flags, gate_run, error in outcomes:
+        flagged = by_file.get(path, [])
+        if gate_run is None:
+            for f in flagged:
+                if f.code in codes:
+                    _set(f, Status.UNCONFIRMED, f"{f.code} unconfirmed: the dynamic run failed: {error}")
+            continue
+        out.extend(_apply(gate_run, harness, flagged, flags, directory, names, path))
+    out.sort(key=lambda f: f.sort_key)
+    return out
+
+
+def _set(finding: Finding, status: Status, line: str, witness: Witness | None = None) -> None:
+    finding.status = status
+    finding.evidence = {**finding.evidence, "gate_result": line}
+    if witness is not None:
+        finding.witness = witness
+
+
+def _apply(gate_run: GateRun, harness: Harness, flagged: list[Finding], flags: dict, directory: str,
+           names: dict[str, str], path: str) -> list[Finding]:
+    """Move the file's flags to their verdicts; return the findings no detector predicted."""
+    new: list[Finding] = []
+    for verdict in gate_run.verdicts:
+        own = [f for f in flagged if f.code == verdict.code]
+        witness = None
+        line = f"{verdict.code} {verdict.status}: {verdict.summary}"
+        if verdict.status == "confirmed":
+            kernel = next((f.kernel for f in own if f.kernel), None)
+            written = witnesses.write(verdict, harness, gate_run.environment, directory, kernel=kernel,
+                                      flags=flags.get(verdict.code))
+            line += f" (witness {_display(written)})"
+            witness = Witness(verdict.code, verdict.gate, {"summary": verdict.summary, "cases": len(verdict.cases)},
+                              path=_display(written))
+        status = Status(verdict.status)
+        for f in own:
+            _set(f, status, line, witness)
+        if not own and status is Status.CONFIRMED:
+            row = _model_row(path)
+            new.append(Finding(
+                code=verdict.code, name=names.get(verdict.code, verdict.gate), message=verdict.summary,
+                location=Location(path, row, 1, row, 1), status=Status.CONFIRMED,
+                evidence={"gate": verdict.gate, "static": None, "gate_result": line}, witness=witness))
+    return new
