@@ -20,9 +20,9 @@ import kanalyze
 CACHE_DIRNAME = ".kanalyze_cache"
 
 
-def _fingerprint() -> str:
+def _fingerprint(salt: str = "") -> str:
     package = Path(kanalyze.__file__).parent
-    digest = hashlib.sha256(kanalyze.__version__.encode())
+    digest = hashlib.sha256((kanalyze.__version__ + salt).encode())
     for path in sorted(package.rglob("*.py")):
         stat = path.stat()
         digest.update(f"{path.relative_to(package)}:{stat.st_mtime_ns}:{stat.st_size}".encode())
@@ -46,9 +46,10 @@ class Cache:
                 self.entries = {}
 
     @classmethod
-    def open(cls, root: str) -> "Cache":
+    def open(cls, root: str, salt: str = "") -> "Cache":
+        """`salt`: settings that change findings (the proof ranges) key the cache too."""
         directory = Path(os.environ.get("KANALYZE_CACHE_DIR") or Path(root) / CACHE_DIRNAME)
-        return cls(directory / f"static-{_fingerprint()}.pickle")
+        return cls(directory / f"static-{_fingerprint(salt)}.pickle")
 
     @classmethod
     def disabled(cls) -> "Cache":

@@ -166,6 +166,9 @@ def analyze_inline_cuda(path: str, text: str, *, python_rules: bool = True) -> t
     from kanalyze.analyzer.cstwalk import cached_children
     from kanalyze.analyzer.triton import TritonModule
 
+    if too_deeply_nested(text):  # LibCST's native parser would crash; the Triton pass says so when it ran
+        return ([_error_finding(path, f"cannot parse: more than {MAX_NESTING} brackets are open at once "
+                                      f"(Python itself refuses such code)")] if python_rules else []), 0
     with cached_children():
         try:
             host = TritonModule.from_source(path, text)
@@ -176,9 +179,17 @@ def analyze_inline_cuda(path: str, text: str, *, python_rules: bool = True) -> t
             return [_error_finding(path, f"cannot parse: {message}", exc.raw_line, exc.raw_column + 1)], 0
         except Exception as exc:  # LibCST raises more than ParserSyntaxError on odd input
             return ([_error_finding(path, f"cannot parse: {type(exc).__name__}: {exc}")] if python_rules else []), 0
-        extensions = find_extensions(host)
+        try:
+            extensions = find_extensions(host)
+        except Exception as exc:  # reading the strings must not stop the file's other checks
+            extensions = []
+            internal = _error_finding(path, f"reading the inline CUDA failed: {type(exc).__name__}: {exc}",
+                                      code=INTERNAL_ERROR)
+        else:
+            internal = None
         units = [unit for ext in extensions for unit in ext.units]
-        return _analyze_cuda(path, text, units, host, extensions, python_rules=python_rules)
+        findings, suppressed = _analyze_cuda(path, text, units, host, extensions, python_rules=python_rules)
+        return ([internal] if internal is not None else []) + findings, suppressed
 
 
 def _analyze_cuda(path: str, text: str, units: list, host, extensions: list, *,
@@ -207,7 +218,13 @@ def _analyze_cuda(path: str, text: str, units: list, host, extensions: list, *,
         except (RecursionError, MemoryError, ValueError) as exc:
             partial.append((unit, None, f"cannot parse: {type(exc).__name__}: {exc}"))
             continue
+        except Exception as exc:  # a bug in the model must not stop the other units and files
+            findings.append(_error_finding(path, f"the CUDA model failed on `{unit.origin}`: "
+                                                 f"{type(exc).__name__}: {exc}", code=INTERNAL_ERROR))
+            continue
         model.problem_sizes, model.host = sizes, host
+        if unit.extension is not None:
+            unit.extension.models.append(model)
         if model.errors or model.unknown_macros or unit.skipped:
             partial.append((unit, model, ""))
         for rule in rules:
@@ -222,49 +239,24 @@ def _analyze_cuda(path: str, text: str, units: list, host, extensions: list, *,
     if not reports and not partial and not skipped:
         return findings, 0
 
-    from kanalyze.analyzer.cuda_sources import line_starts, row_column
+    from kanalyze.analyzer.cuda_positions import CudaLocator, read_in_part
     from kanalyze.analyzer.cuda_suppressions import CudaSuppressions
     from kanalyze.analyzer.suppressions import Suppressions
     from kanalyze.rules import rules_by_code
 
-    positions = None
-    if host is not None:
-        from kanalyze.analyzer.positions import Positions
-
-        positions = Positions(host.module, text)
-    starts = line_starts(text) if positions is None else None
-
-    def resolve(node) -> int | None:
-        span = positions.offsets(node) if positions is not None else None
-        return span[0] if span else None
-
-    def unit_offset(unit, byte: int) -> int:
-        return byte if unit.text.isascii() else len(unit.text.encode("utf-8", "surrogatepass")[:byte].decode(
-            "utf-8", "ignore"))
-
-    def rows(start: int, end: int) -> tuple[int, int, int, int]:
-        if positions is not None:
-            return (*positions.row_column(start), *positions.row_column(end))
-        return (*row_column(starts, start), *row_column(starts, end))
-
-    def unit_span(unit, start_byte: int, end_byte: int) -> tuple[int, int, int, int]:
-        start, end = unit_offset(unit, start_byte), unit_offset(unit, end_byte)
-        origin = unit.source_map.origin(start, resolve)
-        return rows(origin, unit.source_map.origin(max(end - 1, start), resolve) + (1 if end > start else 0))
-
+    locator = CudaLocator(text, host)
     located: list[tuple[str, tuple[int, int, int, int], str, str | None, dict]] = []
     for report in reports:
         if isinstance(report, CudaReport):
-            span = unit_span(report.unit, report.node.start_byte, report.node.end_byte)
+            span = locator.unit_span(report.unit, report.node.start_byte, report.node.end_byte)
         else:
-            offsets = positions.offsets(report.node) if positions is not None else None
-            span = rows(*offsets) if offsets else (1, 1, 1, 1)
+            span = locator.python_span(report.node)
         located.append((report.code, span, report.message, report.kernel, report.evidence))
     for unit, model, why in partial:
-        located.append(_partial_unit(unit, model, why, unit_span, lambda n: rows(*(positions.offsets(n) or (0, 0)))))
+        span, message = read_in_part(unit, model, why, locator)
+        located.append((PARSE_ERROR[0], span, message, None, {"reason": message, "cuda_source": unit.origin}))
     for note in skipped:
-        offsets = positions.offsets(note.node) if positions is not None else None
-        located.append((PARSE_ERROR[0], rows(*offsets) if offsets else (1, 1, 1, 1),
+        located.append((PARSE_ERROR[0], locator.python_span(note.node),
                         f"{note.what}; findings in that source may be missing", None, {"reason": note.what}))
 
     names = rules_by_code()
@@ -288,40 +280,11 @@ def _analyze_cuda(path: str, text: str, units: list, host, extensions: list, *,
     return findings, suppressed
 
 
-def _partial_unit(unit, model, why: str, unit_span, python_span) -> tuple:
-    """One KAN000 for a unit read in part: the regions tree-sitter could not parse
-    and the pieces of an inline string that are not constant."""
-    parts: list[str] = []
-    span = None
-    if why:
-        parts.append(why)
-        span = unit_span(unit, 0, 0)
-    regions = []
-    for error in (model.errors if model is not None else [])[:6]:
-        first = unit_span(unit, error.start_byte, max(error.end_byte, error.start_byte + 1))
-        span = span or first
-        regions.append(f"{first[0]}" if first[2] == first[0] else f"{first[0]}-{first[2]}")
-    if regions:
-        more = len(model.errors) - len(regions)
-        parts.append(f"tree-sitter could not parse line{'s' if len(regions) > 1 or '-' in regions[0] else ''} "
-                     f"{', '.join(regions)}{f' and {more} more regions' if more > 0 else ''} (a macro the unit "
-                     f"does not define, or syntax it does not support); that code was skipped")
-    for node in (model.unknown_macros if model is not None else [])[:3]:
-        first = unit_span(unit, node.start_byte, node.start_byte + 1)
-        span = span or first
-        head = node.child_by_field_name("declarator")
-        parts.append(f"`{model.text(head, 40)}` on line {first[0]} is a macro the unit does not define; its block "
-                     f"was read as plain statements")
-    for note in unit.skipped:
-        parts.append(note.what)
-        if span is None and note.node is not None:
-            span = python_span(note.node)
-    where = "this file" if unit.origin == "file" else f"the `{unit.origin}` CUDA source"
-    message = f"{where} was read in part: {'; '.join(parts)}. Findings in that code may be missing"
-    return (PARSE_ERROR[0], span or (1, 1, 1, 1), message, None, {"reason": message, "source": unit.origin})
+def _analyze_batch(batch: list[tuple[str, str]], proof_ranges: dict | None = None) -> list[tuple[str, list[dict], int]]:
+    if proof_ranges is not None:  # a spawned worker does not inherit the parent's setting
+        from kanalyze.analyzer.bounds import configure
 
-
-def _analyze_batch(batch: list[tuple[str, str]]) -> list[tuple[str, list[dict], int]]:
+        configure(proof_ranges)
     results = []
     for path, text in batch:
         findings, suppressed = analyze_source(path, text)
@@ -343,7 +306,11 @@ def run_static(
     jobs: int | None = None,
 ) -> CheckResult:
     result = CheckResult()
-    cache = Cache.open(config.root) if use_cache else Cache.disabled()
+    from kanalyze.analyzer.bounds import configure, proof_ranges
+
+    ranges = proof_ranges(config.raw)  # `max-size` / `max-numel` of the MEM003 / MEM004 proofs
+    configure(ranges)
+    cache = Cache.open(config.root, repr(sorted(ranges.items()))) if use_cache else Cache.disabled()
     to_parse: list[tuple[str, str]] = []
     per_file: dict[str, list[Finding]] = {}
 
@@ -383,7 +350,8 @@ def run_static(
 
         context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            outputs = [r for batch in pool.map(_analyze_batch, _batches(to_parse, workers * 4)) for r in batch]
+            batches = _batches(to_parse, workers * 4)
+            outputs = [r for batch in pool.map(_analyze_batch, batches, [ranges] * len(batches)) for r in batch]
     else:
         outputs = _analyze_batch(to_parse)
 
@@ -421,7 +389,6 @@ def run_ir(
     from kanalyze.analyzer.ir.stage import analyze_ir
     from kanalyze.analyzer.suppressions import Suppressions
     from kanalyze.config import ConfigError
-    from kanalyze.rules import rules_by_code
     from kanalyze.rules.res002_resource_budget import ResourceBudget
 
     try:
@@ -436,7 +403,7 @@ def run_ir(
     cache = ArtifactCache.open(config.root) if use_cache else ArtifactCache.disabled()
     run = analyze_ir(sources, settings, cache, workers=jobs)
 
-    rules = rules_by_code()
+    rules = _clause_rules({"PRC001", "PRC002", "ORD001", "EXC001", "EXC002", "RES002", "KAN002"})
     names = {code: rule.name for code, rule in rules.items()}
     gates = {code: rule.gate for code, rule in rules.items()}
     budget = ResourceBudget()
@@ -481,4 +448,23 @@ def run_dynamic(paths: Iterable[str], config: Config, result: CheckResult, optio
     found = confirm(result.findings, files, options, names)
     result.findings = [f for f in found if config.selects(f.code, f.location.file)]
     return result
+
+
+def _clause_rules(codes: set[str]) -> dict:
+    """The rule classes of `codes`, importing only their modules (the IR stage's
+    warm path should not pay for the whole catalog)."""
+    import importlib
+    import pkgutil
+
+    import kanalyze.rules as package
+
+    found = {}
+    for info in pkgutil.iter_modules(package.__path__):
+        code = info.name.split("_", 1)[0].upper()
+        if code in codes and not info.name.endswith("_cuda"):
+            module = importlib.import_module(f"{package.__name__}.{info.name}")
+            for value in vars(module).values():
+                if isinstance(value, type) and getattr(value, "code", None) == code and value.__module__ == module.__name__:
+                    found[code] = value
+    return found
 

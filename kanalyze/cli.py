@@ -115,11 +115,13 @@ def _normalise_argv(argv: list[str]) -> list[str]:
 
 
 def _rule_metadata() -> list[dict]:
-    from kanalyze.rules import all_rules
+    from kanalyze.rules import all_rules, cuda_detector_classes
 
     return [{
         "code": r.code, "name": r.name, "summary": r.summary, "gate": r.gate,
-        "docs": r.explanation(), "help_uri": r.help_uri(), "has_detectors": r.has_detectors,
+        "docs": r.explanation(), "help_uri": r.help_uri(),
+        # static detectors in Triton source, in CUDA C++, or both
+        "has_detectors": r.has_detectors or bool(cuda_detector_classes(r.code)),
     } for r in all_rules()]
 
 
@@ -165,8 +167,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
         to_tty = args.output_file is None and sys.stdout.isatty()
         color = args.color == "always" or (args.color == "auto" and to_tty and not os.environ.get("NO_COLOR"))
         report = render_text(findings, color=color, suppressed=result.suppressed)
-        if args.quiet:
-            report = "".join(line + "\n" for line in report.splitlines()[: len(findings)])
+        if args.quiet:  # each finding's line, and the dynamic pass's verdict line under it
+            shown = len(findings) + sum(1 for f in findings
+                                        if f.evidence.get("gate_result") or (f.witness and f.witness.path))
+            report = "".join(line + "\n" for line in report.splitlines()[:shown])
         if args.statistics:
             report += render_statistics(findings, {f.code: f.name for f in findings})
 

@@ -32,7 +32,7 @@ class ConfigError(Exception):
 
 _KNOWN_KEYS = {
     "select", "ignore", "extend-select", "extend-ignore", "per-file-ignores",
-    "exclude", "extend-exclude", "harness", "target", "max-numel", "witness-dir", "ir",
+    "exclude", "extend-exclude", "harness", "target", "max-numel", "max-size", "witness-dir", "ir",
 }
 
 
@@ -144,6 +144,9 @@ def load_config(
             raise ConfigError(f"{where}: `per-file-ignores` must be a table of glob = [codes]")
         for pattern in pfi:
             config.per_file_ignores[pattern] = _string_list(pfi, pattern, f"{where} per-file-ignores")
+        for key in ("max-size", "max-numel"):  # the ranges the MEM003 / MEM004 proofs assume
+            if key in table and (not isinstance(table[key], int) or isinstance(table[key], bool) or table[key] < 1):
+                raise ConfigError(f"{where}: `{key}` must be a positive integer")
     if select is not None:
         # A selection on the command line replaces the file's selection and its
         # ignores: `--select PRC001` shows PRC001 even where the file ignores it.

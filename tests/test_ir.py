@@ -248,3 +248,53 @@ def test_bad_ir_settings_are_a_usage_error(tmp_path) -> None:
 
     assert main(["check", "--ir", str(tmp_path / "k.py")]) == 2
     assert main(["check", "--target", "sm_42", "--isolated", str(tmp_path / "k.py")]) == 2
+
+
+INLINE = '''\
+import torch
+from torch.utils.cpp_extension import load_inline
+
+cuda_source = """
+__global__ void scale_kernel(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] * 2.0f;
+}
+"""
+
+ext = load_inline(name="scale_ext", cpp_sources="", cuda_sources=cuda_source, functions=[],
+                  extra_cuda_cflags=["--use_fast_math"])
+'''
+
+
+def test_inline_cuda_units_map_rows_back_to_the_python_file() -> None:
+    from kanalyze.analyzer.ir.cuda_units import cuda_units
+
+    units = [u for u in cuda_units("/project/inline.py", INLINE) if "scale_kernel" in u.text]
+    assert len(units) == 1
+    unit = units[0]
+    assert unit.flags == ("--use_fast_math",) and unit.fast_math
+    compiled_row = unit.text.splitlines().index("    if (i < n) y[i] = x[i] * 2.0f;") + 1
+    assert unit.file_row(compiled_row) == INLINE.splitlines().index("    if (i < n) y[i] = x[i] * 2.0f;") + 1
+
+
+def test_inline_asm_blocks_keep_their_first_loc() -> None:
+    """LLVM numbers each line of an inline-asm string from the call's line: a
+    vectorized Triton atomic at line 79 gets `.loc` 79, 80, 81, 82."""
+    text = textwrap.dedent("""\
+        .visible .entry k()
+        {
+        \t// begin inline asm
+        \t.loc\t1 79 5
+        \tmov.u32 %r2, 0x0;
+        \t.loc\t1 80 5
+        \tmov.u32 %r3, 0x0;
+        \t.loc\t1 82 5
+        \t@%p1 atom.global.gpu.acq_rel.add.v4.f32 { %r2, %r3, %r4, %r5 }, [ %rd3 + 0 ], { %r6, %r7, %r8, %r9 };
+        \t// end inline asm
+        \t.loc\t1 83 1
+        \tret;
+        }
+        \t.file\t1 "/scratch/src/k.py"
+        """)
+    rows = {i.opcode: i.rows for i in parse_ptx(text, lambda path: path == USER).instructions}
+    assert rows["atom.global.gpu.acq_rel.add.v4.f32"] == (79,) and rows["ret"] == (83,)

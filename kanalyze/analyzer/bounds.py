@@ -2,16 +2,26 @@
 
 For every launched kernel, every launch site and every constexpr configuration
 (each `triton.Config` of an autotune list is a proof of its own), each
-`tl.load` / `tl.store` / `tl.atomic_*` is turned into z3 terms
-(bounds_launch binds the launch, bounds_kernel evaluates the kernel) and two
-questions are asked (bounds_solver):
+`tl.load` / `tl.store` / `tl.atomic_*` becomes z3 terms and two questions are
+asked:
   - MEM003: can the mask let an offset outside [0, numel) through, for runtime
     sizes in [1, max-size]?  Either a proof, or the smallest counterexample;
-  - MEM004: can an int32 operation of the offset or mask arithmetic wrap, for
-    tensors of up to max-numel elements?
+  - MEM004: can an int32 operation of the offset, mask or loop-bound
+    arithmetic wrap, for tensors of up to max-numel elements?
 An access the extraction does not model is "unknown", with the reason; so is
-one where the solver runs out of time.  Nothing here imports z3 until a file
-has a launched kernel with a memory access.
+one where the solver gives up.  Nothing here imports z3 until a file has a
+launched kernel with a memory access.
+
+The parts, in the order data flows through them:
+  bounds_launch    binds a launch: the wrapper's values for the kernel's parameters
+  bounds_host      the wrapper's expressions (sizes, grid, asserts) as z3 terms,
+  bounds_tensors   ... and the tensors it passes (shapes, extents)
+  bounds_kernel    the kernel's expressions as tiles of z3 terms, per access,
+  bounds_flow      ... following names through loops and branches
+  bounds_terms     tiles: lanes, broadcasting, int32/int64 arithmetic, wrap checks
+  bounds_symbols   the symbols (sizes, program ids, lanes, iterations) and their facts
+  bounds_checks    the two questions and the counterexamples handed to the gates
+  bounds_solver    asking z3 within a resource budget; the smallest model
 
 Assumptions every verdict carries: the tensors the wrapper receives are
 contiguous; a received tensor's rank is what the wrapper's reads imply
@@ -75,9 +85,23 @@ def has_launched_accesses(model: TritonModule) -> bool:
     return any(site.qualname in ACCESS_NAMES for site in model.calls)
 
 
+# `max-size` / `max-numel` of this process, set by the pipeline from `[tool.kanalyze]`.
+_RANGES: dict = {}
+
+
+def proof_ranges(raw: dict) -> dict:
+    """The proof ranges among a `[tool.kanalyze]` table (validated by config.py)."""
+    return {key: raw[key] for key in ("max-size", "max-numel") if key in raw}
+
+
+def configure(ranges: dict) -> None:
+    _RANGES.clear()
+    _RANGES.update(ranges)
+
+
 def settings_of(model: TritonModule) -> dict:
-    """`max-size` / `max-numel` from `[tool.kanalyze]`, as the pipeline attached them."""
-    return dict(getattr(model, "settings", None) or {})
+    """The ranges for this file: the model's own (tests), else the configured ones."""
+    return dict(getattr(model, "settings", None) or _RANGES)
 
 
 def analyze(model: TritonModule) -> BoundsAnalysis:
@@ -95,13 +119,12 @@ def analyze(model: TritonModule) -> BoundsAnalysis:
 
 
 def _run(model: TritonModule, analysis: BoundsAnalysis) -> None:
-    import z3
+    from kanalyze.analyzer.bounds_launch import configurations, pointer_parameters
+    from kanalyze.analyzer.bounds_solver import Budget, Settings, forget_tactic
+    from kanalyze.analyzer.bounds_symbols import fresh_context
 
-    from kanalyze.analyzer.bounds_launch import bind, configurations, pointer_parameters
-    from kanalyze.analyzer.bounds_solver import Budget, Settings, Verdict, check_bounds, check_overflow, evaluate
-    from kanalyze.analyzer.bounds_terms import Unsupported, reset_variables
-
-    reset_variables()
+    fresh_context()
+    forget_tactic()
     started = time.perf_counter()
     budget = Budget(Settings(max_size=analysis.max_size, max_numel=analysis.max_numel))
     reports: dict[int, AccessReport] = {}
@@ -116,43 +139,80 @@ def _run(model: TritonModule, analysis: BoundsAnalysis) -> None:
             analysis.truncated.append(f"{jit.name}: {len(configs)} of {total} autotune configs")
         for launch in jit.launches:
             for index, config in configs:
-                try:
-                    bound = bind(model, launch, index, config, pointers)
-                    accesses = list(bound.frame.accesses())
-                except (Unsupported, z3.Z3Exception) as exc:
-                    _unknown_launch(model, jit, reports, f"the launch is not modeled: {exc}")
-                    continue
-                overflow_cache: dict = {}
-                for call, terms in accesses:
-                    report = reports.get(id(call))
-                    if report is None:
-                        report = reports[id(call)] = _new_report(model, jit, call)
-                    report.configurations += 1
-                    access_started = time.perf_counter()
-                    if isinstance(terms, Unsupported):
-                        _merge(report, Verdict("unknown", terms.reason), Verdict("unknown", terms.reason))
-                        continue
-                    report.parameter = terms.pointer.base
-                    tensor = bound.ctx.tensors.get(terms.pointer.base)
-                    report.tensor = tensor.label if tensor is not None else report.tensor
-                    try:
-                        ev = evaluate(terms, bound, f"{id(call) % 100000}")
-                        verdict = check_bounds(terms, bound, ev, budget)
-                        overflow = check_overflow(terms, bound, ev, budget, overflow_cache)
-                    except (Unsupported, z3.Z3Exception) as exc:
-                        reason = exc.reason if isinstance(exc, Unsupported) else f"internal: {exc}"
-                        verdict = overflow = Verdict("unknown", reason)
-                    for v in (verdict, overflow):
-                        if v.counterexample is not None and "kernel" not in v.counterexample:
-                            v.counterexample.update(_context(model, bound, terms, report))
-                    _merge(report, verdict, overflow)
-                    report.seconds += time.perf_counter() - access_started
-    reset_variables()
+                _configuration(model, jit, launch, index, config, pointers, reports, budget)
+    fresh_context()  # let the terms of this file go
+    forget_tactic()
     analysis.accesses = list(reports.values())
     analysis.seconds = time.perf_counter() - started
     analysis.solver_seconds = budget.solver_seconds
     analysis.queries = budget.queries
     analysis.timeouts = budget.timeouts
+
+
+def _configuration(model: TritonModule, jit, launch, index, config: dict, pointers: set, reports: dict,
+                   budget) -> None:
+    """One launch under one constexpr configuration: bind it, evaluate every access, prove."""
+    import z3
+
+    from kanalyze.analyzer.bounds_checks import evaluate
+    from kanalyze.analyzer.bounds_launch import bind
+    from kanalyze.analyzer.bounds_solver import Verdict
+    from kanalyze.analyzer.bounds_symbols import Unsupported
+
+    try:
+        bound = bind(model, launch, index, config, pointers)
+        accesses = list(bound.frame.accesses())
+    except (Unsupported, z3.Z3Exception, RecursionError) as exc:
+        _unknown_launch(model, jit, reports, f"the launch is not modeled: {exc}")
+        return
+    items, reports_of = [], []
+    for call, terms in accesses:
+        report = reports.get(id(call))
+        if report is None:
+            report = reports[id(call)] = _new_report(model, jit, call)
+        report.configurations += 1
+        if isinstance(terms, Unsupported):
+            report.parameter = report.parameter or _base_parameter(jit, call)
+        else:
+            report.parameter = terms.pointer.base
+        tensor = bound.ctx.tensors.get(report.parameter)
+        report.tensor = tensor.label if tensor is not None else report.tensor
+        if isinstance(terms, Unsupported):
+            _merge(report, Verdict("unknown", terms.reason), Verdict("unknown", terms.reason), [])
+            continue
+        try:
+            items.append((terms, evaluate(terms, bound)))
+            reports_of.append(report)
+        except (Unsupported, z3.Z3Exception, RecursionError) as exc:
+            reason = exc.reason if isinstance(exc, Unsupported) else f"internal: {exc}"
+            _merge(report, Verdict("unknown", reason), Verdict("unknown", reason), [])
+    _prove(model, bound, items, reports_of, budget)
+
+
+def _prove(model: TritonModule, bound, items: list, reports_of: list, budget) -> None:
+    """Both questions for every access of one launch configuration."""
+    import z3
+
+    from kanalyze.analyzer.bounds_checks import check_bounds, check_overflows, screen_bounds
+    from kanalyze.analyzer.bounds_solver import Verdict
+    from kanalyze.analyzer.bounds_symbols import Unsupported
+
+    started = time.perf_counter()
+    try:
+        suspects = screen_bounds(items, bound, budget)
+        bounds_verdicts = [check_bounds(terms, bound, ev, budget) if i in suspects else Verdict("proved")
+                           for i, (terms, ev) in enumerate(items)]
+        overflows = check_overflows(items, bound, budget)
+    except (Unsupported, z3.Z3Exception, RecursionError) as exc:
+        reason = exc.reason if isinstance(exc, Unsupported) else f"internal: {exc}"
+        bounds_verdicts = [Verdict("unknown", reason)] * len(items)
+        overflows = [(Verdict("unknown", reason), [])] * len(items)
+    for (terms, _), report, verdict, (overflow, wraps) in zip(items, reports_of, bounds_verdicts, overflows):
+        for v in (verdict, *wraps):
+            if v.counterexample is not None and "kernel" not in v.counterexample:
+                v.counterexample.update(_context(model, bound, terms, report))
+        _merge(report, verdict, overflow, wraps)
+        report.seconds += (time.perf_counter() - started) / max(len(items), 1)
 
 
 def _new_report(model: TritonModule, jit, call: cst.Call) -> AccessReport:
@@ -167,6 +227,16 @@ def _new_report(model: TritonModule, jit, call: cst.Call) -> AccessReport:
     return AccessReport(call, jit.name, function.name if function else jit.name, kind, masked)
 
 
+def _base_parameter(jit, call: cst.Call) -> str | None:
+    """The parameter at the left of the pointer sum (`x_ptr` in `x_ptr + idx`), if it is one."""
+    from kanalyze.analyzer.triton import keyword
+
+    expr = keyword(call, "pointer", 0)
+    while isinstance(expr, (cst.BinaryOperation, cst.Subscript)):
+        expr = expr.left if isinstance(expr, cst.BinaryOperation) else expr.value
+    return expr.value if isinstance(expr, cst.Name) and jit.param(expr.value) is not None else None
+
+
 def _unknown_launch(model, jit, reports: dict, reason: str) -> None:
     from kanalyze.analyzer.bounds_solver import Verdict
 
@@ -175,7 +245,7 @@ def _unknown_launch(model, jit, reports: dict, reason: str) -> None:
             report = reports.get(id(site.node))
             if report is None:
                 report = reports[id(site.node)] = _new_report(model, jit, site.node)
-            _merge(report, Verdict("unknown", reason), Verdict("unknown", reason))
+            _merge(report, Verdict("unknown", reason), Verdict("unknown", reason), [])
 
 
 def _context(model: TritonModule, bound, terms, report: AccessReport) -> dict:
@@ -194,13 +264,15 @@ def _context(model: TritonModule, bound, terms, report: AccessReport) -> dict:
     }
 
 
-def _merge(report: AccessReport, bounds, overflow) -> None:
+def _merge(report: AccessReport, bounds, overflow, wraps: list) -> None:
     report.bounds = _worse(report.bounds, bounds)
-    if overflow.status == "violated":
-        key = id(overflow.node)
+    for wrap in wraps:
+        if wrap.status != "violated":
+            continue
+        key = id(wrap.node)
         previous = report.wraps.get(key)
-        if previous is None or (overflow.objective or 0) < (previous.objective or 0):
-            report.wraps[key] = overflow
+        if previous is None or (wrap.objective or 0) < (previous.objective or 0):
+            report.wraps[key] = wrap
     report.overflow = _worse(report.overflow, overflow)
     for v in (bounds, overflow):
         if v.status == "unknown" and v.reason and v.reason not in report.reasons:

@@ -21,7 +21,8 @@ import z3
 
 from kanalyze.analyzer.bounds_host import HArith, HLambda, HMeta, HostEval, HostTensor, HParam, HTuple, HValue
 from kanalyze.analyzer.bounds_kernel import ACCESSES, Frame, LaunchContext, to_kernel_value
-from kanalyze.analyzer.bounds_terms import Env, Opaque, Pointer, PyValue, Tile, Unsupported, constant, variables
+from kanalyze.analyzer.bounds_symbols import Env, Unsupported, variables
+from kanalyze.analyzer.bounds_terms import Opaque, Pointer, PyValue, Tile, constant
 from kanalyze.analyzer.cstwalk import body_nodes, node_text
 from kanalyze.analyzer.triton import JitFunction, Launch, TritonModule, keyword
 
@@ -199,19 +200,32 @@ def _grid(host: HostEval, launch: Launch, host_values: dict) -> list:
 
 
 def _asserts(bound: BoundLaunch, host: HostEval, launch: Launch) -> None:
-    """`assert cond` and `if cond: raise` in the wrapper are preconditions."""
+    """What the wrapper guarantees before it launches: `assert cond`, `if cond: raise`
+    anywhere in it, and on the way to the launch an enclosing `if`/`else` and an
+    earlier `if cond: return fallback(...)`."""
     wrapper = launch.wrapper
     if wrapper is None:
         return
+    conditions = []
     for node in body_nodes(wrapper.node):
         if isinstance(node, cst.Assert):
-            test, holds = node.test, True
-        elif isinstance(node, cst.If) and isinstance(node.body, cst.IndentedBlock) and node.body.body \
-                and isinstance(node.body.body[0], cst.SimpleStatementLine) \
-                and isinstance(node.body.body[0].body[0], cst.Raise):
-            test, holds = node.test, False
-        else:
-            continue
+            conditions.append((node.test, True))
+        elif isinstance(node, cst.If) and _ends_in(node.body, cst.Raise):
+            conditions.append((node.test, False))
+    child = launch.call
+    for ancestor in bound.ctx.model.ancestors(launch.call):
+        if ancestor is wrapper.node:
+            break
+        if isinstance(ancestor, cst.If) and child is not ancestor.test:
+            conditions.append((ancestor.test, child is ancestor.body))
+        if isinstance(ancestor, cst.IndentedBlock):
+            for statement in ancestor.body:
+                if statement is child:
+                    break
+                if isinstance(statement, cst.If) and _ends_in(statement.body, cst.Return):
+                    conditions.append((statement.test, False))
+        child = ancestor
+    for test, holds in conditions:
         try:
             condition = host.condition(test)
         except Unsupported:
@@ -219,6 +233,14 @@ def _asserts(bound: BoundLaunch, host: HostEval, launch: Launch) -> None:
                 bound.inexact.append(f"the check `{_text(test)}` in `{wrapper.name}` is not modeled")
             continue
         bound.env.add_fact(condition if holds else z3.Not(condition))
+
+
+def _ends_in(body: cst.BaseSuite, kind: type) -> bool:
+    statements = list(body.body)
+    last = statements[-1] if statements else None
+    if isinstance(last, cst.SimpleStatementLine):
+        last = last.body[-1]
+    return isinstance(last, kind)
 
 
 def _closure(env: Env, names: set[str]) -> set[str]:

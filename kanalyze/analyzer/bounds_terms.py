@@ -16,161 +16,18 @@ is the same question as bit-vector wrap-around, and it stays valid when a
 value is int32 for small sizes and int64 for large ones (Triton passes an
 integer argument as int64 only when it does not fit int32).
 
-`Env` is the symbol table of one launch configuration: sizes, program ids,
-lanes, loop iterations, approximations, and the facts about each of them.
+The symbols the terms are made of (`Env`) are in bounds_symbols.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import z3
 
-INT32_MAX = 2**31 - 1
-INT32_MIN = -(2**31)
-# Triton refuses tiles of more elements than this (TRITON_MAX_TENSOR_NUMEL).
-MAX_TILE = 2**20
-ZERO = z3.IntVal(0)
-
-
-class Unsupported(Exception):
-    """A construct the extraction does not model: the access is "unknown"."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-# --- symbols -----------------------------------------------------------------
-
-@dataclass
-class Symbol:
-    name: str
-    term: z3.ExprRef
-    # size: a runtime size the wrapper reads (a dimension, a numel, an integer argument)
-    # free: a value the extraction could not model (an over-approximation)
-    # pow2: triton.next_power_of_2(...) of a size; pid, lane, iter: kernel-side
-    kind: str
-    label: str
-    facts: list = field(default_factory=list)
-
-
-class Env:
-    """Symbols of one launch configuration, and the facts that define them."""
-
-    def __init__(self) -> None:
-        self.symbols: dict[str, Symbol] = {}
-        self.facts: list[z3.BoolRef] = []      # preconditions: asserts, view divisibility
-        self.free_reasons: dict[str, str] = {}
-        self.shown: list[tuple[str, z3.ArithRef]] = []  # loop variables worth naming in a counterexample
-        self.tensors: list = []                          # every tensor of the launch (MEM004 bounds their size)
-
-    def symbol(self, name: str, kind: str, label: str | None = None, *, boolean: bool = False,
-               facts: Callable[[z3.ExprRef], list] | None = None) -> z3.ExprRef:
-        found = self.symbols.get(name)
-        if found is not None:
-            return found.term
-        term = z3.Bool(name) if boolean else z3.Int(name)
-        symbol = Symbol(name, term, kind, label or name)
-        self.symbols[name] = symbol
-        if facts is not None:
-            symbol.facts = list(facts(term))
-        return term
-
-    def free(self, reason: str, *, boolean: bool = False) -> z3.ExprRef:
-        """An unknown value: any value is possible, so a proof over it still holds,
-        but a counterexample that uses it is not concrete."""
-        name = f"?{len(self.free_reasons)}"
-        self.free_reasons[name] = reason
-        return self.symbol(name, "free", reason, boolean=boolean)
-
-    def pow2(self, of: z3.ArithRef, label: str) -> z3.ArithRef:
-        """`triton.next_power_of_2(of)`: the power of two P with of <= P < 2*of."""
-        def facts(p):
-            return [z3.Or([p == 2**i for i in range(0, 41)]), p >= of, z3.Or(p == 1, p < 2 * of)]
-        return self.symbol(f"pow2({label})", "pow2", f"next_power_of_2({label})", facts=facts)
-
-    def add_fact(self, fact: z3.BoolRef) -> None:
-        self.facts.append(fact)
-
-
-# id of a z3 term → (the term, kept alive so that the id is not reused; its names).
-# Walking z3 terms through the Python API is slow and the proofs ask about the
-# same subterms again and again; `reset_variables()` empties it per file.
-_VARIABLES: dict[int, tuple] = {}
-
-
-def reset_variables() -> None:
-    _VARIABLES.clear()
-
-
-def variables(*terms: z3.ExprRef) -> set[str]:
-    """Names of the uninterpreted constants in `terms`."""
-    found: set[str] = set()
-    for term in terms:
-        found |= _variables(term)
-    return found
-
-
-def _variables(root: z3.ExprRef) -> frozenset:
-    cached = _VARIABLES.get(root.get_id())
-    if cached is not None:
-        return cached[1]
-    # Post-order without recursion: children first, then the node from theirs.
-    stack = [(root, False)]
-    while stack:
-        term, expanded = stack.pop()
-        key = term.get_id()
-        if key in _VARIABLES:
-            continue
-        if z3.is_const(term):
-            names = frozenset([term.decl().name()]) if term.decl().kind() == z3.Z3_OP_UNINTERPRETED else frozenset()
-            _VARIABLES[key] = (term, names)
-            continue
-        children = term.children()
-        if not expanded:
-            stack.append((term, True))
-            stack.extend((c, False) for c in children if c.get_id() not in _VARIABLES)
-            continue
-        names = frozenset().union(*(_VARIABLES[c.get_id()][1] for c in children)) if children else frozenset()
-        _VARIABLES[key] = (term, names)
-    return _VARIABLES[root.get_id()][1]
-
-
-def concrete(term) -> int | None:
-    """The integer a term always has, if z3's simplifier sees it."""
-    if isinstance(term, int):
-        return term
-    if isinstance(term, z3.ArithRef):
-        simple = z3.simplify(term)
-        if z3.is_int_value(simple):
-            return simple.as_long()
-    return None
-
-
-def int_term(value) -> z3.ArithRef:
-    return z3.IntVal(value) if isinstance(value, int) else value
-
-
-def fits32(term) -> z3.BoolRef | bool:
-    value = concrete(term)
-    if value is not None:
-        return INT32_MIN <= value <= INT32_MAX
-    return z3.And(term >= INT32_MIN, term <= INT32_MAX)
-
-
-def either(*values):
-    """Or over Python booleans and z3 conditions, simplified where it can be."""
-    if any(v is True for v in values):
-        return True
-    rest = [v for v in values if v is not False]
-    return False if not rest else rest[0] if len(rest) == 1 else z3.Or(rest)
-
-
-def _not(value):
-    return (not value) if isinstance(value, bool) else z3.Not(value)
-
+from kanalyze.analyzer.bounds_symbols import (INT32_MAX, INT32_MIN, Env, Unsupported, concrete, either, fits32,
+                                              int_term, negate)
 
 # --- tiles -------------------------------------------------------------------
 
@@ -214,7 +71,7 @@ def constant(term) -> Tile:
     """A compile-time integer: int32 when it fits, as Triton materialises it."""
     term = int_term(term)
     fits = fits32(term)
-    return scalar(term, wide=_not(fits), const=True)
+    return scalar(term, wide=negate(fits), const=True)
 
 
 def boolean(term) -> Tile:
@@ -238,14 +95,21 @@ def broadcast(*shapes: tuple) -> tuple:
 def project(shape: tuple, rank: int, idx: tuple) -> tuple:
     """The lane of an operand of `shape` inside a broadcast result of `rank` dims."""
     offset = rank - len(shape)
-    return tuple(ZERO if is_one(d) else idx[offset + j] for j, d in enumerate(shape))
+    return tuple(z3.IntVal(0) if is_one(d) else idx[offset + j] for j, d in enumerate(shape))
 
 
-def _wrap_check(value, wide, node) -> tuple:
+def _wrap_check(value, wide, node, inner: tuple = ()) -> tuple:
+    """(the operation wraps first, node, exact value): it wraps while none of the
+    operations it is computed from did, so a wrap is reported where it starts,
+    not again on every sum built on it."""
     if wide is True:
         return ()
     wraps = z3.Or(value > INT32_MAX, value < INT32_MIN)
-    return ((wraps if wide is False else z3.And(z3.Not(wide), wraps), node, value),)
+    if wide is not False:
+        wraps = z3.And(z3.Not(wide), wraps)
+    if inner:
+        wraps = z3.And(wraps, z3.Not(z3.Or([c[0] for c in inner])))
+    return ((wraps, node, value),)
 
 
 def _cdiv_trunc(a, b):
@@ -319,13 +183,13 @@ def binop(op: str, a: Tile, b: Tile, node=None) -> Tile:
         va, ca = a.at(project(a.shape, rank, idx))
         vb, cb = b.at(project(b.shape, rank, idx))
         value = _apply(op, va, vb, const)
-        checks = ca + cb + (_wrap_check(value, wide, node) if wraps else ())
+        checks = ca + cb + (_wrap_check(value, wide, node, ca + cb) if wraps else ())
         return value, checks
 
     if const and kind == "int":
         # A Python-level result: its width is decided when it meets a tensor.
-        probe, _ = at(tuple(ZERO for _ in shape))
-        wide = _not(fits32(probe)) if not shape else wide
+        probe, _ = at(tuple(z3.IntVal(0) for _ in shape))
+        wide = negate(fits32(probe)) if not shape else wide
     return Tile(shape, _memo(at), kind, wide, const)
 
 
@@ -349,7 +213,7 @@ def unary(op: str, a: Tile, node=None) -> Tile:
         def at(idx):
             value, checks = a.at(idx)
             out = -value
-            return out, checks + (() if a.const else _wrap_check(out, a.wide, node))
+            return out, checks + (() if a.const else _wrap_check(out, a.wide, node, checks))
         return Tile(a.shape, _memo(at), "int", a.wide, a.const)
     if op in ("not", "~") and a.kind == "bool":
         return Tile(a.shape, _memo(lambda idx: (z3.Not(a.at(idx)[0]), a.at(idx)[1])), "bool", False, a.const)
@@ -368,7 +232,7 @@ def cast(a: Tile, dtype: str, node=None) -> Tile:
 
         def at(idx):
             value, checks = a.at(idx)
-            return value, checks + (() if a.const else _wrap_check(value, False, node))
+            return value, checks + (() if a.const else _wrap_check(value, False, node, checks))
         return Tile(a.shape, _memo(at), "int", False, a.const)
     if dtype == "int1":
         if a.kind == "bool":
@@ -405,7 +269,7 @@ def times(count, a: Tile, *, wraps: bool, node=None) -> Tile:
     def at(idx):
         value, checks = a.at(idx)
         out = count * value
-        return out, checks + (_wrap_check(out, a.wide, node) if wraps else ())
+        return out, checks + (_wrap_check(out, a.wide, node, checks) if wraps else ())
     return Tile(a.shape, _memo(at), "int", a.wide, False)
 
 
@@ -454,14 +318,15 @@ def add_pointer(p: Pointer, offset: Tile, sign: int = 1) -> Pointer:
     return Pointer(p.base, Tile(shape, _memo(at), "int", True, False))
 
 
-def lane_vars(env: Env, shape: tuple, tag: str) -> tuple:
+def lane_vars(env: Env, shape: tuple) -> tuple:
     """One lane variable per dimension of an access, bounded by the dimension's size."""
     lanes = []
     for k, dim in enumerate(shape):
         if is_one(dim):
-            lanes.append(ZERO)
+            lanes.append(z3.IntVal(0))
             continue
         size = int_term(dim)
-        lanes.append(env.symbol(f"lane{k}@{tag}", "lane", f"lane {k}",
+        # Named by position and size: accesses over the same tile share their lanes.
+        lanes.append(env.symbol(f"lane{k}<{z3.simplify(size)}>", "lane", f"lane {k}",
                                 facts=lambda v, size=size: [v >= 0, v < size]))
     return tuple(lanes)

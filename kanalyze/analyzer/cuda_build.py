@@ -1,9 +1,10 @@
-"""Fills a CudaModule from its syntax tree (cuda_model.py says what it holds).
+"""Reading a CudaModule's nodes (cuda_model.py says what the model holds).
 
-One tree-sitter query collects the nodes of interest; everything else here is
-reading those nodes: function signatures (expanding a macro the unit defines
-when a kernel is declared through one), declarations and their types, calls
-and launches.
+`build` reads the top of the tree: functions and their qualifiers (expanding a
+macro the unit defines when a kernel is declared through one), `#define`s,
+file-scope declarations, and the regions that did not parse.  The `read_*`
+functions read one thing when the model is first asked for it: a parameter
+list, a function's locals, a declaration, a call, a launch.
 """
 
 from __future__ import annotations
@@ -13,50 +14,52 @@ import re
 import tree_sitter as ts
 
 from kanalyze.analyzer.cuda_model import (
-    QUALIFIERS, CudaCall, CudaFunction, CudaLaunch, CudaModule, Variable, _language, callee_name,
+    QUALIFIERS, CudaCall, CudaFunction, CudaLaunch, CudaModule, Variable, walk,
 )
 from kanalyze.analyzer.cuda_sources import CudaUnit
 from kanalyze.analyzer.cuda_types import UNKNOWN, CType, normalize
 
-_CAPTURES = ("function", "declaration", "call", "assignment", "if", "for", "while", "do", "conditional",
-             "define", "macro", "asm", "instantiation")
 _WRAPPERS = ("pointer_declarator", "reference_declarator", "parenthesized_declarator", "attributed_declarator")
+# Top-level items that hold further top-level items.
+_CONTAINERS = {"namespace_definition", "linkage_specification", "declaration_list", "preproc_if", "preproc_ifdef",
+               "preproc_else", "preproc_elif", "template_declaration", "class_specifier", "struct_specifier",
+               "field_declaration_list"}
+# `LOOP(i, n) {` inside a body: an upper-case call followed by a block.
+_MACRO_BLOCK = re.compile(rb"\b[A-Z_][A-Z0-9_]*\s*\([^;{}]*\)\s*\{")
 
 
 def build(model: CudaModule) -> None:
-    query = _language()[2]
-    captures = ts.QueryCursor(query).captures(model.root)
-    for name in _CAPTURES:
-        nodes = captures.get(name, [])
-        nodes.sort(key=lambda n: n.start_byte)
-        model.by_type[name] = nodes
     text = model.text
-    for node in model.by_type["define"]:
-        name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
-        if name is not None and value is not None:
-            model.defines[text(name)] = value
-    for node in model.by_type["macro"]:
-        name = node.child_by_field_name("name")
-        if name is not None:
-            model.macros[text(name)] = node
-    qualifier_macros = {name: frozenset(QUALIFIERS & set(re.findall(r"__\w+__", text(value))))
-                        for name, value in model.defines.items() if "__" in text(value)}
-    qualifier_macros = {k: v for k, v in qualifier_macros.items() if v}
+    qualifier_macros: dict[str, frozenset[str]] = {}
     explained: set[int] = set()
-    outer_end = -1
-    for node in model.by_type["function"]:
-        if node.start_byte < outer_end:
-            # `LOOP(i, n) { ... }` inside a function: a macro invocation the grammar reads as a
-            # nested definition. Its block stays part of the enclosing function.
-            name = node.child_by_field_name("declarator")
-            name = name.child_by_field_name("declarator") if name is not None else None
-            if name is None or model.text(name) not in model.macros:
-                model.unknown_macros.append(node)
-            continue
+    stack = list(reversed(model.root.named_children))
+    definitions: list[ts.Node] = []
+    while stack:
+        node = stack.pop()
+        kind = node.type
+        if kind == "function_definition":
+            definitions.append(node)
+        elif kind == "preproc_def":
+            name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
+            if name is not None and value is not None:
+                model.defines[text(name)] = value
+                words = QUALIFIERS & set(re.findall(r"__\w+__", text(value)))
+                if words:
+                    qualifier_macros[text(name)] = frozenset(words)
+        elif kind == "preproc_function_def":
+            name = node.child_by_field_name("name")
+            if name is not None:
+                model.macros[text(name)] = node
+        elif kind == "declaration":
+            model.top_declarations.append(node)
+        elif kind == "template_instantiation":
+            model.top_instantiations.append(node)
+        elif kind in _CONTAINERS:
+            stack.extend(reversed(node.named_children))
+    for node in definitions:
         function = _function(model, node, qualifier_macros, explained)
         if function is not None:
             model.functions.append(function)
-            outer_end = node.end_byte
     model.functions.sort(key=lambda f: f.node.start_byte)
     model._starts = [f.node.start_byte for f in model.functions]
     for function in model.functions:
@@ -64,16 +67,19 @@ def build(model: CudaModule) -> None:
             model.kernels.setdefault(function.name, function)
         elif function.is_device:
             model.device_functions.setdefault(function.name, function)
-    for node in model.by_type["declaration"]:
-        _declaration(model, node)
-    for node in model.by_type["call"]:
-        _call(model, node)
-    for node in model.by_type["instantiation"]:
-        declarator = node.child_by_field_name("declarator")
-        inner = declarator.child_by_field_name("declarator") if declarator is not None else None
-        if inner is not None and inner.type == "template_function":
-            name, _, _, args = callee_name(inner, text)
-            model.instantiations.setdefault(name, []).append(args)
+    for match in _MACRO_BLOCK.finditer(model.source):
+        node = model.root.descendant_for_byte_range(match.start(), match.start())
+        while node is not None and node.type not in ("function_definition", "translation_unit"):
+            node = node.parent
+        function = model.function_of(node) if node is not None and node.type == "function_definition" else None
+        if function is None or function.node.id == node.id:
+            continue
+        # The grammar reads `LOOP(i, n) { ... }` in a body as a nested definition; its block stays
+        # part of the enclosing function.
+        head = node.child_by_field_name("declarator")
+        head = head.child_by_field_name("declarator") if head is not None else None
+        if head is None or text(head) not in model.macros:
+            model.unknown_macros.append(node)
     model.errors = _errors(model, explained)
 
 
@@ -101,12 +107,12 @@ def _function(model: CudaModule, node: ts.Node, qualifier_macros: dict[str, froz
     if raw_name in model.macros and not qualifiers:
         expanded = _expand(model, model.macros[raw_name], declarator.child_by_field_name("parameters"))
         if expanded is not None:
-            expanded.node, expanded.name_node, expanded.body, expanded.macro = node, name_node, body, raw_name
-            return expanded
+            return CudaFunction(expanded.name, node, name_node, body, expanded.qualifiers, declarator,
+                                macro=raw_name, return_type=expanded.return_type, model=model, expanded=expanded)
     name, _, _, _ = callee_name(name_node, text)
-    function = CudaFunction(name.rsplit("::", 1)[-1], node, name_node, body, frozenset(qualifiers), macro=macro,
+    function = CudaFunction(name.rsplit("::", 1)[-1], node, name_node, body, frozenset(qualifiers), declarator,
+                            macro=macro, model=model,
                             return_type=CType(normalize(text(type_node))) if type_node is not None else UNKNOWN)
-    function.params = _params(model, declarator.child_by_field_name("parameters"))
     parent = node.parent
     if parent is not None and parent.type == "template_declaration":
         params = parent.child_by_field_name("parameters")
@@ -136,7 +142,7 @@ def _expand(model: CudaModule, macro: ts.Node, arguments: ts.Node | None) -> Cud
     return mini.functions[0] if mini.functions else None
 
 
-def _params(model: CudaModule, parameters: ts.Node | None) -> list[Variable]:
+def read_params(model: CudaModule, parameters: ts.Node | None) -> list[Variable]:
     found: list[Variable] = []
     for p in parameters.named_children if parameters is not None else []:
         if p.type not in ("parameter_declaration", "optional_parameter_declaration"):
@@ -152,6 +158,38 @@ def _params(model: CudaModule, parameters: ts.Node | None) -> list[Variable]:
         name_node, pointers, dims, _ = read
         ctype = CType(normalize(model.text(type_node)), pointers + len(dims))
         found.append(Variable(model.text(name_node), ctype, name_node, const=const, declaration=p))
+    return found
+
+
+def read_locals(model: CudaModule, function: CudaFunction) -> dict[str, Variable]:
+    found: dict[str, Variable] = {}
+    for node in model.nodes_in(function, "declaration"):
+        for variable in read_declaration(model, node):
+            found.setdefault(variable.name, variable)
+    return found
+
+
+def read_declaration(model: CudaModule, node: ts.Node, local: bool = True) -> list[Variable]:
+    text = model.text
+    type_node = node.child_by_field_name("type")
+    if type_node is None:
+        return []
+    shared = const = False
+    for child in node.children:
+        if child.type == "type_qualifier":
+            word = text(child)
+            shared = shared or word == "__shared__"
+            const = const or word in ("const", "constexpr")
+        elif child.type == "storage_class_specifier" and text(child) == "constexpr":
+            const = True
+    base = normalize(text(type_node))
+    found = []
+    for declarator in node.children_by_field_name("declarator"):
+        read = _read_declarator(declarator, local)
+        if read is None:
+            continue
+        name_node, pointers, dims, init = read
+        found.append(Variable(text(name_node), CType(base, pointers), name_node, init, shared, const, dims, node))
     return found
 
 
@@ -172,8 +210,7 @@ def _read_declarator(node: ts.Node, local: bool = False) -> tuple[ts.Node, int, 
         elif kind == "pointer_declarator" or kind == "abstract_pointer_declarator":
             pointers += 1
         elif kind == "array_declarator":
-            size = node.child_by_field_name("size")
-            dims.append(size)
+            dims.append(node.child_by_field_name("size"))
         elif kind == "function_declarator":
             name = node.child_by_field_name("declarator")
             if not local or init is not None or name is None or name.type != "identifier":
@@ -190,51 +227,51 @@ def _read_declarator(node: ts.Node, local: bool = False) -> tuple[ts.Node, int, 
         node = inner
 
 
-def _declaration(model: CudaModule, node: ts.Node) -> None:
-    text = model.text
-    type_node = node.child_by_field_name("type")
-    if type_node is None:
-        return
-    shared = const = False
-    for child in node.children:
-        if child.type == "type_qualifier":
-            word = text(child)
-            shared = shared or word == "__shared__"
-            const = const or word in ("const", "constexpr")
-        elif child.type == "storage_class_specifier" and text(child) == "constexpr":
-            const = True
-    base = normalize(text(type_node))
-    function = model.function_of(node)
-    for declarator in node.children_by_field_name("declarator"):
-        read = _read_declarator(declarator, local=function is not None)
-        if read is None:
-            continue
-        name_node, pointers, dims, init = read
-        variable = Variable(text(name_node), CType(base, pointers), name_node, init, shared, const, dims, node)
-        if shared:
-            model.shared.append(variable)
-        if function is None:
-            model.globals.setdefault(variable.name, variable)
-        else:
-            function.locals.setdefault(variable.name, variable)
-
-
-def _call(model: CudaModule, node: ts.Node) -> None:
+def read_call(model: CudaModule, node: ts.Node) -> CudaCall | None:
     function_node = node.child_by_field_name("function")
+    if function_node is None:
+        return None
     name, method, receiver, template = callee_name(function_node, model.text)
     arguments = node.child_by_field_name("arguments")
     args = [a for a in arguments.named_children if a.type != "comment"] if arguments is not None else []
-    function = model.function_of(node)
-    model.calls.append(CudaCall(node, name, function, args, method, receiver, template))
+    return CudaCall(node, name, model.function_of(node), args, method, receiver, template)
+
+
+def read_launch(model: CudaModule, node: ts.Node) -> CudaLaunch | None:
     config = next((c for c in node.children if c.type == "kernel_call_syntax"), None)
-    if config is None:
-        return
-    kernel = model.kernels.get(name.rsplit("::", 1)[-1])
-    launch = CudaLaunch(node, name, kernel, [c for c in config.named_children if c.type != "comment"], args,
-                        function, template)
-    model.launches.append(launch)
-    if template:
-        model.instantiations.setdefault(name.rsplit("::", 1)[-1], []).append(template)
+    call = model._call(node)
+    if config is None or call is None:
+        return None
+    kernel = model.kernels.get(call.name.rsplit("::", 1)[-1])
+    return CudaLaunch(node, call.name, kernel, [c for c in config.named_children if c.type != "comment"],
+                      call.args, call.function, call.template_args)
+
+
+def callee_name(function: ts.Node | None, text) -> tuple[str, str | None, ts.Node | None, list[str]]:
+    """(name, method, receiver, template args) of a call's `function` node."""
+    if function is None:
+        return "", None, None, []
+    kind = function.type
+    if kind == "template_function":
+        args = function.child_by_field_name("arguments")
+        template = [text(a) for a in args.named_children] if args is not None else []
+        return text(function.child_by_field_name("name")), None, None, template
+    if kind == "field_expression":
+        receiver = function.child_by_field_name("argument")
+        field_node = function.child_by_field_name("field")
+        template: list[str] = []
+        if field_node is not None and field_node.type == "template_method":
+            args = field_node.child_by_field_name("arguments")
+            template = [text(a) for a in args.named_children] if args is not None else []
+            field_node = field_node.child_by_field_name("name")
+        method = text(field_node)
+        return f"{text(receiver)}.{method}", method, receiver, template
+    if kind == "qualified_identifier":
+        name = text(function)
+        if "<" in name:
+            name = re.sub(r"<[^<>]*>", "", name)
+        return name, None, None, []
+    return text(function), None, None, []
 
 
 def _errors(model: CudaModule, explained: set[int]) -> list[ts.Node]:
@@ -253,3 +290,6 @@ def _errors(model: CudaModule, explained: set[int]) -> list[ts.Node]:
             stack.extend(reversed(node.children))
     return found
 
+
+__all__ = ["build", "callee_name", "read_call", "read_declaration", "read_launch", "read_locals", "read_params",
+           "walk"]

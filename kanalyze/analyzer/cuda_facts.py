@@ -1,6 +1,6 @@
 """Facts over a CudaModule that several CUDA rules share.
 
-- `taint(cuda, function)`: what each local variable's value depends on:
+- `name_taint` / `expr_taint`: what a local variable or an expression depends on:
   "tid" (threadIdx, so it differs between the threads of a block), "bid"
   (blockIdx), "bdim"/"gdim" (blockDim/gridDim), "data" (read from memory),
   "param" (a kernel argument), "literal".  A loop-carried update joins in.
@@ -11,12 +11,14 @@
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 import tree_sitter as ts
 
 from kanalyze.analyzer.cuda_model import BLOCK_BARRIERS, WARP_BARRIERS, CudaFunction, CudaLaunch, CudaModule, walk
 
+_LOOP_WORD = re.compile(r"\b(?:for|while)\b")
 BUILTINS = {"threadIdx": "tid", "blockIdx": "bid", "blockDim": "bdim", "gridDim": "gdim"}
 COMPARISONS = ("<", "<=", ">", ">=")
 LOOPS = ("for_statement", "while_statement", "do_statement", "for_range_loop")
@@ -29,56 +31,45 @@ def _cache(cuda: CudaModule) -> dict:
     return cache
 
 
-def taint(cuda: CudaModule, function: CudaFunction) -> dict[str, frozenset[str]]:
-    """Local name → the kinds of values it can hold (see the module docstring)."""
+def _definitions(cuda: CudaModule, function: CudaFunction, name: str) -> list[ts.Node]:
+    """Every value assigned to a local: its initialiser, `=`, `+=`, a for loop's update."""
+    found = []
+    variable = function.variable(name)
+    if variable is not None and variable.init is not None:
+        found.append(variable.init)
+    for node in function.assignments(name):
+        right = node.child_by_field_name("right")
+        if right is not None:
+            found.append(right)
+    return found
+
+
+def name_taint(cuda: CudaModule, function: CudaFunction, name: str) -> frozenset[str]:
+    """What a local or parameter can hold, from its definitions, computed when first asked.
+    A name met again while it is being computed (a loop-carried `i += stride`) adds nothing more."""
     cache = _cache(cuda)
-    key = ("taint", function.node.id)
-    if key in cache:
-        return cache[key]
-    sources: dict[str, list[ts.Node]] = {}
-    for variable in function.locals.values():
-        if variable.init is not None:
-            sources.setdefault(variable.name, []).append(variable.init)
-    if function.body is not None:
-        start, end = function.node.start_byte, function.node.end_byte
-        for node in cuda.nodes("assignment"):
-            if start <= node.start_byte < end:
-                left = node.child_by_field_name("left")
-                right = node.child_by_field_name("right")
-                if left is not None and left.type == "identifier" and right is not None:
-                    sources.setdefault(cuda.text(left), []).append(right)
-        for node in cuda.nodes("for"):  # `for (int i = tid; ...; i += stride)`: the update is an assignment too
-            if start <= node.start_byte < end:
-                update = node.child_by_field_name("update")
-                if update is not None and update.type == "assignment_expression":
-                    left = update.child_by_field_name("left")
-                    if left is not None and left.type == "identifier":
-                        sources.setdefault(cuda.text(left), []).append(update.child_by_field_name("right"))
-    table: dict[str, frozenset[str]] = {p.name: frozenset({"param"}) for p in function.params}
-    for name in sources:
-        table.setdefault(name, frozenset())
-    for _ in range(6):  # a fixed point; chains in kernels are short
-        changed = False
-        for name, values in sources.items():
-            kinds = set(table.get(name, ()))
-            for value in values:
-                kinds |= expr_taint(cuda, value, function, table)
-            frozen = frozenset(kinds)
-            if frozen != table.get(name):
-                table[name] = frozen
-                changed = True
-        if not changed:
-            break
-    cache[key] = table
-    return table
+    key = ("taint", function.node.id, name)
+    known = cache.get(key)
+    if known is not None:
+        return known
+    cache[key] = frozenset()  # in progress
+    kinds: set[str] = set()
+    if any(p.name == name for p in function.params):
+        kinds.add("param")
+    for value in _definitions(cuda, function, name):
+        kinds |= expr_taint(cuda, value, function)
+    result = cache[key] = frozenset(kinds)
+    return result
 
 
-def expr_taint(cuda: CudaModule, node: ts.Node | None, function: CudaFunction,
-               table: dict[str, frozenset[str]] | None = None) -> set[str]:
+def expr_taint(cuda: CudaModule, node: ts.Node | None, function: CudaFunction) -> set[str]:
     if node is None:
         return set()
-    if table is None:
-        table = taint(cuda, function)
+    cache = _cache(cuda)
+    key = ("expr", node.id)
+    cached = cache.get(key)
+    if cached is not None:
+        return set(cached)
     kinds: set[str] = set()
     for inner in walk(node):
         kind = inner.type
@@ -86,8 +77,8 @@ def expr_taint(cuda: CudaModule, node: ts.Node | None, function: CudaFunction,
             name = cuda.text(inner)
             if name in BUILTINS:
                 kinds.add(BUILTINS[name])
-            elif name in table:
-                kinds |= table[name]
+            else:
+                kinds |= name_taint(cuda, function, name)
         elif kind == "subscript_expression" or (kind == "pointer_expression" and cuda.text(inner)[:1] == "*"):
             kinds.add("data")
         elif kind == "call_expression":
@@ -96,11 +87,8 @@ def expr_taint(cuda: CudaModule, node: ts.Node | None, function: CudaFunction,
                 kinds.add("data")
         elif kind == "number_literal":
             kinds.add("literal")
+    cache[key] = frozenset(kinds)
     return kinds
-
-
-def thread_dependent(cuda: CudaModule, node: ts.Node | None, function: CudaFunction) -> bool:
-    return "tid" in expr_taint(cuda, node, function)
 
 
 def conditions_above(cuda: CudaModule, node: ts.Node, function: CudaFunction) -> Iterator[tuple[ts.Node, ts.Node]]:
@@ -158,14 +146,6 @@ def launches_of(cuda: CudaModule, kernel: CudaFunction) -> list[CudaLaunch]:
     return [l for l in cuda.launches if l.kernel is kernel]
 
 
-def block_x(cuda: CudaModule, launch: CudaLaunch) -> tuple[int | None, bool]:
-    """(x threads per block, known?): known is False when the launch computes it at run time."""
-    dims = cuda.dims(launch.config_at(1), launch.host)
-    if not dims or dims[0] is None:
-        return None, False
-    return dims[0], True
-
-
 def grid_strides(cuda: CudaModule, kernel: CudaFunction) -> bool:
     """Does the kernel loop over the grid (`i += blockDim.x * gridDim.x`)? Then any grid covers n."""
     if kernel.body is None:
@@ -173,8 +153,7 @@ def grid_strides(cuda: CudaModule, kernel: CudaFunction) -> bool:
     text = cuda.text(kernel.body)
     if any(name in text and "gridDim" in cuda.text(macro) for name, macro in cuda.macros.items()):
         return True  # `GRID_LOOP(i, n) { ... }` through a macro the unit defines
-    return "gridDim" in text and any(kernel.node.start_byte <= n.start_byte < kernel.node.end_byte
-                                     for n in cuda.nodes("for", "while"))
+    return "gridDim" in text and _LOOP_WORD.search(text) is not None
 
 
 def floor_divisions(cuda: CudaModule, launch: CudaLaunch) -> list[tuple[ts.Node, ts.Node]]:
@@ -217,8 +196,8 @@ def shared_index_dims(cuda: CudaModule, function: CudaFunction, name: str) -> It
     exactly a thread index (`threadIdx.x`, or a local holding only it)."""
     if function.body is None:
         return
-    for node in walk(function.body):
-        if node.type != "subscript_expression":
+    for node in cuda.find_words([name], "subscript_expression"):
+        if not function.contains(node):
             continue
         chain: list[ts.Node] = []
         current = node

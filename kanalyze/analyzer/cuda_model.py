@@ -1,14 +1,16 @@
 """The kernel model of one CUDA translation unit, read with tree-sitter-cuda.
 
-`CudaModule.parse(unit)` parses the unit once and records, from one query
-over the tree (the matching runs in C, so only interesting nodes reach Python):
-  - every function: `__global__` kernels (also templates, and kernels declared
-    through a macro the unit defines), `__device__` helpers, host functions,
-    with their parameters, locals and the types of both;
-  - the launch sites `kernel<<<grid, block, shmem, stream>>>(args)`, with the
-    host function that holds them;
-  - `__shared__` declarations, barriers, calls, inline PTX, `#define`s;
-  - the regions tree-sitter could not parse.
+`CudaModule.parse(unit)` parses the unit once.  What every rule needs is read
+right away from the top of the tree (cheap: a unit has tens of top-level
+items): the functions with their qualifiers (`__global__` kernels, also
+templates and kernels declared through a macro the unit defines; `__device__`
+helpers; host functions), `#define`s, and the regions tree-sitter could not
+parse.  Everything else is read when a rule first asks, and only where the
+text says it can be (a regex over the source finds the candidate spots, the
+tree tells what they are): calls by name, launch sites
+`kernel<<<grid, block, shmem, stream>>>(args)` with their host function,
+`__shared__` declarations, parameters, locals and their types.  A kernel file
+with no `atomicAdd` in its text costs the float-atomic rule one regex search.
 Rules read this model; they never parse anything themselves.
 """
 
@@ -17,53 +19,42 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Iterator
+from functools import cached_property, lru_cache
+from typing import Iterable
 
 import tree_sitter as ts
 import tree_sitter_cuda
 
 from kanalyze.analyzer.cuda_sources import CudaUnit
-from kanalyze.analyzer.cuda_types import UNKNOWN, CType, eval_int, normalize
+from kanalyze.analyzer.cuda_types import UNKNOWN, CType
+from kanalyze.analyzer.cuda_values import CudaValues, walk  # noqa: F401  (walk: for the rules)
 
 QUALIFIERS = frozenset({"__global__", "__device__", "__host__"})
 BLOCK_BARRIERS = frozenset({"__syncthreads", "__syncthreads_count", "__syncthreads_and", "__syncthreads_or",
                             "__barrier_sync", "cg::sync", "cooperative_groups::sync", "grid.sync", "block.sync"})
 WARP_BARRIERS = frozenset({"__syncwarp"})
-
-_QUERY = """
-(function_definition) @function
-(declaration) @declaration
-(call_expression) @call
-(assignment_expression) @assignment
-(if_statement) @if
-(for_statement) @for
-(while_statement) @while
-(do_statement) @do
-(conditional_expression) @conditional
-(preproc_def) @define
-(preproc_function_def) @macro
-(gnu_asm_expression) @asm
-(template_instantiation) @instantiation
-"""
+# What `nodes_in` indexes in a function body.
+_INDEXED = frozenset({"declaration", "assignment_expression", "update_expression", "if_statement", "for_statement",
+                      "while_statement", "do_statement", "conditional_expression", "return_statement"})
+_WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+_WORD_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 
 
 @lru_cache(maxsize=1)
-def _language() -> tuple[ts.Language, ts.Parser, ts.Query]:
-    language = ts.Language(tree_sitter_cuda.language())
-    return language, ts.Parser(language), ts.Query(language, _QUERY)
+def _parser() -> ts.Parser:
+    return ts.Parser(ts.Language(tree_sitter_cuda.language()))
 
 
 def parse_cuda(source: bytes) -> ts.Tree:
-    return _language()[1].parse(source)
+    return _parser().parse(source)
 
 
 @dataclass(eq=False)
 class Variable:
     name: str
     ctype: CType
-    node: ts.Node                     # the declarator
-    init: ts.Node | None = None       # `= value` or `(args)` of a constructor
+    node: ts.Node                     # the declarator's name
+    init: ts.Node | None = None       # `= value`, or the `(args)` of a constructor
     shared: bool = False
     const: bool = False
     dims: list[ts.Node] = field(default_factory=list)  # array extents, outermost first
@@ -77,11 +68,12 @@ class CudaFunction:
     name_node: ts.Node
     body: ts.Node | None
     qualifiers: frozenset[str]
-    params: list[Variable] = field(default_factory=list)
+    declarator: ts.Node | None = None  # the function_declarator
     template_params: list[str] = field(default_factory=list)
     macro: str | None = None           # declared through this macro
-    locals: dict[str, Variable] = field(default_factory=dict)
     return_type: CType = UNKNOWN
+    model: "CudaModule | None" = field(default=None, repr=False)
+    expanded: "CudaFunction | None" = field(default=None, repr=False)  # a macro kernel's signature
 
     @property
     def is_kernel(self) -> bool:
@@ -95,14 +87,67 @@ class CudaFunction:
     def is_host(self) -> bool:
         return not self.qualifiers or "__host__" in self.qualifiers
 
+    @cached_property
+    def params(self) -> list[Variable]:
+        if self.expanded is not None:
+            return self.expanded.params
+        from kanalyze.analyzer.cuda_build import read_params
+
+        parameters = self.declarator.child_by_field_name("parameters") if self.declarator is not None else None
+        return read_params(self.model, parameters)
+
+    @cached_property
+    def locals(self) -> dict[str, Variable]:
+        from kanalyze.analyzer.cuda_build import read_locals
+
+        return read_locals(self.model, self) if self.body is not None else {}
+
     def variable(self, name: str) -> Variable | None:
-        found = self.locals.get(name)
+        """The local or parameter `name` (the first declaration of it in the body)."""
+        if "locals" in self.__dict__:
+            found = self.locals.get(name)
+        else:  # look for this one name's declaration rather than reading every declaration
+            found = self._declared(name)
         if found is not None:
             return found
         for p in self.params:
             if p.name == name:
                 return p
         return None
+
+    def _declared(self, name: str) -> Variable | None:
+        cache = self.__dict__.setdefault("_declared_cache", {})
+        if name in cache:
+            return cache[name]
+        from kanalyze.analyzer.cuda_build import read_declaration
+
+        found = None
+        if self.body is not None:
+            for declaration in self.model.find_words((name,), "declaration"):
+                if self.body.start_byte <= declaration.start_byte < self.body.end_byte:
+                    found = next((v for v in read_declaration(self.model, declaration) if v.name == name), None)
+                    if found is not None:
+                        break
+        cache[name] = found
+        return found
+
+    def assignments(self, name: str) -> list[ts.Node]:
+        """`name = ...`, `name += ...`, `name++` in the body."""
+        cache = self.__dict__.setdefault("_assignments_cache", {})
+        found = cache.get(name)
+        if found is None:
+            found = cache[name] = []
+            if self.body is not None:
+                for node in self.model.find_words((name,), "assignment_expression", "update_expression"):
+                    if not self.body.start_byte <= node.start_byte < self.body.end_byte:
+                        continue
+                    target = node.child_by_field_name("left") or node.child_by_field_name("argument")
+                    if target is not None and target.type == "identifier" and self.model.text(target) == name:
+                        found.append(node)
+        return found
+
+    def contains(self, node: ts.Node) -> bool:
+        return self.node.start_byte <= node.start_byte < self.node.end_byte
 
 
 @dataclass(eq=False)
@@ -114,6 +159,10 @@ class CudaCall:
     method: str | None = None          # "data_ptr" for `x.data_ptr<float>()`
     receiver: ts.Node | None = None
     template_args: list[str] = field(default_factory=list)
+
+    @property
+    def last(self) -> str:
+        return self.method or self.name.rsplit("::", 1)[-1]
 
 
 @dataclass(eq=False)
@@ -130,8 +179,8 @@ class CudaLaunch:
         return self.config[index] if index < len(self.config) else None
 
 
-class CudaModule:
-    """Everything the CUDA rules need to know about one unit."""
+class CudaModule(CudaValues):
+    """Everything the CUDA rules need to know about one unit (values: cuda_values.py)."""
 
     def __init__(self, unit: CudaUnit, tree: ts.Tree, source: bytes) -> None:
         self.unit = unit
@@ -142,20 +191,20 @@ class CudaModule:
         self.functions: list[CudaFunction] = []
         self.kernels: dict[str, CudaFunction] = {}
         self.device_functions: dict[str, CudaFunction] = {}
-        self.launches: list[CudaLaunch] = []
-        self.calls: list[CudaCall] = []
-        self.shared: list[Variable] = []
-        self.globals: dict[str, Variable] = {}
         self.defines: dict[str, ts.Node] = {}       # object-like macro → its value node
         self.macros: dict[str, ts.Node] = {}        # function-like macro → its definition
-        self.instantiations: dict[str, list[list[str]]] = {}
+        self.top_declarations: list[ts.Node] = []
+        self.top_instantiations: list[ts.Node] = []
         self.problem_sizes: dict[str, int] = {}     # module-level integers of the Python file, by name
         self.host = None                            # the Python file's TritonModule, for inline units
         self.errors: list[ts.Node] = []
         self.unknown_macros: list[ts.Node] = []     # `MACRO(args) { ... }` in a body, MACRO not defined here
-        self.by_type: dict[str, list[ts.Node]] = {}
         self._starts: list[int] = []
         self._int_cache: dict[tuple[int, int], int | None] = {}
+        self._found: dict[tuple, list[ts.Node]] = {}
+        self._words: dict[str, list[int]] = {}
+        self._calls: dict[int, CudaCall] = {}
+        self._facts: dict = {}
         from kanalyze.analyzer.cuda_build import build  # it needs the classes of this module
 
         build(self)
@@ -170,14 +219,68 @@ class CudaModule:
     def text(self, node: ts.Node | None, limit: int | None = None) -> str:
         if node is None:
             return ""
-        text = " ".join(self.source[node.start_byte: node.end_byte].decode("utf-8", "replace").split())
+        text = self.source[node.start_byte: node.end_byte].decode("utf-8", "replace")
+        if "\n" in text or "  " in text or "\t" in text:
+            text = " ".join(text.split())
         return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
-    def nodes(self, *types: str) -> list[ts.Node]:
-        if len(types) == 1:
-            return self.by_type.get(types[0], [])
-        found = [n for t in types for n in self.by_type.get(t, ())]
-        found.sort(key=lambda n: n.start_byte)
+    def word_positions(self, word: str) -> list[int]:
+        """Where `word` starts as a whole word (a substring search in C, then a boundary check)."""
+        positions = self._words.get(word)
+        if positions is None:
+            positions = self._words[word] = []
+            if word.encode() not in self._word_set:
+                return positions
+            needle, source = word.encode(), self.source
+            size, index = len(needle), source.find(needle)
+            while index >= 0:
+                end = index + size
+                if (index == 0 or source[index - 1] not in _WORD_BYTES) and \
+                        (end >= len(source) or source[end] not in _WORD_BYTES):
+                    positions.append(index)
+                index = source.find(needle, end)
+        return positions
+
+    @cached_property
+    def _word_set(self) -> frozenset[bytes]:
+        return frozenset(_WORD.findall(self.source))
+
+    def has_word(self, *words: str) -> bool:
+        return any(self.word_positions(w) for w in words)
+
+    def find_words(self, words: Iterable[str], *types: str) -> list[ts.Node]:
+        """Like `find`, for whole words: substring searches instead of a regex."""
+        key = (words if isinstance(words, (tuple, frozenset)) else tuple(words), types)
+        found = self._found.get(key)
+        if found is not None:
+            return found
+        present = [w for w in key[0] if w.encode() in self._word_set]
+        starts = sorted(p for w in present for p in self.word_positions(w))
+        found = self._nodes_at([(p, p) for p in starts], types)
+        self._found[key] = found
+        return found
+
+    def find(self, pattern: bytes, *types: str) -> list[ts.Node]:
+        """The innermost node of one of `types` around each match of `pattern`, in order."""
+        key = (pattern, types)
+        found = self._found.get(key)
+        if found is not None:
+            return found
+        found = self._nodes_at([(m.start(), max(m.end() - 1, m.start())) for m in _compiled(pattern).finditer(self.source)],
+                               types)
+        self._found[key] = found
+        return found
+
+    def _nodes_at(self, spans: list[tuple[int, int]], types: tuple[str, ...]) -> list[ts.Node]:
+        found = []
+        seen: set[int] = set()
+        for start, end in spans:
+            node = self.root.descendant_for_byte_range(start, end)
+            while node is not None and node.type not in types:
+                node = node.parent
+            if node is not None and node.id not in seen:
+                seen.add(node.id)
+                found.append(node)
         return found
 
     def function_of(self, node: ts.Node) -> CudaFunction | None:
@@ -197,173 +300,138 @@ class CudaModule:
         """Kernels and the `__device__` functions (code that runs on the GPU)."""
         return [f for f in self.functions if f.is_device and f.body is not None]
 
-    def calls_in(self, function: CudaFunction, *names: str) -> list[CudaCall]:
-        return [c for c in self.calls if c.function is function and (not names or c.name in names)]
+    # --- calls ---------------------------------------------------------------
 
     def calls_named(self, *names: str) -> list[CudaCall]:
-        wanted = set(names)
-        return [c for c in self.calls if c.name in wanted or (c.method is not None and c.method in wanted)]
+        """Calls whose callee is one of `names`: a plain or qualified name (`atomicAdd`,
+        `torch::empty`) or a method (`cpu` for `x.cpu()`); found through the text."""
+        lasts = _lasts(names)
+        calls = []
+        for node in self.find_words(lasts, "call_expression"):
+            call = self._call(node)
+            if call is not None and (call.name in names or call.last in lasts):
+                calls.append(call)
+        return calls
+
+    def calls_in(self, function: CudaFunction, *names: str) -> list[CudaCall]:
+        return [c for c in self.calls_named(*names) if c.function is function]
+
+    @cached_property
+    def calls(self) -> list[CudaCall]:
+        """Every call in the unit (a full walk: for rules that need them all)."""
+        found = [self._call(n) for n in walk(self.root) if n.type == "call_expression"]
+        return [c for c in found if c is not None]
+
+    def _call(self, node: ts.Node) -> CudaCall | None:
+        call = self._calls.get(node.id)
+        if call is None:
+            from kanalyze.analyzer.cuda_build import read_call
+
+            call = self._calls[node.id] = read_call(self, node)
+        return call
+
+    @cached_property
+    def launches(self) -> list[CudaLaunch]:
+        from kanalyze.analyzer.cuda_build import read_launch
+
+        return [l for l in (read_launch(self, n) for n in self.find(rb"<<<", "call_expression")) if l is not None]
+
+    @cached_property
+    def shared(self) -> list[Variable]:
+        from kanalyze.analyzer.cuda_build import read_declaration
+
+        found = []
+        for node in self.find_words(["__shared__"], "declaration"):
+            found.extend(v for v in read_declaration(self, node) if v.shared)
+        return found
+
+    @cached_property
+    def globals(self) -> dict[str, Variable]:
+        from kanalyze.analyzer.cuda_build import read_declaration
+
+        found: dict[str, Variable] = {}
+        for node in self.top_declarations:
+            for variable in read_declaration(self, node, local=False):
+                found.setdefault(variable.name, variable)
+        return found
+
+    @cached_property
+    def instantiations(self) -> dict[str, list[list[str]]]:
+        """Kernel name → the template arguments of each explicit instantiation and launch."""
+        from kanalyze.analyzer.cuda_build import callee_name
+
+        found: dict[str, list[list[str]]] = {}
+        for node in self.top_instantiations:
+            declarator = node.child_by_field_name("declarator")
+            inner = declarator.child_by_field_name("declarator") if declarator is not None else None
+            if inner is not None and inner.type == "template_function":
+                name, _, _, args = callee_name(inner, self.text)
+                found.setdefault(name, []).append(args)
+        for launch in self.launches:
+            if launch.template_args:
+                found.setdefault(launch.kernel_name.rsplit("::", 1)[-1], []).append(launch.template_args)
+        return found
 
     def callers_kernel(self, function: CudaFunction) -> str:
         """The kernel a device function runs in (for messages): itself, or a kernel calling it."""
         if function.is_kernel:
             return function.name
-        for call in self.calls:
-            if call.name == function.name and call.function is not None and call.function.is_device:
-                return self.callers_kernel(call.function) if call.function is not function else function.name
+        for call in self.calls_named(function.name):
+            caller = call.function
+            if caller is not None and caller is not function and caller.is_device:
+                return self.callers_kernel(caller) if not caller.is_kernel else caller.name
         return function.name
 
     def variable(self, name: str, function: CudaFunction | None) -> Variable | None:
         found = function.variable(name) if function is not None else None
         return found if found is not None else self.globals.get(name)
 
-    # --- values ------------------------------------------------------------
+    # --- walking -------------------------------------------------------------
 
-    def int_value(self, node: ts.Node | None, function: CudaFunction | None = None, depth: int = 0) -> int | None:
-        """An integer constant: literals, `#define`s, const locals with constant initialisers."""
-        if node is None or depth > 8:
-            return None
-        key = (node.start_byte, node.end_byte)
-        if key in self._int_cache:
-            return self._int_cache[key]
-        value = self._int_value(node, function, depth)
-        self._int_cache[key] = value
-        return value
+    @cached_property
+    def _index(self) -> dict[str, tuple[list[int], list[ts.Node]]]:
+        """Statements and assignments of the whole unit by type, from one query (run in C)."""
+        captures = ts.QueryCursor(_index_query()).captures(self.root)
+        index = {}
+        for kind, nodes in captures.items():
+            nodes.sort(key=lambda n: n.start_byte)
+            index[kind] = ([n.start_byte for n in nodes], nodes)
+        return index
 
-    def _int_value(self, node: ts.Node, function: CudaFunction | None, depth: int) -> int | None:
-        kind = node.type
-        if kind == "number_literal":
-            return eval_int(self.text(node))
-        if kind in ("identifier", "type_identifier", "parameter_declaration"):
-            # (a constructor argument the grammar read as a parameter is a name too)
-            name = self.text(node)
-            variable = self.variable(name, function)
-            if variable is not None:
-                if variable.init is not None and "list" not in variable.init.type and self.single_assignment(
-                        variable, function):
-                    return self.int_value(variable.init, function, depth + 1)
-                return None
-            define = self.defines.get(name)
-            if define is not None:
-                return eval_int(self.text(define), {k: v for k, v in self._define_ints(depth).items() if k != name})
-            return None
-        if kind in ("parenthesized_expression", "binary_expression", "unary_expression"):
-            names: dict[str, int] = {}
-            for inner in walk(node):
-                if inner.type == "identifier":
-                    value = self.int_value(inner, function, depth + 1)
-                    if value is None:
-                        return None
-                    names[self.text(inner)] = value
-                elif inner.type not in ("number_literal", "parenthesized_expression", "binary_expression",
-                                        "unary_expression"):
-                    return None
-            return eval_int(self.text(node), names)
-        if kind == "call_expression" and self.text(node.child_by_field_name("function")) == "dim3":
-            args = node.child_by_field_name("arguments")
-            first = args.named_children[0] if args is not None and args.named_children else None
-            return self.int_value(first, function, depth + 1)
-        return None
-
-    def _define_ints(self, depth: int) -> dict[str, int]:
-        values: dict[str, int] = {}
-        if depth > 4:
-            return values
-        for name, node in self.defines.items():
-            value = eval_int(self.text(node))
-            if value is not None:
-                values[name] = value
-        return values
-
-    def single_assignment(self, variable: Variable, function: CudaFunction | None) -> bool:
-        """No `x = ...`, `x += ...` or `x++` after the declaration."""
-        if function is None or function.body is None:
-            return True
-        name = variable.name
-        for node in self.nodes("assignment"):
-            if function.node.start_byte <= node.start_byte < function.node.end_byte:
-                left = node.child_by_field_name("left")
-                if left is not None and left.type == "identifier" and self.text(left) == name:
-                    return False
-        return not re.search(rf"(?:\+\+|--)\s*{re.escape(name)}\b|\b{re.escape(name)}\s*(?:\+\+|--)",
-                             self.text(function.body))
-
-    def dims(self, node: ts.Node | None, function: CudaFunction | None) -> list[int | None] | None:
-        """The x, y, z of a launch dimension (`256`, `threads`, `dim3 block(16, 16)`), None if unknown."""
-        if node is None:
-            return None
-        if node.type == "identifier":
-            variable = self.variable(self.text(node), function)
-            if variable is not None and variable.ctype.base == "dim3":
-                init = variable.init
-                if init is None:
-                    return None
-                if init.type == "call_expression":
-                    init = init.child_by_field_name("arguments")
-                if init is not None and init.type in ("argument_list", "initializer_list", "parameter_list"):
-                    return [self.int_value(a, function) for a in init.named_children]
-                return None
-        if node.type == "call_expression" and self.text(node.child_by_field_name("function")) == "dim3":
-            args = node.child_by_field_name("arguments")
-            return [self.int_value(a, function) for a in (args.named_children if args is not None else [])]
-        return [self.int_value(node, function)]
-
-    def resolve(self, node: ts.Node, function: CudaFunction | None, depth: int = 3) -> ts.Node:
-        """A local variable's initialiser in place of its name (once assigned only)."""
-        while depth > 0 and node is not None and node.type == "identifier":
-            variable = self.variable(self.text(node), function)
-            if variable is None or variable.init is None or not self.single_assignment(variable, function):
-                break
-            node = variable.init
-            depth -= 1
-        while node is not None and node.type == "parenthesized_expression" and node.named_children:
-            node = node.named_children[0]
-        return node
+    def nodes_in(self, function: CudaFunction, *types: str) -> list[ts.Node]:
+        """Nodes of `types` (from `_INDEXED`) in a function's body, in document order."""
+        body = function.body
+        if body is None:
+            return []
+        found: list[ts.Node] = []
+        for kind in types:
+            starts, nodes = self._index.get(kind, ((), ()))
+            found.extend(nodes[bisect_right(starts, body.start_byte - 1): bisect_right(starts, body.end_byte - 1)])
+        if len(types) > 1:
+            found.sort(key=lambda n: n.start_byte)
+        return found
 
 
-def walk(node: ts.Node) -> Iterator[ts.Node]:
-    """`node` and every named node under it, in document order."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        children = current.named_children
-        if children:
-            stack.extend(reversed(children))
+@lru_cache(maxsize=256)
+def _compiled(pattern: bytes) -> re.Pattern:
+    return re.compile(pattern)
 
 
-def ancestors(node: ts.Node, stop: ts.Node | None = None) -> Iterator[ts.Node]:
-    current = node.parent
-    while current is not None:
-        yield current
-        if stop is not None and current.id == stop.id:
-            return
-        current = current.parent
+@lru_cache(maxsize=512)
+def _lasts(names: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(n.rsplit("::", 1)[-1].rsplit(".", 1)[-1] for n in names)
 
 
-def callee_name(function: ts.Node | None, text) -> tuple[str, str | None, ts.Node | None, list[str]]:
-    """(name, method, receiver, template args) of a call's `function` node."""
-    if function is None:
-        return "", None, None, []
-    kind = function.type
-    if kind == "template_function":
-        args = function.child_by_field_name("arguments")
-        template = [text(a) for a in args.named_children] if args is not None else []
-        return text(function.child_by_field_name("name")), None, None, template
-    if kind == "field_expression":
-        receiver = function.child_by_field_name("argument")
-        field_node = function.child_by_field_name("field")
-        template: list[str] = []
-        if field_node is not None and field_node.type == "template_method":
-            args = field_node.child_by_field_name("arguments")
-            template = [text(a) for a in args.named_children] if args is not None else []
-            field_node = field_node.child_by_field_name("name")
-        method = text(field_node)
-        return f"{text(receiver)}.{method}", method, receiver, template
-    if kind == "qualified_identifier":
-        name = text(function)
-        if "<" in name:
-            name = re.sub(r"<[^<>]*>", "", name)
-        return name, None, None, []
-    return text(function), None, None, []
+@lru_cache(maxsize=1)
+def _index_query() -> ts.Query:
+    return ts.Query(ts.Language(tree_sitter_cuda.language()), "\n".join(f"({t}) @{t}" for t in sorted(_INDEXED)))
 
+
+def any_named(names: Iterable[str]) -> bytes:
+    """A regex matching any of `names` as a whole word."""
+    return _any_named(tuple(sorted(set(names))))
+
+
+@lru_cache(maxsize=256)
+def _any_named(names: tuple[str, ...]) -> bytes:
+    return rb"\b(?:" + b"|".join(re.escape(n.encode()) for n in names) + rb")\b"

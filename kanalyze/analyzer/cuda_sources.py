@@ -23,8 +23,10 @@ CUDA_SUFFIXES = (".cu", ".cuh", ".cuda")
 
 # A Python file can only build CUDA through one of these names.
 _INLINE_HINT = re.compile(r"load_inline|RawKernel|RawModule|cpp_extension")
-# `.cu` files named in a Python file that builds extensions (`load(sources=[...])`).
-_NAMED_CUDA_FILE = re.compile(r"""["']([^"'\n]+\.(?:cu|cuh|cuda))["']""")
+# `.cu` files named in a Python file that builds extensions (`load(sources=[...])`), with
+# the literals joined in front of them: `os.path.join(here, "csrc", "k.cu")`, `root / "csrc" / "k.cu"`.
+_NAMED_CUDA_FILE = re.compile(r"""((?:["'][^"'\n]*["']\s*[,/]\s*)*)["']([^"'\n]+\.(?:cu|cuh|cuda))["']""")
+_LITERAL = re.compile(r"""["']([^"'\n]*)["']""")
 
 # What `load_inline` puts in front of the user's strings (torch/utils/cpp_extension.py).
 LOAD_INLINE_CPP_PRELUDE = "#include <torch/extension.h>"
@@ -51,8 +53,8 @@ def cuda_files_named_in(path: str, text: str) -> list[str]:
     here = os.path.dirname(path)
     found: list[str] = []
     for match in _NAMED_CUDA_FILE.finditer(text):
-        name = match.group(1)
-        for candidate in (os.path.join(here, name), name):
+        parts, name = _LITERAL.findall(match.group(1)), match.group(2)
+        for candidate in (os.path.join(here, *parts, name), os.path.join(here, name), name):
             candidate = os.path.normpath(candidate)
             if os.path.isfile(candidate) and candidate not in found:
                 found.append(candidate)
@@ -185,3 +187,4 @@ class Extension:
     source_files: list[str] = field(default_factory=list)  # load(sources=[...]) that fold to paths
     units: list[CudaUnit] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)   # arguments that are not constant
+    models: list = field(default_factory=list)  # the units' CudaModules, once the pipeline has parsed them

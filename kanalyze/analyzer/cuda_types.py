@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 _BASES = {
     "float": "float", "double": "double", "long double": "double",
@@ -91,9 +92,16 @@ BOOL = CType("bool")
 
 def normalize(type_text: str) -> str:
     """`const __half` → "half", `unsigned int` → "int", `float4` → "float4"."""
-    text = re.sub(r"\b(?:const|volatile|__restrict__|__restrict|restrict|static|extern|inline|__shared__|"
-                  r"__constant__|__device__|constexpr|register|struct|typename)\b", " ", type_text)
+    cached = _NORMALIZED.get(type_text)
+    if cached is not None:
+        return cached
+    text = _QUALIFIER_WORDS.sub(" ", type_text)
     text = " ".join(text.replace("&", " ").split())
+    _NORMALIZED[type_text] = result = _normalize(text)
+    return result
+
+
+def _normalize(text: str) -> str:
     if text.startswith("std::"):
         text = text if _INTEGER.match(text) else text[5:]
     if text in _BASES:
@@ -101,6 +109,11 @@ def normalize(type_text: str) -> str:
     if _INTEGER.match(text):
         return "int"
     return text or "?"
+
+
+_QUALIFIER_WORDS = re.compile(r"\b(?:const|volatile|__restrict__|__restrict|restrict|static|extern|inline|"
+                              r"__shared__|__constant__|__device__|constexpr|register|struct|typename)\b")
+_NORMALIZED: dict[str, str] = {}
 
 
 def return_type(name: str) -> str | None:
@@ -133,14 +146,28 @@ _C_SUFFIX = re.compile(r"(?<=[0-9])(?:[uU][lL]{0,2}|[lL]{1,2}[uU]?)\b")
 def eval_int(text: str, names: dict[str, int] | None = None) -> int | None:
     """An integer constant expression (`(1 << 12)`, `16*16`, `4096u`), or None.
     Read with Python's parser and evaluated node by node: nothing is executed."""
-    source = _C_SUFFIX.sub("", text.strip())
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    if names:
+        return _eval_parsed(text, names)
+    return _eval_constant(text)
+
+
+@lru_cache(maxsize=4096)
+def _eval_constant(text: str) -> int | None:
+    return _eval_parsed(text, {})
+
+
+def _eval_parsed(text: str, names: dict[str, int]) -> int | None:
+    source = _C_SUFFIX.sub("", text)
     if not source or len(source) > 200:
         return None
     try:
         tree = ast.parse(source, mode="eval")
-    except SyntaxError:
+    except (SyntaxError, ValueError):
         return None
-    return _eval(tree.body, names or {})
+    return _eval(tree.body, names)
 
 
 def _eval(node: ast.AST, names: dict[str, int]) -> int | None:

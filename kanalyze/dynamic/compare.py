@@ -104,7 +104,8 @@ def bitwise_differences(a: Leaf, b: Leaf) -> tuple[int, float, tuple | None]:
     if not count:
         return 0, 0.0, None
     va, vb = as_float64(a), as_float64(b)
-    delta = np.abs(np.where(differ, va - vb, 0.0))
+    with np.errstate(invalid="ignore", over="ignore"):
+        delta = np.abs(np.where(differ, va - vb, 0.0))
     delta = np.nan_to_num(delta, nan=np.inf)
     first = np.unravel_index(int(np.flatnonzero(differ.reshape(-1))[0]), differ.shape) if differ.ndim else ()
     return count, float(delta.max()), tuple(int(i) for i in first)

@@ -103,11 +103,12 @@ def install_guards() -> None:
             raise PermissionError("kanalyze sandbox: network access is refused")
         if event in ("socket.connect", "socket.getaddrinfo", "socket.gethostbyname", "socket.sendto"):
             raise PermissionError("kanalyze sandbox: network access is refused")
-        if event in ("os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn"):
+        if event in ("os.fork", "os.forkpty", "os.system", "os.exec", "os.spawn"):
             raise PermissionError(f"kanalyze sandbox: {event} is refused")
-        if event == "subprocess.Popen":
+        if event in ("subprocess.Popen", "os.posix_spawn"):  # subprocess may go through posix_spawn
             program = args[0] or (args[1][0] if args[1] else "")
-            if os.path.basename(str(program)) not in ALLOWED_TOOLS:
-                raise PermissionError(f"kanalyze sandbox: starting {os.path.basename(str(program))!r} is refused")
+            if os.path.basename(os.fsdecode(program)) not in ALLOWED_TOOLS:
+                raise PermissionError(f"kanalyze sandbox: starting {os.path.basename(os.fsdecode(program))!r} "
+                                      "is refused")
 
     sys.addaudithook(hook)

@@ -54,11 +54,13 @@ def _display(path: str) -> str:
     return relative if not relative.startswith("..") else path
 
 
-def _model_row(path: str) -> int:
+def _callable_row(path: str, name: str) -> int:
+    """The row that defines the callable under test (`class ModelNew`, a contract's function)."""
+    pattern = re.compile(rf"\s*(class|def)\s+{re.escape(name)}\b")
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
             for row, line in enumerate(handle, 1):
-                if re.match(r"\s*(class\s+ModelNew\b|def\s+\w+)", line):
+                if pattern.match(line):
                     return row
     except OSError:
         pass
@@ -155,7 +157,7 @@ def _apply(gate_run: GateRun, harness: Harness, flagged: list[Finding], flags: d
         for f in own:
             _set(f, status, line, witness)
         if not own and status is Status.CONFIRMED:
-            row = _model_row(path)
+            row = _callable_row(path, harness.callable)
             new.append(Finding(
                 code=verdict.code, name=names.get(verdict.code, verdict.gate), message=verdict.summary,
                 location=Location(path, row, 1, row, 1), status=Status.CONFIRMED,

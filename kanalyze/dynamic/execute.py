@@ -90,6 +90,9 @@ class ReferenceSide:
     def __init__(self, harness: dict, device: str, recorder_factory) -> None:
         self.harness, self.device, self.recorder_factory = harness, device, recorder_factory
         self._problems: dict[str, Problem] = {}
+        # The reference is IEEE fp32: PRC001 measures TF32 against it.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
 
     def problem(self, sizes: dict, dtype: str | None) -> Problem:
         key = json.dumps([sorted(sizes.items()), dtype])
@@ -125,7 +128,7 @@ class ReferenceSide:
                 if recorder is not None:
                     with recorder:
                         out = model(*[v.clone() if isinstance(v, torch.Tensor) else v for v in values])
-                    result["ops"] = dict(recorder.ops)
+                    result["ops"] = dict(recorder.calls)
                 else:
                     out = model(*[v.clone() if isinstance(v, torch.Tensor) else v for v in values])
             _synchronize(self.device)
@@ -168,11 +171,11 @@ class CandidateSide:
             result.update(status="error", error=describe_error(exc), traceback=_tail(exc))
             result["fatal"] = any(m in result["error"] for m in FATAL_MARKERS)
             return result
-        output_bytes = [arrays_nbytes(reference_arrays, reference)]
+        output_bytes = output_sizes(reference_arrays, reference)
         for j, run in enumerate(case["runs"]):
             record = {"status": "ok"}
             values = [v.clone() if isinstance(v, torch.Tensor) else v for v in base_inputs]
-            self.env.before_run(run, case, output_bytes[0])
+            self.env.before_run(run, case, output_bytes)
             started = time.perf_counter()
             try:
                 with torch.no_grad(), self.env.recording(case.get("record_ops")):
@@ -196,7 +199,7 @@ class CandidateSide:
         return result
 
 
-def arrays_nbytes(reference_arrays, reference: dict) -> list[int]:
+def output_sizes(reference_arrays, reference: dict) -> list[int]:
     """Byte sizes of the reference's outputs: the blocks the allocator is poisoned with on a GPU."""
     output = reference.get("output") or {}
     return [int(reference_arrays[f"{output['prefix']}{i}"].nbytes) for i in range(len(output.get("dtypes", [])))]

@@ -1,15 +1,16 @@
-"""What ran while the candidate ran: aten ops, kernel launches, host transfers (RES001).
+"""What ran while the candidate ran: torch calls, kernel launches, host transfers (RES001).
 
-Worker-side only.  Three recorders, all on while a case asks for them:
+Worker-side only.  Two recorders, on while a case asks for them:
 
 * `LaunchCounter` wraps Triton's launch entry points (`JITFunction.run` on a GPU,
   `InterpretedFunction.run` under the interpreter) and counts launches per
-  kernel; while a launch runs, the op recorder looks away (the interpreter
-  itself uses a few torch ops to stage arguments).
-* `OpRecorder`, a TorchDispatchMode, counts every aten op the candidate's
-  Python code dispatches.
-* host transfers: `Tensor.cpu/.numpy/.item/.tolist` are wrapped to record each
-  call (on the CPU the device map makes `.cpu()` a no-op, so aten never sees it).
+  kernel; while a launch runs (or kanalyze itself fills fresh memory), the
+  call recorder looks away: the interpreter stages arguments with torch calls.
+* `CallRecorder`, a TorchFunctionMode, counts every torch function and tensor
+  method the candidate's Python code calls (`matmul`, `linear`, `softmax`,
+  `item`, `cpu` …).  A TorchFunctionMode rather than a TorchDispatchMode: it
+  sees the same library calls at the level the candidate wrote them, and
+  entering a dispatch mode imports torch._dynamo (seconds per worker).
 """
 
 from __future__ import annotations
@@ -17,16 +18,13 @@ from __future__ import annotations
 import collections
 import functools
 
-import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-
-_HOST_METHODS = ("cpu", "numpy", "item", "tolist")
+from torch.overrides import TorchFunctionMode
 
 
 class LaunchCounter:
     def __init__(self) -> None:
         self.launches: collections.Counter = collections.Counter()
-        self.depth = 0
+        self.depth = 0      # > 0 while a launch (or kanalyze's own work) runs
         self._install()
 
     def _wrap(self, cls) -> None:
@@ -57,35 +55,15 @@ class LaunchCounter:
         self._wrap(InterpretedFunction)
 
 
-class OpRecorder(TorchDispatchMode):
+class CallRecorder(TorchFunctionMode):
     def __init__(self, launches: LaunchCounter) -> None:
         super().__init__()
-        self.ops: collections.Counter = collections.Counter()
+        self.calls: collections.Counter = collections.Counter()
         self.launches = launches
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
         if self.launches.depth == 0:
-            self.ops[func.overloadpacket.__name__] += 1
+            name = getattr(func, "__name__", None) or str(func)
+            if not name.startswith("__") or name in ("__matmul__", "__rmatmul__", "__float__", "__int__"):
+                self.calls[name] += 1
         return func(*args, **(kwargs or {}))
-
-
-class HostTransfers:
-    """Counts `.cpu()`, `.numpy()`, `.item()`, `.tolist()` while `active`."""
-
-    def __init__(self, launches: LaunchCounter) -> None:
-        self.active = False
-        self.calls: collections.Counter = collections.Counter()
-        for name in _HOST_METHODS:
-            original = getattr(torch.Tensor, name)
-            setattr(torch.Tensor, name, self._wrap(name, original, launches))
-
-    def _wrap(self, name, original, launches):
-        recorder = self
-
-        @functools.wraps(original)
-        def method(tensor, *args, **kwargs):
-            if recorder.active and launches.depth == 0:
-                recorder.calls[f".{name}()"] += 1
-            return original(tensor, *args, **kwargs)
-
-        return method

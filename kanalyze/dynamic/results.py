@@ -62,7 +62,8 @@ class RunView:
         """Why this run produced no output, in words."""
         if self.meta.get("out_of_bounds"):
             return self.meta["out_of_bounds"]["message"]
-        return f"raised {self.meta.get('error', 'an error')}"
+        error = self.meta.get("error", "an error")
+        return error if error.startswith("called ") else f"raised {error}"
 
 
 @dataclass

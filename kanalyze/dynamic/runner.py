@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -26,12 +27,18 @@ from kanalyze.dynamic.cases import Case
 from kanalyze.dynamic.gates import gates_by_code
 from kanalyze.dynamic.gates.base import CONFIRMED, UNCONFIRMED, GateContext, Verdict, value_failure, witness_arrays
 from kanalyze.dynamic.harness import Harness
+from kanalyze.dynamic.reference_cache import REFERENCES
 from kanalyze.dynamic.results import Result
 from kanalyze.dynamic.sandbox import (Limits, Outcome, Worker, WorkerGone, new_scratch_root, remove_scratch_root,
                                       run_cases)
 
 MAX_NUMEL = {"cpu": 2 ** 16, "cuda": 2 ** 26}
 BASELINE = "baseline"
+# Gates that judge values against the reference: a candidate already wrong on the
+# problem's own inputs fails them all for that one reason (reported once, as CMP001),
+# unless a static flag asked for the gate.
+VALUE_GATES = {"CMP003", "EXC001", "EXC002", "PRC001", "PRC002"}
+CUDA_CPP = re.compile(r"\bload_inline\b|\bcpp_extension\b")
 
 
 def cuda_present() -> bool:
@@ -72,7 +79,11 @@ class Session:
         absolute = {**harness.to_dict(), "candidate": os.path.abspath(harness.candidate),
                     "problem": os.path.abspath(harness.problem)}
         self.spec = {"harness": absolute}
-        self.reference = Worker("reference", mode, self.spec, limits, self.root)
+        # The reference worker starts now (its imports overlap the candidate's) unless
+        # earlier sessions of this process already know this problem's references.
+        self._reference: Worker | None = None
+        if REFERENCES.plan(harness, mode, MAX_NUMEL[mode]) is None:
+            self._reference = Worker("reference", mode, self.spec, limits, self.root)
         self.candidates = {"original": Worker("candidate", mode, self.spec, limits, self.root)}
         if promoted_source is not None:
             folder = os.path.join(self.root, "promoted")
@@ -83,9 +94,20 @@ class Session:
             self.candidates["promoted"] = Worker("candidate", mode, {**self.spec, "candidate_file": path},
                                                  limits, self.root)
         self.environment: dict = {"mode": mode}
+        self.output_shapes: list | None = None   # the reference's, at the planned sizes
+
+    @property
+    def reference(self) -> Worker:
+        if self._reference is None:
+            self._reference = Worker("reference", self.mode, self.spec, self.limits, self.root)
+        return self._reference
 
     def plan_sizes(self, max_numel: int) -> dict[str, int]:
         """The knobs scaled down until the inputs hold at most `max_numel` elements."""
+        known = REFERENCES.plan(self.harness, self.mode, max_numel)
+        if known is not None:
+            self.output_shapes = known[1]
+            return dict(known[0])
         knobs = dict(self.harness.knobs)
         try:
             self.reference.wait_ready()
@@ -94,7 +116,11 @@ class Session:
             event = self.reference.next_event(self.limits.case_seconds)
         except WorkerGone:
             return knobs
-        return event.get("sizes", knobs) if event and event.get("event") == "plan" else knobs
+        if not event or event.get("event") != "plan":
+            return knobs
+        self.output_shapes = event.get("output_shapes")
+        REFERENCES.put_plan(self.harness, self.mode, max_numel, event.get("sizes", knobs), self.output_shapes)
+        return event.get("sizes", knobs)
 
     def execute(self, cases: list[Case]) -> list[Result]:
         """Reference, then candidates, for every case; one Result per case, in order."""
@@ -102,13 +128,22 @@ class Session:
         for case in cases:
             entry = reference_cases.setdefault(case.input_key, {**case.to_dict(), "record_ops": False})
             entry["record_ops"] = entry["record_ops"] or case.record_ops
-        keys = list(reference_cases)
-        outcomes, ready = run_cases("reference", self.mode, self.spec, list(enumerate(reference_cases.values())),
-                                    self.limits, self.root, first_worker=self.reference)
+        by_key = {key: REFERENCES.get(self.harness, self.mode, key, entry["record_ops"])
+                  for key, entry in reference_cases.items()}
+        missing = [key for key, outcome in by_key.items() if outcome is None]
+        ready = REFERENCES.ready(self.harness, self.mode)
+        if missing:
+            outcomes, ready, _ = run_cases("reference", self.mode, self.spec,
+                                           [(i, reference_cases[key]) for i, key in enumerate(missing)],
+                                           self.limits, self.root, first_worker=self.reference)
+            REFERENCES.put_ready(self.harness, self.mode, ready)
+            for i, key in enumerate(missing):
+                by_key[key] = REFERENCES.put(self.harness, self.mode, key, reference_cases[key]["record_ops"],
+                                             outcomes[i])
         self.environment.update(_describe_ready(ready, "reference"))
-        by_key = {key: outcomes[i] for i, key in enumerate(keys)}
         results = [Result(case, by_key[case.input_key]) for case in cases]
         for variant, worker in self.candidates.items():
+            spec = worker.spec
             runnable = [(i, r.case.to_dict()) for i, r in enumerate(results)
                         if r.case.variant == variant and r.reference_ok]
             if not runnable:
@@ -119,18 +154,33 @@ class Session:
                 return {"references": {str(i): {"meta": results[i].reference.meta,
                                                 "arrays": results[i].reference.arrays} for i in indices}}
 
-            candidate_outcomes, ready = run_cases("candidate", self.mode, worker.spec,
-                                                  runnable, self.limits, self.root, job_extra=references,
-                                                  first_worker=worker)
-            if variant == "original":
-                self.environment.update(_describe_ready(ready, "candidate"))
-            for i, outcome in candidate_outcomes.items():
-                results[i].candidate = outcome
+            # The baseline first: a candidate that hangs on the problem's own
+            # inputs is not given the time limit once per remaining case.
+            first = [(i, c) for i, c in runnable if c["id"] == BASELINE]
+            rest = [(i, c) for i, c in runnable if c["id"] != BASELINE]
+            for batch in (first, rest):
+                if not batch:
+                    continue
+                outcomes, ready, worker = run_cases("candidate", self.mode, worker.spec if worker else spec,
+                                                    batch, self.limits, self.root, job_extra=references,
+                                                    first_worker=worker, keep=True)
+                if variant == "original" and ready:
+                    self.environment.update(_describe_ready(ready, "candidate"))
+                for i, outcome in outcomes.items():
+                    results[i].candidate = outcome
+                if batch is first and outcomes[first[0][0]].status == "timeout":
+                    for i, _ in rest:
+                        results[i].candidate = Outcome("not-started", detail="skipped: the candidate did not "
+                                                       "finish on the problem's own inputs")
+                    break
+            if worker is not None:
+                worker.close()
         return results
 
     def close(self) -> None:
-        for worker in [self.reference, *self.candidates.values()]:
-            worker.close()
+        for worker in [self._reference, *self.candidates.values()]:
+            if worker is not None:
+                worker.close()
         remove_scratch_root(self.root)
 
 
@@ -167,6 +217,12 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
     mode = resolve_mode(options.mode)
     gates = gates_by_code()
     codes = [c for c in codes if c in gates]
+    with open(harness.candidate, encoding="utf-8", errors="replace") as handle:
+        cuda_cpp = bool(CUDA_CPP.search(handle.read()))
+    if cuda_cpp and mode == "cpu":
+        why = "the candidate builds CUDA C++ (load_inline / cpp_extension), which runs only on a GPU; none is here"
+        return GateRun([Verdict(c, UNCONFIRMED, why, gate=gates[c].name) for c in codes], {"mode": mode},
+                       dict(harness.knobs), time.perf_counter() - started)
     promoted_source, promotion = None, None
     if "PRC002" in codes and (cases is None or any(c.variant == "promoted" for c in cases)):
         rows = [f["row"] for f in flags.get("PRC002", []) if f.get("row")] or None
@@ -181,8 +237,8 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
             sizes = dict(cases[0].sizes)
         else:
             sizes = session.plan_sizes(options.max_numel or MAX_NUMEL[mode])
-        contexts = {code: GateContext(harness, sizes, mode, flags.get(code, []), options.seed, promotion)
-                    for code in codes}
+        contexts = {code: GateContext(harness, sizes, mode, flags.get(code, []), options.seed, promotion,
+                                      session.output_shapes, cuda_cpp) for code in codes}
         if cases is None:
             plan = {code: [c for c in gates[code].plan(contexts[code]) if c.variant == "original" or promotion]
                     for code in codes}
@@ -192,17 +248,20 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
         else:
             all_cases = [c for c in cases if c.variant == "original" or promotion]
         results = session.execute(all_cases)
-        verdicts = _judge(results, codes, contexts, gates, replay=cases is not None)
+        verdicts = _judge(results, codes, contexts, gates, replay=cases is not None, flags_by_code=flags)
         environment = {**session.environment, "sizes": sizes, "knobs": harness.knobs}
     finally:
         session.close()
     return GateRun(verdicts, environment, sizes, time.perf_counter() - started)
 
 
-def _judge(results: list[Result], codes, contexts, gates, replay: bool) -> list[Verdict]:
+def _judge(results: list[Result], codes, contexts, gates, replay: bool, flags_by_code: dict) -> list[Verdict]:
+    """Each gate's verdict.  A candidate that fails on the problem's own inputs blocks every
+    gate (reported once, as CMP001); one whose values are wrong there blocks the value gates
+    that no static flag asked for (they would all fail for that one reason)."""
     verdicts: list[Verdict] = []
     baseline = next((r for r in results if r.case.id == BASELINE), None)
-    blocked = None
+    blocked, wrong = None, None
     if baseline is not None:
         if not baseline.reference_ok:
             blocked = f"{baseline.reference_failure()} (at the base sizes)"
@@ -211,14 +270,20 @@ def _judge(results: list[Result], codes, contexts, gates, replay: bool) -> list[
             if found:
                 verdicts.append(found)
             blocked = f"the candidate fails on the problem's own inputs: {found.summary if found else '?'}"
-        elif "CMP001" not in codes:
+        else:
             found = _baseline_verdict(baseline)
             if found:
-                verdicts.append(found)
+                wrong = ("the candidate's values are already wrong on the problem's own inputs (CMP001), so "
+                         "this gate's property cannot be told apart from that")
+                if "CMP001" not in codes:
+                    verdicts.append(found)
     for code in codes:
         own = [r for r in results if r.case.gate == code]
         if blocked and code != "CMP001":
             verdicts.append(Verdict(code, UNCONFIRMED, blocked, [r.case for r in own], gate=gates[code].name))
+            continue
+        if wrong and code in VALUE_GATES and not flags_by_code.get(code):
+            verdicts.append(Verdict(code, UNCONFIRMED, wrong, [r.case for r in own], gate=gates[code].name))
             continue
         if not own:
             verdicts.append(Verdict(code, UNCONFIRMED, "no case of this gate in the witness", gate=gates[code].name))
@@ -254,14 +319,13 @@ def run_at_sizes(harness: Harness, sizes_list: list[dict[str, int]], options: Op
     cases = [Case(f"sizes/{i}", "CMP003", {**harness.knobs, **sizes}, seed=options.seed)
              for i, sizes in enumerate(sizes_list)]
     session = Session(harness, mode, options.limits)
+    out = []
     try:
-        results = session.execute(cases)
+        for result in session.execute(cases):  # judged before the session's files go
+            status, detail, details = size_outcome(result)
+            out.append(SizeOutcome(result.case.sizes, status, detail, details.get("out_of_bounds")))
     finally:
         session.close()
-    out = []
-    for result in results:
-        status, detail, details = size_outcome(result)
-        out.append(SizeOutcome(result.case.sizes, status, detail, details.get("out_of_bounds")))
     return out
 
 

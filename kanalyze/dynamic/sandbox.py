@@ -16,6 +16,7 @@ recorded for that case, and the remaining cases go on in a fresh worker.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import select
@@ -44,7 +45,7 @@ _KEEP_PREFIXES = ("NVIDIA_", "NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_")
 class Limits:
     case_seconds: float = 120.0        # one case, every run of it
     start_seconds: float = 120.0       # importing torch, triton and the candidate
-    memory_bytes: int | None = 8 * 2 ** 30   # address space, CPU runs only
+    memory_bytes: int | None = 4 * 2 ** 30   # address space, CPU runs only (a worker peaks near 1 GiB)
     file_bytes: int = 1 * 2 ** 30
     output_bytes: int = 64 * 1024      # stdout/stderr kept per worker
     process_margin: int = 512
@@ -84,10 +85,12 @@ class _Drain(threading.Thread):
             self.tail = (self.tail + chunk)[-(self.cap - self.cap // 4):]
 
     def text(self) -> str:
-        if self.total <= len(self.head) + len(self.tail):
-            data = self.head + self.tail[len(self.tail) - (self.total - len(self.head)):] if self.total > len(self.head) else self.head
+        after_head = self.total - len(self.head)          # bytes that came after the head
+        if after_head <= len(self.tail):                  # nothing was dropped
+            data = self.head + (self.tail[-after_head:] if after_head else b"")
         else:
-            data = self.head + f"\n… {self.total - len(self.head) - len(self.tail)} bytes left out …\n".encode() + self.tail
+            dropped = after_head - len(self.tail)
+            data = self.head + f"\n… {dropped} bytes left out …\n".encode() + self.tail
         return data.decode("utf-8", "replace")
 
 
@@ -102,6 +105,9 @@ def scrubbed_environment(scratch: str, mode: str) -> dict[str, str]:
         env["TRITON_INTERPRET"] = "1"
         env.setdefault("OMP_NUM_THREADS", "1")
     return env
+
+
+_job_ids = itertools.count(1)
 
 
 class WorkerGone(Exception):
@@ -212,11 +218,14 @@ class Worker:
 
 
 def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], limits: Limits,
-              scratch_root: str, job_extra=None, first_worker: Worker | None = None) -> tuple[dict[int, Outcome], dict]:
+              scratch_root: str, job_extra=None, first_worker: Worker | None = None,
+              keep: bool = False) -> tuple[dict[int, Outcome], dict, Worker | None]:
     """Run every case through workers of `role`; one `Outcome` per case index.
 
     `job_extra(indices)` adds fields to the job (the candidate side's references).
-    Returns the outcomes and the first worker's `ready` message (versions, confinement).
+    Returns the outcomes, the first worker's `ready` message (versions,
+    confinement), and with `keep` the last worker if it is still alive (the
+    caller closes it), else None.
     """
     outcomes: dict[int, Outcome] = {}
     pending = [index for index, _ in cases]
@@ -239,7 +248,9 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
                 outcomes[index] = Outcome("not-started", detail=message["error"], output=worker.output())
             worker.close()
             break
-        job = {"kind": "cases", "indices": pending, "cases": [by_index[i] for i in pending], "out": worker.scratch}
+        job_id = next(_job_ids)
+        job = {"kind": "cases", "id": job_id, "indices": pending, "cases": [by_index[i] for i in pending],
+               "out": worker.scratch}
         if job_extra:
             job.update(job_extra(pending))
         restart = False
@@ -254,6 +265,8 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
                                               output=worker.output())
                     restart = True
                     break
+                if event.get("job", job_id) != job_id:
+                    continue  # the end of an earlier job on the same worker
                 if event.get("event") == "case":
                     index = event["index"]
                     outcomes[index] = _read_case(worker.scratch, index)
@@ -267,13 +280,19 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
             index = pending.pop(0)
             outcomes[index] = Outcome("crashed", detail=str(exc), output=worker.output())
             restart = True
+        if not restart and keep:
+            return _fill(outcomes, pending), ready, worker
         worker.close()
         worker = None
         if not restart:
             break
+    return _fill(outcomes, pending), ready, None
+
+
+def _fill(outcomes: dict[int, Outcome], pending: list[int]) -> dict[int, Outcome]:
     for index in pending:
         outcomes.setdefault(index, Outcome("not-started", detail="the worker ended before this case"))
-    return outcomes, ready
+    return outcomes
 
 
 def _read_case(scratch: str, index: int) -> Outcome:

@@ -2,7 +2,7 @@
 
 Started by `sandbox.py` as
 
-    python -E -s -c BOOTSTRAP ROLE MODE CONTROL_FD STATUS_FD SPEC.json
+    python -E -s -B -u -c BOOTSTRAP ROLE MODE CONTROL_FD STATUS_FD SPEC.json
 
 ROLE is `reference` or `candidate`; MODE is `cpu` (Triton's interpreter, with
 `TRITON_INTERPRET=1` already in the environment the parent gave it) or `cuda`.
@@ -16,96 +16,9 @@ capture and cap.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
-
-class Environment:
-    """The knobs of one candidate run: poison, program order, TF32, recorders."""
-
-    def __init__(self, mode: str) -> None:
-        import torch
-
-        from kanalyze.dynamic.recording import HostTransfers, LaunchCounter, OpRecorder
-
-        self.torch, self.mode = torch, mode
-        self.driver = None
-        if mode == "cpu":
-            from kanalyze.dynamic.interpreter import InterpreterDriver
-
-            self.driver = InterpreterDriver()
-        self.launches = LaunchCounter()
-        self.host = HostTransfers(self.launches)
-        self._op_recorder_cls = OpRecorder
-        self._ops = None
-        self.poison: int | None = None
-        self._patch_allocations()
-
-    def op_recorder(self):
-        return self._op_recorder_cls(self.launches)
-
-    def _patch_allocations(self) -> None:
-        """Fresh memory from torch.empty* is filled with the run's poison byte first."""
-        torch, environment = self.torch, self
-
-        def fill(tensor):
-            if environment.poison is not None and isinstance(tensor, torch.Tensor) and tensor.numel() > 0:
-                storage = tensor.untyped_storage()
-                torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(storage).fill_(environment.poison)
-            return tensor
-
-        def wrap(original):
-            def allocate(*args, **kwargs):
-                return fill(original(*args, **kwargs))
-            allocate.__name__ = getattr(original, "__name__", "empty")
-            return allocate
-
-        for name in ("empty", "empty_like", "empty_strided"):
-            setattr(torch, name, wrap(getattr(torch, name)))
-        torch.Tensor.new_empty = wrap(torch.Tensor.new_empty)
-
-    def before_run(self, run: dict, case: dict, output_bytes: list[int]) -> None:
-        torch = self.torch
-        self.poison = run.get("poison")
-        self.launches.launches.clear()
-        self.host.calls.clear()
-        if self.driver is not None:
-            self.driver.reset(run.get("order_seed"), bool(case.get("emulate_tf32")))
-        elif self.poison is not None:
-            # The caching allocator hands a freed block of the same size to the
-            # next request: fill and free one per output, so that stale memory
-            # holds the sentinel, not a previous result.
-            blocks = [torch.empty(n, dtype=torch.uint8, device="cuda") for n in output_bytes if n]
-            for block in blocks:
-                block.fill_(self.poison)
-            del blocks
-            torch.cuda.synchronize()
-
-    @contextlib.contextmanager
-    def recording(self, record_ops: bool):
-        self._ops = self.op_recorder() if record_ops else None
-        self.host.active = True
-        try:
-            if self._ops is not None:
-                with self._ops:
-                    yield
-            else:
-                yield
-        finally:
-            self.host.active = False
-            self.poison = None
-
-    def after_run(self, case: dict) -> dict:
-        out = {"launches": dict(self.launches.launches), "host_transfers": dict(self.host.calls)}
-        if self._ops is not None:
-            out["ops"] = dict(self._ops.ops)
-        if self.driver is not None:
-            out["tf32_dots"] = self.driver.tf32_dots
-            if self.driver.out_of_bounds:
-                out["out_of_bounds"] = self.driver.out_of_bounds
-        return out
-
 
 def _send(status, **message) -> None:
     status.write(json.dumps(message) + "\n")
@@ -135,6 +48,7 @@ def main(argv: list[str]) -> int:
         import triton  # noqa: F401  (after TRITON_INTERPRET is set: the parent set it)
 
         from kanalyze.dynamic import cases as case_sizes
+        from kanalyze.dynamic.environment import Environment
         from kanalyze.dynamic.execute import CandidateSide, ReferenceSide, describe_error
 
         env = Environment(mode)
@@ -160,7 +74,8 @@ def main(argv: list[str]) -> int:
     for line in control:
         job = json.loads(line)
         if job["kind"] == "plan":
-            _send(status, event="plan", sizes=_plan(job, harness, device_map if mode == "cpu" else None, case_sizes))
+            sizes, shapes = _plan(job, harness, device_map if mode == "cpu" else None, case_sizes)
+            _send(status, event="plan", sizes=sizes, output_shapes=shapes)
             continue
         for index, case in zip(job["indices"], job["cases"]):
             out_base = os.path.join(job["out"], f"case-{index}")
@@ -174,34 +89,49 @@ def main(argv: list[str]) -> int:
                     result = side.run(case, reference["meta"], reference_arrays, out_base)
             with open(out_base + ".json", "w", encoding="utf-8") as handle:
                 json.dump(result, handle)
-            _send(status, event="case", index=index)
+            _send(status, event="case", index=index, job=job.get("id"))
             if result.get("fatal"):
-                _send(status, event="fatal", index=index)
+                _send(status, event="fatal", index=index, job=job.get("id"))
                 return 4
-        _send(status, event="job-done")
+        _send(status, event="job-done", job=job.get("id"))
     return 0
 
 
-def _plan(job: dict, harness: dict, device_map, case_sizes) -> dict:
-    """Scale the knobs down until the inputs hold at most `max_numel` elements."""
+def _plan(job: dict, harness: dict, device_map, case_sizes) -> tuple[dict, list | None]:
+    """Scale the knobs down until the inputs hold at most `max_numel` elements.
+
+    Returns the sizes and the reference's output shapes at those sizes (None
+    where they cannot be had cheaply).  Both come from meta tensors: nothing is
+    allocated or computed.
+    """
     import torch
 
     from kanalyze.dynamic.loading import Problem
+    from kanalyze.dynamic.tensors import flatten_value
 
-    def numel_of(sizes):
+    def on_meta(work):
         try:
             if device_map is not None:
                 device_map.target = "meta"
-            with torch.device("meta"):
-                values = Problem(harness, sizes, job.get("dtype")).inputs()
-            return sum(v.numel() for v in values if isinstance(v, torch.Tensor))
+            with torch.device("meta"), torch.no_grad():
+                return work()
         except BaseException:
             return None
         finally:
             if device_map is not None:
                 device_map.target = "cpu"
 
-    return case_sizes.scale_down(job["knobs"], numel_of, job["max_numel"])
+    def numel_of(sizes):
+        values = on_meta(lambda: Problem(harness, sizes, job.get("dtype")).inputs())
+        return None if values is None else sum(v.numel() for v in values if isinstance(v, torch.Tensor))
+
+    def output_shapes(sizes):
+        problem = Problem(harness, sizes, job.get("dtype"))
+        output = problem.model(problem.init_inputs())(*problem.inputs())
+        return [list(leaf.shape) for leaf in flatten_value(output)[1]]
+
+    sizes = case_sizes.scale_down(job["knobs"], numel_of, job["max_numel"])
+    return sizes, on_meta(lambda: output_shapes(sizes))
 
 
 if __name__ == "__main__":  # pragma: no cover - started through sandbox.BOOTSTRAP

@@ -9,9 +9,10 @@ from typing import Iterator
 import tree_sitter as ts
 
 from kanalyze.analyzer.cuda_facts import (
-    COMPARISONS, block_x, expr_taint, floor_divisions, grid_strides, launches_of, shared_index_dims,
+    COMPARISONS, expr_taint, floor_divisions, grid_strides, launches_of, shared_index_dims,
 )
-from kanalyze.analyzer.cuda_model import CudaModule, Variable, walk
+from kanalyze.analyzer.cuda_build import read_declaration
+from kanalyze.analyzer.cuda_model import CudaModule, Variable
 from kanalyze.analyzer.cuda_types import eval_int
 from kanalyze.rules.base import Report, source
 from kanalyze.rules.cmp003_shape_specialized import ShapeSpecialized
@@ -119,11 +120,11 @@ class ShapeSpecializedCuda(CudaRule, clause=ShapeSpecialized):
                 kernel=kernel_name(cuda, cuda.function_of(node)), name=name, value=value)
 
     def _literal_bounds(self, cuda: CudaModule) -> Iterator[Report]:
-        for function in cuda.device_code():
-            for node in walk(function.body):
-                if node.type != "binary_expression" or cuda.text(node.child_by_field_name("operator")) \
-                        not in COMPARISONS:
-                    continue
+        for node in cuda.find(rb"[<>]=?\s*[0-9]|[0-9][0-9a-zA-Z']*\s*[<>]", "binary_expression"):
+            function = cuda.function_of(node)
+            if function is None or not function.is_device:
+                continue
+            if cuda.text(node.child_by_field_name("operator")) in COMPARISONS:
                 left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
                 literal, index = (right, left) if right is not None and right.type == "number_literal" else (left, right)
                 if literal is None or literal.type != "number_literal" or index is None:
@@ -168,8 +169,8 @@ class ShapeSpecializedCuda(CudaRule, clause=ShapeSpecialized):
         launches = launches_of(cuda, kernel)
         if not launches or kernel.body is None:
             return
-        for node in walk(kernel.body):
-            if node.type != "binary_expression" or cuda.text(node.child_by_field_name("operator")) != "*":
+        for node in cuda.find(rb"blockIdx\.x\s*\*|\*\s*blockIdx\.x", "binary_expression"):
+            if not kernel.contains(node) or cuda.text(node.child_by_field_name("operator")) != "*":
                 continue
             sides = [node.child_by_field_name("left"), node.child_by_field_name("right")]
             texts = [cuda.text(s) for s in sides]
@@ -205,10 +206,12 @@ def _block_mismatch(cuda: CudaModule, launches, axis: str, extent: int, exact: b
 
 
 def _int_declarations(cuda: CudaModule) -> Iterator[Variable]:
-    for variable in list(cuda.globals.values()) + [v for f in cuda.functions for v in f.locals.values()]:
-        if variable.init is not None and variable.ctype.base == "int" and not variable.ctype.pointers \
-                and not variable.dims and variable.declaration is not None:
-            yield variable
+    """Integer variables initialised with a number (`int N = 4096;`)."""
+    for node in cuda.find(rb"\b\w+\s*=\s*[0-9][0-9a-fA-FxXuUlL']*\s*[;,]", "declaration"):
+        for variable in read_declaration(cuda, node, local=cuda.function_of(node) is not None):
+            if variable.init is not None and variable.ctype.base == "int" and not variable.ctype.pointers \
+                    and not variable.dims:
+                yield variable
 
 
 def _size_use(cuda: CudaModule, name: str, declaration: ts.Node) -> ts.Node | None:

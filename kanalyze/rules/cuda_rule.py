@@ -53,7 +53,7 @@ class CudaRule(Rule):
     def report_at(self, cuda: "CudaModule", node: Any, message: str, *, kernel: str | None = None,
                   **evidence: Any) -> CudaReport:
         evidence.setdefault("gate", self.gate)
-        evidence.setdefault("source", cuda.unit.origin)
+        evidence.setdefault("cuda_source", cuda.unit.origin)
         return CudaReport(self.code, node, message, kernel, evidence, cuda.unit)
 
 

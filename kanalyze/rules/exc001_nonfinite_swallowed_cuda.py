@@ -23,6 +23,7 @@ NAN_TESTS = re.compile(r"\b(?:isnan|isinf|__isnanf|__isinff|__isnan|__isinf|__hi
                        r"std::isnan|std::isinf|std::isfinite)\s*\(")
 NAN_VALUES = re.compile(r"\b(?:NAN|NAN_F|CUDART_NAN_F|CUDART_NAN|nanf?|__int_as_float\s*\(\s*0x7fc00000|"
                         r"std::numeric_limits<\w+>::quiet_NaN|INFINITY|CUDART_INF_F)\b")
+NAN_TEST_WORDS = ["isnan", "isinf", "isfinite", "__isnanf", "__isinff", "__isnan", "__isinf", "__hisnan", "__hisinf"]
 FAST_MATH = {"--use_fast_math", "-use_fast_math", "-ffast-math", "--ffast-math", "-ffinite-math-only",
              "-fno-honor-nans", "-fno-honor-infinities"}
 # References whose own max/min skip NaN: fmaxf there is the same contract.
@@ -68,7 +69,7 @@ class NonFiniteSwallowedCuda(CudaRule, clause=NonFiniteSwallowed):
 
     def check_cuda(self, cuda: CudaModule) -> Iterator[Report]:
         skip_max = cuda.host is not None and _reference_skips_nan(cuda.host)
-        for call in cuda.calls:
+        for call in cuda.calls_named(*FLOAT_ONLY, *ANY_TYPE):
             function = call.function
             if function is None or not function.is_device or len(call.args) < 2:
                 continue
@@ -79,7 +80,9 @@ class NonFiniteSwallowedCuda(CudaRule, clause=NonFiniteSwallowed):
                 if not any(expr_taint(cuda, a, function) & {"data", "param"} for a in call.args):
                     continue
                 yield self._max_report(cuda, call.node, call.name, call.args, function)
-        for node in cuda.nodes("conditional", "if"):
+        tests = cuda.find_words(NAN_TEST_WORDS, "conditional_expression", "if_statement")
+        tests += [n for n in cuda.find(rb"!=", "conditional_expression", "if_statement") if n not in tests]
+        for node in tests:
             function = cuda.function_of(node)
             if function is None or not function.is_device:
                 continue
@@ -133,10 +136,13 @@ class NonFiniteSwallowedCuda(CudaRule, clause=NonFiniteSwallowed):
         if _carries_nan(cuda, branch, tested):
             return None
         text = cuda.text(node if node.type == "conditional_expression" else condition, 60)
+        skipped = branch.type in ("continue_statement", "break_statement", "return_statement") or \
+            cuda.text(branch).strip("{} ;") in ("continue", "break", "return")
+        what = "skips" if skipped else f"replaces it with `{cuda.text(branch, 30)}` for"
         return self.report_at(
             cuda, node if node.type == "conditional_expression" else condition,
-            f"`{text}` replaces a non-finite `{tested}` with `{cuda.text(branch, 30)}`: the output must be NaN/Inf "
-            f"exactly where the reference's is; let the value through",
+            f"`{text}` {what} a non-finite `{tested}`: the output must be NaN/Inf exactly where the "
+            f"reference's is; let the value through",
             kernel=kernel_name(cuda, function), expression=text)
 
 

@@ -46,8 +46,8 @@ class SubnormalFlushCuda(CudaRule, clause=SubnormalFlush):
         """)]
 
     def check_cuda(self, cuda: CudaModule) -> Iterator[Report]:
-        for call in cuda.calls:
-            if call.name in INTRINSICS and call.function is not None and call.function.is_device:
+        for call in cuda.calls_named(*INTRINSICS):
+            if call.function is not None and call.function.is_device:
                 text = cuda.text(call.node, 60)
                 accurate = call.name[2:].replace("fdividef", "x / y (IEEE division)")
                 yield self.report_at(
@@ -55,7 +55,7 @@ class SubnormalFlushCuda(CudaRule, clause=SubnormalFlush):
                     f"`{text}` is a fast-math intrinsic: it flushes subnormal inputs and results to zero and "
                     f"trades accuracy for speed, where the fp32 reference keeps them; use `{accurate}`",
                     kernel=kernel_name(cuda, call.function), expression=text, intrinsic=call.name)
-        for node in cuda.nodes("asm"):
+        for node in cuda.find_words(["ftz"], "gnu_asm_expression"):
             template = " ".join(cuda.text(c) for c in node.named_children if c.type in ("string_literal",
                                                                                         "concatenated_string"))
             match = _PTX_FTZ.search(template)

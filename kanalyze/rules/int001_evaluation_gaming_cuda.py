@@ -27,20 +27,20 @@ class EvaluationGamingCuda(CudaRule, clause=EvaluationGaming):
     clause's Python detectors.
 
     ```cpp
-    auto side = at::cuda::getStreamFromPool();
+    auto side = c10::cuda::getStreamFromPool();
     kernel<<<grid, block, 0, side>>>(...);
     return out;                                 // flagged: nothing waits for `side`
     ```
     """
     VALID = [source("""
         #include <torch/extension.h>
-        #include <ATen/cuda/CUDAContext.h>
+        #include <c10/cuda/CUDAStream.h>
         __global__ void fill(float* y, int n) {
             int i = blockIdx.x * blockDim.x + threadIdx.x;
             if (i < n) y[i] = 1.0f;
         }
         torch::Tensor ones(torch::Tensor y) {
-            auto side = at::cuda::getStreamFromPool();
+            auto side = c10::cuda::getStreamFromPool();
             int n = y.numel();
             fill<<<(n + 255) / 256, 256, 0, side>>>(y.data_ptr<float>(), n);
             cudaStreamSynchronize(side);
@@ -49,13 +49,13 @@ class EvaluationGamingCuda(CudaRule, clause=EvaluationGaming):
         """)]
     INVALID = [source("""
         #include <torch/extension.h>
-        #include <ATen/cuda/CUDAContext.h>
+        #include <c10/cuda/CUDAStream.h>
         __global__ void fill(float* y, int n) {
             int i = blockIdx.x * blockDim.x + threadIdx.x;
             if (i < n) y[i] = 1.0f;
         }
         torch::Tensor ones(torch::Tensor y) {
-            auto side = at::cuda::getStreamFromPool();
+            auto side = c10::cuda::getStreamFromPool();
             int n = y.numel();
             fill<<<(n + 255) / 256, 256, 0, side>>>(y.data_ptr<float>(), n);
             return y;
@@ -63,12 +63,12 @@ class EvaluationGamingCuda(CudaRule, clause=EvaluationGaming):
         """)]
 
     def check_cuda(self, cuda: CudaModule) -> Iterator[Report]:
-        for call in cuda.calls:
+        for call in cuda.calls_named(*STREAMS, *THREADS):
             function = call.function
             if function is None or function.is_device:
                 continue
             if call.name in STREAMS:
-                joined = any(c.name in JOINS or c.method == "synchronize" for c in cuda.calls_in(function))
+                joined = bool(cuda.calls_in(function, *JOINS, "synchronize"))
                 if joined:
                     continue
                 text = cuda.text(call.node, 60)
@@ -76,7 +76,7 @@ class EvaluationGamingCuda(CudaRule, clause=EvaluationGaming):
                     cuda, call.node,
                     f"`{text}` in `{function.name}` puts work on a side stream that is never joined to the "
                     f"caller's: the benchmark's CUDA events time the current stream, so that work escapes the "
-                    f"timer and may finish after the output is read; launch on `at::cuda::getCurrentCUDAStream()` "
+                    f"timer and may finish after the output is read; launch on `c10::cuda::getCurrentCUDAStream()` "
                     f"or make the current stream wait (`cudaStreamWaitEvent`)",
                     expression=text, function=function.name)
             elif call.name in THREADS:
@@ -85,7 +85,7 @@ class EvaluationGamingCuda(CudaRule, clause=EvaluationGaming):
                     cuda, call.node,
                     f"`{text}` in `{function.name}` runs work on another host thread: the call can return before "
                     f"the work is done; launch from the calling thread", expression=text, function=function.name)
-        for node in cuda.nodes("declaration"):
+        for node in cuda.find_words(["thread", "jthread"], "declaration"):
             type_text = cuda.text(node.child_by_field_name("type"))
             function = cuda.function_of(node)
             if type_text in THREADS and function is not None:

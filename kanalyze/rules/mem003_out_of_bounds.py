@@ -104,7 +104,7 @@ class OutOfBounds(Rule):
         tensor = example.get("tensor") or access.tensor or access.parameter
         verb = {"load": "reads", "store": "writes"}.get(access.kind, "updates")
         offset, extent = example["offset"], example["extent"]
-        where = f"before its start" if offset < 0 else f"past its end ({extent} element{'s' if extent != 1 else ''})"
+        where = "before its start" if offset < 0 else f"past its end ({extent} element{'s' if extent != 1 else ''})"
         at = describe_case(example)
         fix = ("the mask lets it through: bound it by the tensor's size (`offs < n`, not `<=`; each dimension "
                "of a tile masked)" if access.masked else f"add a mask (`mask=offs < n`) to `{text}`")
@@ -117,7 +117,9 @@ class OutOfBounds(Rule):
 
 def describe_case(example: dict) -> str:
     """`with n_cols=1001, program 7 lane 1000` (and the loop iteration, the config)."""
-    sizes = ", ".join(f"{k}={v}" for k, v in example.get("sizes", {}).items())
+    values = {**example.get("constexprs", {}), **example.get("sizes", {})}
+    relevant = [k for k in example.get("depends_on", []) if k in values] or list(example.get("sizes", {}))
+    sizes = ", ".join(f"{k}={values[k]}" for k in relevant)
     if not sizes:
         sizes = ", ".join(f"{name} of shape ({', '.join('?' if d is None else str(d) for d in dims)})"
                           for name, dims in example.get("shapes", {}).items())

@@ -102,8 +102,10 @@ class IndexOverflow(Rule):
             bound = analysis.max_numel
             exponent = bound.bit_length() - 1
             bound_text = f"2^{exponent}" if bound == 1 << exponent else str(bound)
+            use = {"mask": "computes its mask from it", "loop": "runs in a loop bounded by it"}.get(
+                example.get("wraps_in"), "uses the wrapped offset")
             message = (f"`{text}` overflows int32: {describe_case(example)} it is {value} (> {INT32_MAX}) and the "
-                       f"{access.kind} at `{expr_text(model, access.call, 40)}` uses the wrapped offset; "
+                       f"{access.kind} at `{expr_text(model, access.call, 40)}` {use}; "
                        f"{_fix(model, node)}. Assumes tensors of up to {bound_text} elements (`max-numel`); "
                        f"lower it if yours stay below 2^31")
             yield self.report(node, message, kernel=access.kernel, expression=text, access=access.kind,
@@ -117,4 +119,6 @@ def _fix(model: TritonModule, node) -> str:
         if isinstance(node.left, cst.BinaryOperation):
             left = f"({left})"
         return f"compute it in int64 (`{left}.to(tl.int64)` first)"
+    if isinstance(node, cst.Call) and node.args:
+        return f"compute it in int64 (`{expr_text(model, node.args[0].value, 30)}.to(tl.int64)` first)"
     return "compute it in int64 (`.to(tl.int64)` on the program id or the row index)"

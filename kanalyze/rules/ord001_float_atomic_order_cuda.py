@@ -49,8 +49,8 @@ class FloatAtomicOrderCuda(CudaRule, clause=FloatAtomicOrder):
         """)]
 
     def check_cuda(self, cuda: CudaModule) -> Iterator[Report]:
-        for call in cuda.calls:
-            if call.name not in ATOMIC_ADDS or not call.args or call.function is None:
+        for call in cuda.calls_named(*ATOMIC_ADDS):
+            if not call.args or call.function is None:
                 continue
             function = call.function
             target = type_of(cuda, call.args[0], function)
@@ -68,7 +68,7 @@ class FloatAtomicOrderCuda(CudaRule, clause=FloatAtomicOrder):
                 f"bits change from run to run; write per-block partials and reduce them in a fixed order (a second "
                 f"kernel or a tree reduction in one block)",
                 kernel=kernel_name(cuda, function), expression=text, dtype=floats[0])
-        for node in cuda.nodes("asm"):
+        for node in cuda.find_words(["red", "atom"], "gnu_asm_expression"):
             template = " ".join(cuda.text(c) for c in node.named_children if c.type in ("string_literal",
                                                                                         "concatenated_string"))
             for match in _PTX_ADD.finditer(template):

@@ -1,6 +1,7 @@
 """ORD002 nondeterministic-race: the same inputs give different bits across runs (a race).
 
-This clause is decided by its gate; static detectors join with later passes.
+Triton source has no static detectors for it (the gate decides); its CUDA C++
+detectors are in ord002_nondeterministic_race_cuda.py.
 """
 
 from kanalyze.rules.base import Rule
@@ -11,11 +12,12 @@ class NondeterministicRace(Rule):
     name = "nondeterministic-race"
     summary = "The same inputs give different bits across runs (a race)"
     gate = "ord002-repeated-runs"
-    has_detectors = False
+    has_detectors = False  # in Triton source; CUDA C++ has detectors (see below)
     docs = """
     ## What it does
     Runs the kernel repeatedly on the same inputs with poisoned scratch memory
-    and compares the outputs bitwise.
+    and compares the outputs bitwise. In CUDA C++ the static pass also flags
+    shared-memory races and divergent barriers (below).
 
     ## Why is this bad
     A race (shared memory read without a barrier after a write, a read of

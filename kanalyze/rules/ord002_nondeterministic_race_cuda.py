@@ -4,6 +4,7 @@ the write, and barriers that only some threads of the block reach."""
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -17,6 +18,7 @@ from kanalyze.rules.ord002_nondeterministic_race import NondeterministicRace
 
 _NESTED = {"compound_statement", "if_statement", "for_statement", "while_statement", "do_statement",
            "switch_statement", "case_statement", "for_range_loop", "else_clause"}
+_NAME = re.compile(r"\b[A-Za-z_]\w*\b")
 _LOOPS = {"for_statement", "while_statement", "do_statement", "for_range_loop"}
 
 
@@ -76,15 +78,18 @@ class NondeterministicRaceCuda(CudaRule, clause=NondeterministicRace):
         """)]
 
     def check_cuda(self, cuda: CudaModule) -> Iterator[Report]:
+        yield from self._divergent_barriers(cuda)
+        if not cuda.has_word("__shared__"):
+            return
         for function in cuda.device_code():
-            yield from self._divergent_barriers(cuda, function)
             shared = _shared_names(cuda, function)
             if shared:
                 yield from _RaceScan(self, cuda, function, shared).run()
 
-    def _divergent_barriers(self, cuda: CudaModule, function: CudaFunction) -> Iterator[Report]:
-        for call in cuda.calls_in(function):
-            if call.name not in BLOCK_BARRIERS:
+    def _divergent_barriers(self, cuda: CudaModule) -> Iterator[Report]:
+        for call in cuda.calls_named(*BLOCK_BARRIERS):
+            function = call.function
+            if function is None or not function.is_device:
                 continue
             for condition, statement in conditions_above(cuda, call.node, function):
                 if "tid" not in expr_taint(cuda, condition, function):
@@ -122,9 +127,11 @@ class _RaceScan:
         self.aliases = {v.name: cuda.text(v.init) for v in function.locals.values()
                         if v.init is not None and v.init.type in ("field_expression", "identifier")
                         and cuda.single_assignment(v, function)}
+        self.sites = self._sites()
+        self.starts = [site[0] for site in self.sites]
 
     def run(self) -> Iterator[Report]:
-        if self.function.body is not None:
+        if self.function.body is not None and self.sites:
             self._scan(self.function.body, [], 1, None)
         return iter(self.reports)
 
@@ -191,38 +198,49 @@ class _RaceScan:
     # -- accesses -------------------------------------------------------------
 
     def _accesses(self, node: ts.Node, statement: ts.Node, iteration: int, guard: int | None) -> Iterator[Access]:
-        cuda = self.cuda
-        stack = [node]
-        while stack:
-            current = stack.pop()
-            kind = current.type
-            if current is not node and kind in _NESTED:
+        """The shared-memory accesses inside `node` (found once per function, by position)."""
+        low = bisect_left(self.starts, node.start_byte)
+        high = bisect_left(self.starts, node.end_byte)
+        for _, access_node, array, index, write, uniform in self.sites[low:high]:
+            yield Access(array, index, access_node, write, statement.id, iteration, guard, uniform)
+
+    def _sites(self) -> list[tuple]:
+        """(start, node, array, index, written, uniform) of every access to a shared name in the function."""
+        cuda, function = self.cuda, self.function
+        declared = [v.declaration for v in cuda.shared if v.declaration is not None and function.contains(v.declaration)]
+        sites = []
+        seen: set[int] = set()
+        for name_node in cuda.find_words(tuple(sorted(self.shared)), "identifier"):
+            if not function.contains(name_node) or any(d.start_byte <= name_node.start_byte < d.end_byte
+                                                        for d in declared):
                 continue
-            if kind == "declaration" and any(c.type == "type_qualifier" and cuda.text(c) == "__shared__"
-                                             for c in current.children):
+            node = name_node
+            while node.parent is not None and node.parent.type == "subscript_expression" and \
+                    node.parent.child_by_field_name("argument") == node:
+                node = node.parent
+            if node.id in seen:
                 continue
-            if kind == "subscript_expression":
-                base, indices = _chain(current)
-                if base is not None and base.type == "identifier" and cuda.text(base) in self.shared:
-                    index = " ][ ".join(self._normal(i) for i in indices)
-                    uniform = not any("tid" in expr_taint(cuda, i, self.function) for i in indices)
-                    yield Access(cuda.text(base), index, current, _written(cuda, current), statement.id, iteration,
-                                 guard, uniform)
-                    stack.extend(reversed(indices))
+            seen.add(node.id)
+            array = cuda.text(name_node)
+            if node is name_node:  # a scalar in shared memory
+                variable = cuda.variable(array, function)
+                if variable is None or variable.dims or variable.ctype.pointers or name_node.parent is None \
+                        or name_node.parent.type in ("init_declarator", "pointer_declarator", "declaration"):
                     continue
-            elif kind == "identifier" and cuda.text(current) in self.shared and not _is_array_base(current):
-                variable = cuda.variable(cuda.text(current), self.function)
-                if variable is not None and not variable.dims and not variable.ctype.pointers:
-                    yield Access(cuda.text(current), "", current, _written(cuda, current), statement.id,
-                                 iteration, guard, True)
+                sites.append((node.start_byte, node, array, "", _written(cuda, node), True))
                 continue
-            stack.extend(reversed(current.named_children))
+            _, indices = _chain(node)
+            index = " ][ ".join(self._normal(i) for i in indices)
+            uniform = not any("tid" in expr_taint(cuda, i, function) for i in indices)
+            sites.append((node.start_byte, node, array, index, _written(cuda, node), uniform))
+        sites.sort(key=lambda site: site[0])
+        return sites
 
     def _normal(self, index: ts.Node) -> str:
         text = self.cuda.text(index)
         if not self.aliases:
             return text
-        return re.sub(r"\b[A-Za-z_]\w*\b", lambda m: self.aliases.get(m.group(0), m.group(0)), text)
+        return _NAME.sub(lambda m: self.aliases.get(m.group(0), m.group(0)), text)
 
     def _report(self, earlier: Access, later: Access) -> None:
         if later.node.id in self.reported:

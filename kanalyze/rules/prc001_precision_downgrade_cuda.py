@@ -21,6 +21,10 @@ NARROWING = {"__float2half", "__float2half_rn", "__float2half_rz", "__float2half
 HALF_DTYPES = re.compile(r"\b(?:k(?:Half|Float16|BFloat16)|ScalarType::(?:Half|BFloat16))\b")
 TF32_MODES = re.compile(r"\b(CUBLAS_TF32_TENSOR_OP_MATH|CUBLAS_COMPUTE_32F_FAST_TF32|CUBLAS_COMPUTE_32F_FAST_16F|"
                         r"CUBLAS_COMPUTE_32F_FAST_16BF|CUBLASLT_[A-Z_]*TF32\w*)\b")
+CASTS = {"static_cast", "__half", "__nv_bfloat16"}
+HOST_CONVERSIONS = {"half", "bfloat16", "to", "toType", "type", "reinterpret_cast"}
+TF32_CALLS = {"setAllowTF32CuBLAS", "setAllowTF32CuDNN", "setFloat32MatmulPrecision", "__float_to_tf32"}
+TF32_MODES_BYTES = re.compile(TF32_MODES.pattern.encode())
 _PTX_TF32 = re.compile(r"\b(?:w?mma)(?:\.[a-z0-9_]+)*\.tf32\b")
 
 
@@ -60,7 +64,7 @@ class PrecisionDowngradeCuda(CudaRule, clause=PrecisionDowngrade):
         """)]
 
     def check_cuda(self, cuda: CudaModule) -> Iterator[Report]:
-        for call in cuda.calls:
+        for call in cuda.calls_named(*NARROWING, *CASTS, *HOST_CONVERSIONS, *TF32_CALLS):
             function = call.function
             if function is None:
                 continue
@@ -68,7 +72,7 @@ class PrecisionDowngradeCuda(CudaRule, clause=PrecisionDowngrade):
                 report = self._narrowing(cuda, call.node, call.args[0], function, call.name)
                 if report is not None:
                     yield report
-            elif function.is_device and call.name in ("static_cast", "__half", "half", "__nv_bfloat16") and \
+            elif function.is_device and call.name in CASTS and \
                     call.args and (call.template_args or call.name != "static_cast"):
                 target = normalize(call.template_args[0]) if call.template_args else normalize(call.name)
                 if target in LOW_PRECISION:
@@ -95,14 +99,16 @@ class PrecisionDowngradeCuda(CudaRule, clause=PrecisionDowngrade):
                 yield self._tf32(cuda, call.node, function)
             elif call.name in ("__float_to_tf32", "wmma::__float_to_tf32", "nvcuda::wmma::__float_to_tf32"):
                 yield self._tf32(cuda, call.node, function)
-        for node in cuda.nodes("declaration"):
+        for node in cuda.find_words(["tf32"], "declaration"):
             if "precision::tf32" in cuda.text(node.child_by_field_name("type")):
                 yield self._tf32(cuda, node, cuda.function_of(node))
-        for node in cuda.nodes("call"):
+        modes = {m.decode() for m in TF32_MODES_BYTES.findall(cuda.source)} if b"FAST_" in cuda.source or \
+            b"TF32" in cuda.source else set()
+        for node in cuda.find_words(modes, "call_expression"):
             arguments = node.child_by_field_name("arguments")
             if arguments is not None and TF32_MODES.search(cuda.text(arguments)):
                 yield self._tf32(cuda, node, cuda.function_of(node))
-        for node in cuda.nodes("asm"):
+        for node in cuda.find_words(["tf32"], "gnu_asm_expression"):
             if _PTX_TF32.search(cuda.text(node)):
                 yield self._tf32(cuda, node, cuda.function_of(node))
 
@@ -115,9 +121,11 @@ class PrecisionDowngradeCuda(CudaRule, clause=PrecisionDowngrade):
         if _only_stored(cuda, node):
             return None
         text = cuda.text(node, 60)
+        bf16 = "bfloat16" in what or "bf16" in what
+        loss = "8 bits of mantissa, ~2 significant digits" if bf16 else "11 bits of mantissa, max 65504"
         return self.report_at(
             cuda, node,
-            f"`{text}` narrows fp32 data to 16 bits before computing with it (~3 significant digits, max 65504); "
+            f"`{text}` narrows fp32 data to {'bfloat16' if bf16 else 'half'} ({loss}) before computing with it; "
             f"compute in `float` and convert only the value you store, or keep the output fp32",
             kernel=kernel_name(cuda, function), expression=text, conversion=what)
 

@@ -55,11 +55,12 @@ class LowPrecisionAccumulatorCuda(CudaRule, clause=LowPrecisionAccumulator):
         """)]
 
     def check_cuda(self, cuda: CudaModule) -> Iterator[Report]:
+        lowered = cuda.source.lower()
+        if b"half" not in lowered and b"bfloat16" not in lowered and b"mma" not in lowered:
+            return  # no 16-bit float type anywhere: nothing can accumulate in one
         seen: set[tuple[int, str]] = set()
-        for node in cuda.nodes("assignment"):
-            function = cuda.function_of(node)
-            if function is None or not function.is_device:
-                continue
+        assignments = [(f, n) for f in cuda.device_code() for n in cuda.nodes_in(f, "assignment_expression")]
+        for function, node in assignments:
             target = _accumulated(cuda, node)
             if target is None:
                 continue
@@ -79,7 +80,7 @@ class LowPrecisionAccumulatorCuda(CudaRule, clause=LowPrecisionAccumulator):
                 f"mantissa, so long sums drift and stall; keep `{name}` in `float` (convert the inputs with "
                 f"`__half2float`/`__bfloat162float`) and round once at the store",
                 kernel=kernel_name(cuda, function), accumulator=name, dtype=dtype, expression=text)
-        for node in cuda.nodes("declaration"):
+        for node in cuda.find_words(["accumulator"], "declaration"):
             type_text = cuda.text(node.child_by_field_name("type"))
             if "fragment" not in type_text or "accumulator" not in type_text:
                 continue
@@ -92,7 +93,7 @@ class LowPrecisionAccumulatorCuda(CudaRule, clause=LowPrecisionAccumulator):
                     f"`{cuda.text(node, 70)}` keeps the tensor-core accumulator in {dtype}: every k-step rounds "
                     f"the partial sums to {_bits(dtype)} bits; declare the accumulator fragment `float`",
                     kernel=kernel_name(cuda, function), dtype=dtype, expression=cuda.text(node, 70))
-        for node in cuda.nodes("asm"):
+        for node in cuda.find_words(["mma", "wgmma"], "gnu_asm_expression"):
             template = " ".join(cuda.text(c) for c in node.named_children if c.type in ("string_literal",
                                                                                         "concatenated_string"))
             for match in _MMA.finditer(template):

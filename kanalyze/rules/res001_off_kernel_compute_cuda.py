@@ -79,7 +79,7 @@ class OffKernelComputeCuda(CudaRule, clause=OffKernelCompute):
         if not cuda.kernels and not builds:
             return  # C++ with no kernel and no extension: nothing claims to run on the GPU
         kernel_names = sorted(cuda.kernels)
-        for call in cuda.calls:
+        for call in cuda.calls_named(*ATEN_OPS, *LIGHT_OPS, *HOST_TRIPS, "to", "cudaMemcpy"):
             function = call.function
             if function is None or function.is_device:
                 continue
@@ -96,7 +96,7 @@ class OffKernelComputeCuda(CudaRule, clause=OffKernelCompute):
                 text = cuda.text(call.node, 60)
                 launched = [l.kernel_name for l in cuda.launches if l.host is function]
                 advice = f"move the work into `{launched[0]}`" if launched else (
-                    f"launch `{kernel_names[0]}` instead" if kernel_names else "write it as a kernel")
+                    "compute it in a kernel of the extension" if kernel_names else "write it as a kernel")
                 yield self.report_at(cuda, call.node,
                                      f"`{text}` in `{function.name}` computes with ATen (cuBLAS/cuDNN) instead of a "
                                      f"kernel of the extension; {advice}",
@@ -152,7 +152,8 @@ class OffKernelComputeCuda(CudaRule, clause=OffKernelCompute):
         rule = OffKernelCompute()
         tensors, layers = _module_attrs(host)
         computing = {id(f.node): list(rule._torch_compute(host, f, tensors, layers)) for f in path}
-        called = sorted({f for e in used for f in e.functions}) or ["the extension"]
+        called = sorted({(dotted(c.node.func) or "").rpartition(".")[2] for c in calls for e in used
+                         if _calls_extension(c.node, e)}) or ["the extension"]
         for function in path:
             handled: set[int] = set()
             for handler in (n for n in body_nodes(function.node) if isinstance(n, cst.ExceptHandler)):

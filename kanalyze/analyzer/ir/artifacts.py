@@ -42,6 +42,22 @@ def tool_versions() -> str:
     return json.dumps([FORMAT, triton, env])
 
 
+@lru_cache(maxsize=None)
+def code_fingerprint() -> str:
+    """The analyzer's own code (plans and scans are computed by it): versions and
+    modification times of kanalyze/analyzer/**.py.  Once per process."""
+    import kanalyze
+
+    package = Path(kanalyze.__file__).parent / "analyzer"
+    stamp = hashlib.sha256(kanalyze.__version__.encode())
+    for directory, _, files in sorted(os.walk(package)):
+        for name in sorted(files):
+            if name.endswith(".py"):
+                stat = os.stat(os.path.join(directory, name))
+                stamp.update(f"{directory}/{name}:{stat.st_mtime_ns}:{stat.st_size}".encode())
+    return stamp.hexdigest()[:16]
+
+
 def digest(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:40]
 

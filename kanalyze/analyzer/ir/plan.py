@@ -54,6 +54,7 @@ class Context:
     ints: dict[str, int]              # runtime ints handed to @triton.heuristics
     notes: list[str] = field(default_factory=list)   # what was assumed
     unresolved: dict[str, str] = field(default_factory=dict)  # constexpr → the runtime expression
+    assumed_pointers: list[str] = field(default_factory=list)  # pointers whose element type is a default
 
 
 @dataclass
@@ -190,6 +191,7 @@ class _Planner:
         ints: dict[str, int] = {}
         notes: list[str] = []
         unresolved: dict[str, str] = {}
+        assumed_pointers: list[str] = []
         tuned = {k for config in jit.autotune_configs for k in config} | set(jit.heuristics)
         for param in jit.params:
             name = param.name
@@ -212,6 +214,8 @@ class _Planner:
             signature[name] = kind
             if note:
                 notes.append(f"{name}: {note}")
+                if kind == f"*{self.settings.pointer_dtype}":
+                    assumed_pointers.append(name)
             if kind in ("i32", "i64"):
                 text = reader.value_text(wrapper, arg) if arg is not None else None
                 value = small_int(text) if text else None
@@ -226,7 +230,7 @@ class _Planner:
         label = f"launch at line {self.row(launch.call)}" if launch is not None else "no launch in this file"
         row = self.row(launch.call) if launch is not None else def_row
         return Context(jit.name, names, label, row, signature, constexprs, settings_values, guesses,
-                       options, ints, notes, unresolved)
+                       options, ints, notes, unresolved, assumed_pointers)
 
 
 def plan_file(model: TritonModule, settings: IRSettings) -> FilePlan:

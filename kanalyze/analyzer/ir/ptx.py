@@ -10,7 +10,9 @@ for, innermost (the helper's line) first.
 
 Triton emits these lines by default; nvcc emits them with `-lineinfo`.
 Line 0 means "no single line" (LLVM merged instructions from several lines):
-such instructions keep no row.
+such instructions keep no row.  Inside an inline-asm block (Triton writes its
+loads, atomics and matrix instructions as inline asm) LLVM numbers each line
+of the asm string from the call's line; only the block's first `.loc` is real.
 """
 
 from __future__ import annotations
@@ -87,13 +89,27 @@ def parse_ptx(text: str, is_user_file: Callable[[str], bool]) -> Ptx:
             here = parent.get(here)
         return tuple(found), first_column
 
+    in_asm = asm_located = False
     for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.split("//", 1)[0].strip() if "//" in raw else raw.strip()
+        if "//" in raw:
+            comment = raw.split("//", 1)[1]
+            if "begin inline asm" in comment:
+                in_asm, asm_located = True, False
+            elif "end inline asm" in comment:
+                in_asm = False
+            line = raw.split("//", 1)[0].strip()
+        else:
+            line = raw.strip()
         if not line:
             continue
         if line.startswith("."):
             match = _LOC.match(line)
             if match:
+                # Inside an inline-asm block LLVM writes one `.loc` per line of the asm
+                # string, counting up from the call's line: only the first is real.
+                if in_asm and asm_located:
+                    continue
+                asm_located = in_asm
                 current = (int(match.group(1)), int(match.group(2)), int(match.group(3)))
                 if match.group(4):
                     parent[current] = (int(match.group(4)), int(match.group(5)), int(match.group(6)))

@@ -203,6 +203,7 @@ def describe_cubin(cubin: bytes, module: str, ptxas_log: str, metadata: dict) ->
 
 def job_spec(context: dict, target: Target, job_id: str, max_configs: int) -> dict:
     """The worker's view of a compilation context."""
-    keys = ("kernel", "names", "signature", "constexprs", "settings_values", "guesses", "options", "ints", "unresolved")
+    keys = ("kernel", "names", "signature", "constexprs", "settings_values", "guesses", "options", "ints", "unresolved",
+            "assumed_pointers")
     return {"id": job_id, "arch": target.capability, "max_configs": max_configs, **{k: context[k] for k in keys}}
 

@@ -25,7 +25,8 @@ import re
 
 import libcst as cst
 
-from kanalyze.analyzer.cstwalk import node_text
+from kanalyze.analyzer.cstwalk import node_text, walk
+from kanalyze.analyzer.dataflow import names_read
 from kanalyze.analyzer.dtypes import literal_dtype
 from kanalyze.analyzer.names import dotted
 from kanalyze.analyzer.triton import Function, JitFunction, TritonModule, bind_call_args
@@ -73,12 +74,19 @@ def pointer_params(model: TritonModule, kernel: JitFunction) -> set[str]:
     return found
 
 
+def _likely_bases(names: set[str]) -> set[str]:
+    """`x_ptr + offs` where `offs = start + ...`: both are added; a name that says
+    pointer settles which is the base."""
+    named = {n for n in names if _POINTER_NAME.search(n)}
+    return named or names
+
+
 def _pointer_bases(model: TritonModule, jit: JitFunction, depth: int) -> set[tuple[JitFunction, str]]:
     bases: set[tuple[JitFunction, str]] = set()
     for site in model.calls_in(jit, *MEMORY_OPS):
         args = [a for a in site.node.args if a.keyword is None or a.keyword.value == "pointer"]
         if args:
-            bases |= {(jit, name) for name in _base_names(model, jit, args[0].value)}
+            bases |= {(jit, name) for name in _likely_bases(_base_names(model, jit, args[0].value))}
     if depth > 0:
         for helper_name in jit.calls_helpers:
             helper = model.jit.get(helper_name)
@@ -93,7 +101,7 @@ def _pointer_bases(model: TritonModule, jit: JitFunction, depth: int) -> set[tup
                         continue
                     arg = bind_call_args(call, helper.params).get(param)
                     if arg is not None:
-                        bases |= {(jit, name) for name in _base_names(model, jit, arg)}
+                        bases |= {(jit, name) for name in _likely_bases(_base_names(model, jit, arg))}
     return bases
 
 
@@ -124,6 +132,49 @@ def _base_names(model: TritonModule, jit: JitFunction, expr: cst.BaseExpression)
     return found
 
 
+def index_pointers(model: TritonModule, kernel: JitFunction) -> set[str]:
+    """Pointer parameters whose loaded values are used as offsets into memory or as
+    loop bounds (`tl.load(idx_ptr + i)` added to another pointer, `range(start, end)`):
+    integer tensors, whatever the wrapper shows."""
+    flow = model.flow(kernel.function)
+    loaded: dict[str, set[str]] = {}   # local name → pointer params its value was loaded from
+    for d in flow.defs:
+        if d.value is None or d.kind not in ("assign", "augassign"):
+            continue
+        for node in walk(d.value):
+            if isinstance(node, cst.Call) and model.call_name(node) == TL + "load" and node.args:
+                bases = _base_names(model, kernel, node.args[0].value)
+                if bases:
+                    loaded.setdefault(d.name, set()).update(bases)
+    if not loaded:
+        return set()
+    found: set[str] = set()
+    for d in flow.defs:   # values computed from loaded ones carry their origin
+        if d.value is not None and d.name not in loaded:
+            origins = set().union(*(loaded.get(n, set()) for n in names_read(d.value)))
+            if origins:
+                loaded[d.name] = origins
+    uses = [site.node.args[0].value for site in model.calls_in(kernel, *MEMORY_OPS) if site.node.args]
+    uses += [a.value for site in model.calls_in(kernel, "range", TL + "range", TL + "static_range")
+             for a in site.node.args]
+    for d in flow.defs:
+        if d.kind == "for" and d.value is not None:
+            uses.append(d.value)
+    for helper_name in kernel.calls_helpers:   # `_scatter_add(out_ptr, idx, ...)`: offsets used in a helper
+        helper = model.jit.get(helper_name)
+        if helper is None:
+            continue
+        offsets = set().union(*(names_read(site.node.args[0].value) for site in model.calls_in(helper, *MEMORY_OPS)
+                                if site.node.args)) - {p for _, p in _pointer_bases(model, helper, 0)}
+        for caller, call in helper.called_from:
+            if caller is kernel.function:
+                uses += [arg for name, arg in bind_call_args(call, helper.params).items() if name in offsets]
+    for expr in uses:
+        for name in names_read(expr):
+            found |= loaded.get(name, set())
+    return found
+
+
 def dtype_text(model: TritonModule, expr: cst.BaseExpression) -> str | None:
     """`torch.float16` / `tl.float16` / `"fp16"` as Triton source: `triton.language.float16`."""
     name = model.qualify(expr) if not isinstance(expr, cst.SimpleString) else None
@@ -144,6 +195,8 @@ class LaunchReader:
         self.kernel = kernel
         self.pointer_dtype = pointer_dtype
         self.pointers = pointer_params(model, kernel)
+        self.indexes = index_pointers(model, kernel)
+        self._function: Function | None = None   # the wrapper being read (for `n - count`)
         self.module_names = self._module_assignments()
 
     def _module_assignments(self) -> dict[str, cst.BaseExpression]:
@@ -168,6 +221,8 @@ class LaunchReader:
         if kind is None and name in self.pointers:
             kind = "ptr"
         if kind == "ptr":
+            if dtype is None and name in self.indexes:
+                return "*i32", "*i32 assumed (its values index memory or bound a loop)"
             if dtype is None:
                 where = f"`{self._text(arg)}`" if arg is not None else "no launch"
                 return f"*{self.pointer_dtype}", f"*{self.pointer_dtype} assumed (element type not visible: {where})"
@@ -185,6 +240,7 @@ class LaunchReader:
         """(kind, element dtype) of a wrapper expression: the expression itself,
         else the nearest definitions of the name it is (not every value that ever
         flowed into it: `K` of `M, K = a.shape` is an int even though `a = a.half()`)."""
+        self._function = function
         kind, dtype = self._classify_one(expr)
         if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and kind in (None, "ptr") \
                 and dtype is None and expr.func.attr.value in _ALIASING and depth < 6:
@@ -220,7 +276,8 @@ class LaunchReader:
         if isinstance(e, cst.Attribute) and e.attr.value == "shape":  # `M, K = a.shape`
             return "i32", None
         if isinstance(e, cst.BinaryOperation):
-            left, right = self._classify_one(e.left)[0], self._classify_one(e.right)[0]
+            function = self._function
+            left, right = self._classify(function, e.left, 5)[0], self._classify(function, e.right, 5)[0]
             if "fp32" in (left, right):
                 return "fp32", None
             if left in ("i32", "i64") or right in ("i32", "i64"):
@@ -318,7 +375,9 @@ class LaunchReader:
             isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not))
         if boolean or _BOOL_CONSTEXPR.match(name):
             return "True", f"{name}=True assumed{shown}"
-        if _BLOCK_CONSTEXPR.search(name) or (expr is not None and "next_power_of_2" in self._text(expr)):
+        shape_like = expr is not None and any(word in self._text(expr) for word in
+                                              ("next_power_of_2", ".shape", ".size(", ".stride(", "numel"))
+        if _BLOCK_CONSTEXPR.search(name) or shape_like:
             return str(GUESSED_BLOCK), f"{name}={GUESSED_BLOCK} assumed{shown}"
         return None
 

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from kanalyze.analyzer.cuda_sources import is_cuda_path, may_contain_inline_cuda
-from kanalyze.analyzer.ir.artifacts import ArtifactCache, digest, tool_versions
+from kanalyze.analyzer.ir.artifacts import ArtifactCache, code_fingerprint, digest, tool_versions
 from kanalyze.analyzer.ir.cuda_units import cuda_units
 from kanalyze.analyzer.ir.nvcc import NVCC_MISSING, CudaSource, compile_cuda, find_nvcc, nvcc_version
 from kanalyze.analyzer.ir.plan import FilePlan, plan_file
@@ -53,11 +53,29 @@ class CompiledKernel:
     language: str = "triton"
 
 
+    def to_dict(self) -> dict:
+        data = {k: v for k, v in self.__dict__.items() if k not in ("target", "resources", "hits")}
+        return {**data, "target": self.target.name, "resources": self.resources.to_dict(),
+                "hits": [hit.__dict__ for hit in self.hits]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CompiledKernel":
+        kernel = cls(**{**data, "target": Target.parse(data["target"]),
+                        "resources": Resources.from_dict(data["resources"]), "hits": []})
+        kernel.hits = [IRHit(**{**hit, "rows": tuple(hit["rows"])}) for hit in data["hits"]]
+        return kernel
+
+
 @dataclass
 class FileIR:
     path: str
     kernels: list[CompiledKernel] = field(default_factory=list)
     missing: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        """Every result is final: none timed out or lost its worker (those are retried next run)."""
+        return not any(k.timed_out or (k.error or "").startswith("the compile worker exited") for k in self.kernels)
 
 
 @dataclass
@@ -92,19 +110,26 @@ def _label(record: dict, context: dict | None) -> str:
     return f"{text} ({'; '.join(where)})" if where else text
 
 
+def _notes(context: dict, record: dict) -> list[str]:
+    """What was assumed for this result; a retry's assumption replaces the first guess."""
+    later = list(record.get("notes") or [])
+    replaced = {name for note in later if "kernel does not compile" in note
+                for name in note.split(":", 1)[0].split(", ")}
+    return [n for n in context["notes"] if n.split(":", 1)[0] not in replaced] + later
+
+
 class _Stage:
     def __init__(self, settings: IRSettings, cache: ArtifactCache, workers: int) -> None:
         self.settings = settings
         self.cache = cache
         self.workers = max(1, workers)
         self.run = IRRun()
+        self.fingerprint = code_fingerprint()  # plans and scans change with the analyzer's code
 
     # --- Triton -------------------------------------------------------------
 
     def plan(self, path: str, text: str) -> FilePlan | None:
-        from kanalyze.cache import _fingerprint
-
-        key = "plan-" + digest(os.path.abspath(path), text, self.settings.key(), _fingerprint())
+        key = "plan-" + digest(os.path.abspath(path), text, self.settings.key(), self.fingerprint)
         cached = self.cache.get(key)
         if cached is not None:
             return FilePlan.from_json(cached)
@@ -122,7 +147,33 @@ class _Stage:
         self.cache.put(key, plan.to_json())
         return plan
 
+    def summary_key(self, path: str, text: str) -> str:
+        """A file's scanned results: everything a warm run needs, without PTX to parse again."""
+        return "file-" + digest(os.path.abspath(path), text, self.settings.key(),
+                                [t.name for t in self.settings.targets], tool_versions(), self.fingerprint)
+
     def triton(self, sources: list[tuple[str, str]]) -> list[FileIR]:
+        files: list[FileIR] = []
+        fresh: list[tuple[FileIR, str]] = []
+        remaining = []
+        for path, text in sources:
+            summary = self.cache.get(self.summary_key(path, text))
+            if summary is None:
+                remaining.append((path, text))
+                continue
+            file_ir = FileIR(path, [CompiledKernel.from_dict(k) for k in summary["kernels"]], summary["missing"])
+            self.run.from_cache += sum(k.ok for k in file_ir.kernels)
+            files.append(file_ir)
+        for file_ir in self._triton(remaining):
+            files.append(file_ir)
+            fresh.append((file_ir, dict(remaining)[file_ir.path]))
+        for file_ir, text in fresh:
+            if file_ir.complete:
+                self.cache.put(self.summary_key(file_ir.path, text),
+                               {"kernels": [k.to_dict() for k in file_ir.kernels], "missing": file_ir.missing})
+        return sorted(files, key=lambda f: f.path)
+
+    def _triton(self, sources: list[tuple[str, str]]) -> list[FileIR]:
         files: list[FileIR] = []
         batches: list[tuple[FilePlan, list[dict]]] = []
         jobs: list[tuple[FileIR, FilePlan, dict, dict, str]] = []   # (file, plan, info, spec, cache key)
@@ -191,7 +242,7 @@ class _Stage:
             path=path, kernel=kernel.name, target=target, config=_label(record, context), row=row,
             def_row=kernel.def_row, ok=bool(record.get("ok")), error=record.get("error"),
             error_row=record.get("row"), timed_out=bool(record.get("timed_out")),
-            notes=list(context["notes"]) + list(record.get("notes") or []),
+            notes=_notes(context, record),
             resources=Resources.from_dict(record.get("resources") or {}),
             from_cache=from_cache, seconds=record.get("seconds", 0.0),
         )
@@ -232,18 +283,27 @@ class _Stage:
 
         def compile_unit(item):
             file_ir, unit, target, key = item
-            cached = self.cache.get(key)
-            if cached is not None:
-                return item, cached, True
-            record = compile_cuda(unit, target, timeout_s=self.settings.timeout_s,
-                                  extra_flags=self.settings.nvcc_flags)
+            scanned = self.cache.get(f"scan-{key}-{self.fingerprint}")
+            if scanned is not None:
+                return item, [CompiledKernel.from_dict(k) for k in scanned], True
+            record = self.cache.get(key)
+            from_cache = record is not None
+            if record is None:
+                record = compile_cuda(unit, target, timeout_s=self.settings.timeout_s,
+                                      extra_flags=self.settings.nvcc_flags)
+                if "did not finish" not in (record.get("error") or ""):
+                    self.cache.put(key, record)
+            kernels = self._cuda_kernels(unit, target, record, from_cache)
             if "did not finish" not in (record.get("error") or ""):
-                self.cache.put(key, record)
-            return item, record, False
+                self.cache.put(f"scan-{key}-{self.fingerprint}", [k.to_dict() for k in kernels])
+            return item, kernels, from_cache
 
         with ThreadPoolExecutor(max_workers=min(self.workers, len(work))) as pool:
-            for (file_ir, unit, target, _), record, from_cache in pool.map(compile_unit, work):
-                file_ir.kernels.extend(self._cuda_kernels(unit, target, record, from_cache))
+            for (file_ir, unit, target, _), kernels, from_cache in pool.map(compile_unit, work):
+                file_ir.kernels.extend(kernels)
+                compiled = sum(k.ok for k in kernels) > 0
+                self.run.compiled += compiled and not from_cache
+                self.run.from_cache += compiled and from_cache
         return list(by_file.values())
 
     def _cuda_kernels(self, unit: CudaSource, target: Target, record: dict, from_cache: bool) -> list[CompiledKernel]:
@@ -270,8 +330,6 @@ class _Stage:
                 unit.filename, function["kernel"], target, config, row, row, True,
                 resources=Resources.from_dict(function["resources"]), hits=hits,
                 from_cache=from_cache, seconds=record.get("seconds", 0.0), language="cuda"))
-        self.run.compiled += not from_cache
-        self.run.from_cache += from_cache
         return kernels
 
 

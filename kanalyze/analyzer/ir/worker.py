@@ -28,6 +28,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import sys
 import time
 import traceback
@@ -35,17 +36,32 @@ import traceback
 MAX_ERROR = 600
 
 
+def _innermost(exc: BaseException) -> BaseException:
+    """Triton wraps an error in a helper into the caller's CompilationError, with
+    no message of its own: the cause, and where it happened, are inside."""
+    for _ in range(16):
+        if getattr(exc, "error_message", "x") is None and exc.__cause__ is not None:
+            exc = exc.__cause__
+        else:
+            break
+    return exc
+
+
 def _short(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    # Triton's CompilationError repeats the source; its last line is the cause.
-    lines = [line for line in text.splitlines() if line.strip()]
-    if len(lines) > 2 and type(exc).__name__ == "CompilationError":
-        text = lines[-1].strip()
+    exc = _innermost(exc)
+    message = getattr(exc, "error_message", None)
+    text = message.strip() if isinstance(message, str) and message.strip() else f"{type(exc).__name__}: {exc}".strip()
+    if type(exc).__name__ == "CompilationError" and not message:
+        # Its text repeats the source with a `^` under the column; the cause is below.
+        lines = [line for line in text.splitlines() if line.strip() and line.strip() != "^"]
+        text = lines[-1].strip() if lines else text
+    text = " ".join(text.split())
     return text if len(text) <= MAX_ERROR else text[: MAX_ERROR - 1] + "…"
 
 
 def _error_row(exc: BaseException, scratch: str) -> int | None:
     """The user row a Triton CompilationError points at (the scratch keeps rows)."""
+    exc = _innermost(exc)
     src, node = getattr(exc, "src", None), getattr(exc, "node", None)
     lineno = getattr(node, "lineno", None)
     if not src or not lineno:
@@ -55,6 +71,27 @@ def _error_row(exc: BaseException, scratch: str) -> int | None:
     if at < 0:
         return None
     return scratch.count("\n", 0, at) + lineno
+
+
+_LOOP_CARRIED = re.compile(r"Loop-carried variable \w+ has initial type <[^>]*?(fp16|bf16)> but is re-assigned to "
+                           r"<[^>]*?fp32>")
+
+
+def _half_precision_retry(exc: BaseException, job: dict) -> tuple[dict, str] | None:
+    """A kernel whose fp16/bf16 accumulator only type-checks with half-precision
+    inputs does not compile with the fp32 pointers assumed for it: it is meant
+    for half inputs.  (job with those pointers in that dtype, the note saying so)"""
+    match = _LOOP_CARRIED.search(_short(exc))
+    if match is None or not job.get("assumed_pointers"):
+        return None
+    dtype = match.group(1)
+    signature = dict(job["signature"])
+    for name in job["assumed_pointers"]:
+        signature[name] = f"*{dtype}"
+    names = ", ".join(job["assumed_pointers"])
+    return ({**job, "signature": signature},
+            f"{names}: *{dtype} assumed (with fp32 inputs the kernel does not compile: its {dtype} accumulator "
+            f"would change type in the loop)")
 
 
 def _show(value) -> str:
@@ -227,6 +264,14 @@ def main() -> int:
                 result = _compile_one(jit, job, config, heuristics, namespace, job["arch"], request["out"], index)
             except Exception as exc:  # one configuration failing is its result
                 result = {"index": index, "ok": False, "error": _short(exc), "row": _error_row(exc, scratch)}
+                retry = _half_precision_retry(exc, job)
+                if retry is not None:
+                    try:
+                        result = _compile_one(jit, retry[0], config, heuristics, namespace, job["arch"],
+                                              request["out"], index)
+                        result["notes"].append(retry[1])
+                    except Exception:
+                        pass  # the first error is the one to report
             result["of"] = len(configs)
             result["dropped"] = dropped
             results.append(result)

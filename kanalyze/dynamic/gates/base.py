@@ -32,6 +32,8 @@ class GateContext:
     flags: list[dict] = field(default_factory=list)   # this clause's static findings in the file
     seed: int = 0
     promotion: list[dict] | None = None   # PRC002: the fp32 rewrites of the promoted variant
+    output_shapes: list | None = None     # the reference's output shapes at `sizes`, when known
+    cuda_cpp: bool = False                # the candidate builds CUDA C++ (load_inline)
 
     @property
     def dtype(self) -> str | None:

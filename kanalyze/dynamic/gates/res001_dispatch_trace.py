@@ -1,38 +1,55 @@
 """RES001 residency: the work runs in the submitted kernel, on the input's device.
 
-While the candidate runs, the worker records the aten ops its Python code
-dispatches, the Triton launches, and host transfers (`.cpu()`, `.item()`,
+While the candidate runs, the worker records the torch calls its Python code
+makes, the Triton launches, and host transfers (`.cpu()`, `.item()`,
 `.numpy()`, `.tolist()`).  The candidate fails when no kernel of its own ran,
-when it moved data to the host, or when a library op that does the
-reference's main computation (a matmul, a convolution, a softmax, a norm …)
-ran in PyTorch instead of in the kernel.
+when it moved data to the host, or when a library call of the same family as
+the reference's main computation (a matmul, a convolution, a softmax, a norm,
+a reduction …) ran in PyTorch instead of in the kernel.
 """
 
 from __future__ import annotations
 
 from kanalyze.dynamic.gates.base import REFUTED, UNCONFIRMED, Gate, GateContext, run_problem
 
-# aten ops that do a problem's main computation (not glue: views, copies, fills, adds).
-HEAVY_OPS = {
-    "mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "mv", "addmv", "dot", "linear", "einsum",
-    "convolution", "_convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
-    "conv_transpose3d", "mkldnn_convolution", "cudnn_convolution", "_softmax", "_log_softmax", "softmax",
-    "log_softmax", "native_layer_norm", "native_batch_norm", "_native_batch_norm_legit",
-    "_native_batch_norm_legit_no_training", "native_group_norm", "_fused_rms_norm", "rms_norm",
-    "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
-    "max_pool2d_with_indices", "max_pool3d_with_indices", "avg_pool2d", "avg_pool3d", "_adaptive_avg_pool2d",
-    "cumsum", "cumprod", "sort", "topk", "_cdist_forward", "upsample_bilinear2d", "upsample_nearest2d",
-    "embedding_bag", "_embedding_bag", "nll_loss_forward", "mse_loss", "smooth_l1_loss", "huber_loss",
-    "binary_cross_entropy", "kl_div", "_fft_r2c", "_fft_c2c",
+# The library calls that do a problem's main computation, by family (not glue: views,
+# copies, fills, elementwise arithmetic).
+_FAMILIES = {
+    "matmul": {"mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear", "bilinear", "einsum", "mv", "addmv",
+               "dot", "tensordot", "__matmul__", "__rmatmul__", "chain_matmul"},
+    "softmax": {"softmax", "log_softmax", "_softmax", "_log_softmax", "softmin"},
+    "normalization": {"layer_norm", "batch_norm", "group_norm", "instance_norm", "rms_norm", "normalize",
+                      "local_response_norm"},
+    "attention": {"scaled_dot_product_attention", "multi_head_attention_forward"},
+    "reduction": {"sum", "mean", "amax", "amin", "max", "min", "prod", "std", "var", "logsumexp", "norm",
+                  "argmax", "argmin", "nansum", "nanmean", "std_mean", "var_mean"},
+    "scan": {"cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"},
+    "sort": {"sort", "argsort", "topk", "kthvalue", "median", "msort"},
+    "distance": {"cdist", "pdist", "cosine_similarity", "pairwise_distance"},
+    "resampling": {"interpolate", "upsample", "grid_sample", "pixel_shuffle"},
 }
-HOST_OPS = {"_local_scalar_dense"}
+_PREFIX_FAMILIES = (("conv", "convolution"), ("max_pool", "pooling"), ("avg_pool", "pooling"),
+                    ("adaptive_", "pooling"), ("fft", "fft"))
+HOST_CALLS = {"cpu", "numpy", "item", "tolist", "__float__", "__int__"}
+
+
+def family(call: str) -> str | None:
+    for name, members in _FAMILIES.items():
+        if call in members:
+            return name
+    for prefix, name in _PREFIX_FAMILIES:
+        if call.startswith(prefix):
+            return name
+    if call.endswith("_loss") or call in ("cross_entropy", "kl_div", "binary_cross_entropy",
+                                           "binary_cross_entropy_with_logits", "nll_loss"):
+        return "loss"
+    return None
 
 
 class DispatchTrace(Gate):
     code = "RES001"
     name = "res001-dispatch-trace"
-    summary = "aten ops, kernel launches and host transfers recorded while the candidate runs"
+    summary = "torch calls, kernel launches and host transfers recorded while the candidate runs"
 
     def plan(self, ctx: GateContext):
         return [ctx.case(self, "trace", record_ops=True)]
@@ -42,18 +59,24 @@ class DispatchTrace(Gate):
         if not result.candidate_ok or not result.runs or not result.runs[0].ok:
             return self.verdict(UNCONFIRMED, f"the candidate did not run: {run_problem(result)}", [result.case])
         run = result.runs[0].meta
-        ops, launches = run.get("ops", {}), run.get("launches", {})
-        transfers = dict(run.get("host_transfers", {}))
-        transfers.update({op: n for op, n in ops.items() if op in HOST_OPS})
-        reference_ops = result.reference.meta.get("ops") or {}
-        library = sorted(op for op in ops if op in HEAVY_OPS and (op in reference_ops or not reference_ops))
-        trace = {"aten_ops": ops, "kernel_launches": launches, "host_transfers": transfers,
-                 "reference_ops": reference_ops}
+        calls, launches = run.get("ops", {}), run.get("launches", {})
+        transfers = {f".{c}()": n for c, n in calls.items() if c in HOST_CALLS}
+        reference_calls = result.reference.meta.get("ops") or {}
+        reference_families = {family(c) for c in reference_calls} - {None}
+        library = sorted(c for c in calls if family(c) and (family(c) in reference_families or not reference_calls))
+        trace = {"torch_calls": calls, "kernel_launches": launches, "host_transfers": transfers,
+                 "reference_calls": reference_calls}
         problems = []
-        if not launches:
+        if not launches and ctx.cuda_cpp:
+            if not library and not transfers:
+                return self.verdict(UNCONFIRMED, "the candidate's CUDA C++ kernels are not counted yet (only "
+                                    "Triton launches are); no reference library call and no host transfer ran",
+                                    [result.case], **trace)
+        elif not launches:
             problems.append("no custom kernel ran")
         if library:
-            problems.append(f"the reference's {', '.join(f'aten.{op}' for op in library)} ran in PyTorch")
+            names = ", ".join(f"torch {c} ({family(c)})" for c in library)
+            problems.append(f"the reference's main computation ran in PyTorch: {names}")
         if transfers:
             problems.append("host transfers: " + ", ".join(f"{k} ×{v}" for k, v in sorted(transfers.items())))
         if problems:

@@ -1,0 +1,99 @@
+"""The knobs of one candidate run, inside a worker (imports torch and triton).
+
+* fresh memory: every `torch.empty*` (and on a GPU, the caching allocator's
+  free blocks of the outputs' sizes) is filled with the run's poison byte, so
+  that an unwritten output or a read of unwritten scratch shows (MEM001, ORD002);
+* program order and TF32 emulation: set on the interpreter driver (CPU only);
+* recorders: kernel launches always, torch calls when a case asks (RES001).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from kanalyze.dynamic.recording import CallRecorder, LaunchCounter
+
+
+class Environment:
+    """The knobs of one candidate run: poison, program order, TF32, recorders."""
+
+    def __init__(self, mode: str) -> None:
+        import torch
+
+        self.torch, self.mode = torch, mode
+        self.driver = None
+        if mode == "cpu":
+            from kanalyze.dynamic.interpreter import InterpreterDriver
+
+            self.driver = InterpreterDriver()
+        self.launches = LaunchCounter()
+        self._ops = None
+        self.poison: int | None = None
+        self._patch_allocations()
+
+    def op_recorder(self) -> CallRecorder:
+        return CallRecorder(self.launches)
+
+    def _patch_allocations(self) -> None:
+        """Fresh memory from torch.empty* is filled with the run's poison byte first."""
+        torch, environment = self.torch, self
+
+        def fill(tensor):
+            if environment.poison is not None and isinstance(tensor, torch.Tensor) and tensor.numel() > 0:
+                environment.launches.depth += 1  # kanalyze's own calls: not the candidate's
+                try:
+                    storage = tensor.untyped_storage()
+                    bytes_view = empty(0, dtype=torch.uint8, device=tensor.device).set_(storage)
+                    bytes_view.fill_(environment.poison)
+                finally:
+                    environment.launches.depth -= 1
+            return tensor
+
+        def wrap(original):
+            def allocate(*args, **kwargs):
+                return fill(original(*args, **kwargs))
+            allocate.__name__ = getattr(original, "__name__", "empty")
+            return allocate
+
+        empty = torch.empty
+        for name in ("empty", "empty_like", "empty_strided"):
+            setattr(torch, name, wrap(getattr(torch, name)))
+        torch.Tensor.new_empty = wrap(torch.Tensor.new_empty)
+
+    def before_run(self, run: dict, case: dict, output_bytes: list[int]) -> None:
+        torch = self.torch
+        self.poison = run.get("poison")
+        self.launches.launches.clear()
+        if self.driver is not None:
+            self.driver.reset(run.get("order_seed"), bool(case.get("emulate_tf32")))
+        elif self.poison is not None:
+            # The caching allocator hands a freed block of the same size to the
+            # next request: fill and free one per output, so that stale memory
+            # holds the sentinel, not a previous result.
+            blocks = [torch.empty(n, dtype=torch.uint8, device="cuda") for n in output_bytes if n]
+            for block in blocks:
+                block.fill_(self.poison)
+            del blocks
+            torch.cuda.synchronize()
+
+    @contextlib.contextmanager
+    def recording(self, record_ops: bool):
+        self._ops = self.op_recorder() if record_ops else None
+        try:
+            if self._ops is not None:
+                with self._ops:
+                    yield
+            else:
+                yield
+        finally:
+            self.poison = None
+
+    def after_run(self, case: dict) -> dict:
+        out = {"launches": dict(self.launches.launches)}
+        if self._ops is not None:
+            out["ops"] = dict(self._ops.calls)
+        if self.driver is not None:
+            out["tf32_dots"] = self.driver.tf32_dots
+            if self.driver.out_of_bounds:
+                out["out_of_bounds"] = self.driver.out_of_bounds
+        return out

@@ -1,0 +1,87 @@
+"""Reference results kept for the rest of the process: one problem, many candidates.
+
+The reference side of a case depends only on the problem file, the device
+mode and the case's inputs (sizes, seed, distribution, specials, dtype), never
+on the candidate: a plant and its twin, or a corpus of candidates for one
+KernelBench problem, share it.  Finished reference outcomes (and size plans)
+are kept here, their arrays copied to a folder that lives until the process
+exits, so that a later session starts no reference worker at all when every
+case it needs is known.  Keys include the problem file's mtime and size: an
+edited problem is recomputed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+import threading
+import uuid
+
+from kanalyze.dynamic.harness import Harness
+from kanalyze.dynamic.sandbox import Outcome
+
+
+class ReferenceCache:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._root: str | None = None
+        self._outcomes: dict[tuple, tuple[Outcome, bool]] = {}
+        self._plans: dict[tuple, tuple[dict, list | None]] = {}
+        self._ready: dict[tuple, dict] = {}
+
+    @staticmethod
+    def _problem(harness: Harness, mode: str) -> tuple:
+        path = os.path.abspath(harness.problem)
+        stat = os.stat(path)
+        return (path, stat.st_mtime_ns, stat.st_size, mode, harness.kind, tuple(harness.dtypes))
+
+    def _folder(self) -> str:
+        if self._root is None:
+            self._root = tempfile.mkdtemp(prefix="kanalyze-references-")
+            atexit.register(shutil.rmtree, self._root, True)
+        return self._root
+
+    # ------------------------------------------------------------ plans
+
+    def plan(self, harness: Harness, mode: str, max_numel: int) -> tuple[dict, list | None] | None:
+        with self._lock:
+            return self._plans.get((self._problem(harness, mode), max_numel))
+
+    def put_plan(self, harness: Harness, mode: str, max_numel: int, sizes: dict, shapes: list | None) -> None:
+        with self._lock:
+            self._plans[(self._problem(harness, mode), max_numel)] = (dict(sizes), shapes)
+
+    # ------------------------------------------------------------ outcomes
+
+    def get(self, harness: Harness, mode: str, input_key: str, record_ops: bool) -> Outcome | None:
+        with self._lock:
+            found = self._outcomes.get((self._problem(harness, mode), input_key))
+        if found is None or (record_ops and not found[1]):
+            return None
+        return found[0]
+
+    def put(self, harness: Harness, mode: str, input_key: str, record_ops: bool, outcome: Outcome) -> Outcome:
+        """Keep a finished outcome (not a timeout or a crash); returns the kept copy."""
+        if outcome.status != "done":
+            return outcome
+        with self._lock:
+            kept = Outcome(outcome.status, outcome.meta, None, outcome.detail, outcome.output)
+            if outcome.arrays:
+                kept.arrays = os.path.join(self._folder(), f"{uuid.uuid4().hex}.npz")
+                shutil.copyfile(outcome.arrays, kept.arrays)
+            self._outcomes[(self._problem(harness, mode), input_key)] = (kept, record_ops)
+        return kept
+
+    def ready(self, harness: Harness, mode: str) -> dict:
+        with self._lock:
+            return dict(self._ready.get(self._problem(harness, mode), {}))
+
+    def put_ready(self, harness: Harness, mode: str, ready: dict) -> None:
+        if ready:
+            with self._lock:
+                self._ready[self._problem(harness, mode)] = ready
+
+
+REFERENCES = ReferenceCache()

@@ -1,0 +1,175 @@
+"""The positive controls on the CPU: every planted violation confirmed, every clean twin refuted.
+
+fixtures/kernelbench/controls.json names, for each gate, a candidate with a
+planted violation and its clean twin; both run under Triton's interpreter at
+the problems' (small) sizes.  Then `kanalyze check --dynamic` end to end with a
+witness that replays (exit 1 while failing, 0 once fixed), and hostile
+candidates (crash, hang, exit, fork, network, megabytes of output, unbounded
+allocation, wrong output) contained as recorded results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from kanalyze.cli import main
+from kanalyze.dynamic.harness import Harness, NoHarness, find_harness
+from kanalyze.dynamic.runner import Options, run_at_sizes, run_gates
+from kanalyze.dynamic.sandbox import Limits
+
+ROOT = Path(__file__).resolve().parent.parent
+KB = ROOT / "fixtures" / "kernelbench"
+CONTROLS = {k: v for k, v in json.loads((KB / "controls.json").read_text()).items() if not k.startswith("_")}
+JOBS = max(2, min(4, os.cpu_count() or 1))
+
+pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+
+def _harness(folder: str, name: str) -> Harness:
+    harness = find_harness(str(KB / folder / name), kernelbench=str(KB))
+    assert isinstance(harness, Harness), harness
+    return harness
+
+
+@pytest.fixture(scope="module")
+def control_verdicts():
+    jobs = [(code, role, CONTROLS[code][role]) for code in sorted(CONTROLS) for role in ("plant", "twin")]
+
+    def run(job):
+        code, role, name = job
+        gate_run = run_gates(_harness("candidates", name), [code], {code: [{"row": None}]}, Options(mode="cpu"))
+        return job, {v.code: v for v in gate_run.verdicts}
+
+    with ThreadPoolExecutor(JOBS) as pool:
+        return dict(pool.map(run, jobs))
+
+
+@pytest.mark.parametrize("code", sorted(CONTROLS))
+def test_plant_confirmed_and_twin_refuted(control_verdicts, code) -> None:
+    plant = control_verdicts[(code, "plant", CONTROLS[code]["plant"])][code]
+    twin = control_verdicts[(code, "twin", CONTROLS[code]["twin"])][code]
+    assert plant.status == "confirmed", f"{CONTROLS[code]['plant']}: {plant.summary}"
+    assert plant.cases and plant.summary
+    assert twin.status == "refuted", f"{CONTROLS[code]['twin']}: {twin.summary}"
+
+
+def test_witness_details_say_what_failed(control_verdicts) -> None:
+    def verdict(code):
+        return control_verdicts[(code, "plant", CONTROLS[code]["plant"])][code]
+
+    assert "TF32 emulated" in verdict("PRC001").summary and verdict("PRC001").details["tf32_dots"] > 0
+    oob = verdict("CMP003").details["out_of_bounds"]
+    assert oob["kernel"] == "softmax_kernel" and oob["tensor"] == "x_ptr" and oob["element_offset"] >= 0
+    assert "promoted to fp32" in verdict("PRC002").summary and verdict("PRC002").details["promotion"]
+    assert verdict("EXC001").details["special"] in ("+inf", "-inf", "nan")
+    assert verdict("RES001").details["torch_calls"].get("matmul")
+    assert verdict("MEM001").details["unwritten"] == 640
+
+
+def test_run_at_sizes_reports_out_of_bounds_for_the_bounds_pass() -> None:
+    harness = _harness("candidates", CONTROLS["CMP003"]["plant"])
+    ok, out_of_bounds = run_at_sizes(harness, [{"dim": 512}, {"dim": 513}], Options(mode="cpu"))
+    assert ok.status == "ok", ok.detail
+    assert out_of_bounds.status == "out_of_bounds" and out_of_bounds.out_of_bounds["program_id"][0] == 15
+
+
+def test_check_dynamic_end_to_end_and_replay(tmp_path, capsys) -> None:
+    # A KernelBench layout of our own, so that the candidate can be fixed in place.
+    (tmp_path / "level1").mkdir()
+    shutil.copy(KB / "level1/1_mse_loss.py", tmp_path / "level1")
+    plant, twin = CONTROLS["ORD001"]["plant"], CONTROLS["ORD001"]["twin"]
+    shutil.copy(KB / "candidates" / plant, tmp_path / plant)
+    shutil.copy(KB / "candidates" / twin, tmp_path / twin)
+    (tmp_path / "pyproject.toml").write_text("[tool.kanalyze]\n")
+    code = main(["check", str(tmp_path), "--dynamic", "--kernelbench", str(tmp_path), "--device", "cpu",
+                 "--no-cache", "--output-format", "json"])
+    findings = json.loads(capsys.readouterr().out)
+    jsonschema.validate(findings, json.loads((ROOT / "kanalyze/schemas/findings.schema.json").read_text()))
+    assert code == 1
+    ord001 = [f for f in findings if f["code"] == "ORD001"]
+    assert len(ord001) == 1 and ord001[0]["status"] == "confirmed" and ord001[0]["filename"].endswith(plant)
+    assert ord001[0]["evidence"]["gate_result"].startswith("ORD001 confirmed: ")
+    witness = Path(ord001[0]["witness"]["path"])
+    witness = witness if witness.is_absolute() else Path.cwd() / witness
+    assert witness.parent == tmp_path / ".kanalyze" / "witnesses" and witness.exists()
+
+    assert main(["replay", str(witness), "--device", "cpu"]) == 1
+    assert "ORD001 confirmed" in capsys.readouterr().out
+    shutil.copy(KB / "candidates" / twin, tmp_path / plant)       # the fix
+    assert main(["replay", str(witness), "--device", "cpu"]) == 0
+    assert "ORD001 refuted" in capsys.readouterr().out
+
+
+def test_flags_without_a_harness_stay_unconfirmed(tmp_path, capsys) -> None:
+    shutil.copy(KB / "candidates" / CONTROLS["ORD001"]["plant"], tmp_path / "kernel.py")
+    code = main(["check", str(tmp_path / "kernel.py"), "--dynamic", "--isolated", "--no-cache", "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert code == 1 and "ORD001 [unconfirmed]" in out and "--reference PROBLEM.py" in out
+
+
+HOSTILE = {
+    "segfault": ("CMP001", "confirmed", "SIGSEGV"),
+    "hang": ("CMP001", "confirmed", "did not finish"),
+    "sys_exit": ("CMP001", "confirmed", "sys.exit(0)"),
+    "hard_exit": ("CMP001", "confirmed", "exited with code 3"),
+    "fork": ("CMP001", "confirmed", "os.fork is refused"),
+    "network": ("CMP001", "confirmed", "network"),
+    "memory_hog": ("CMP001", "confirmed", "allocate"),
+    "tuple_output": ("CMP001", "confirmed", "returned tuple(tensor) where the reference returns tensor"),
+    "wrong_shape": ("CMP001", "confirmed", "float32[16, 999]"),
+    "import_error": ("CMP001", "confirmed", "does not import"),
+    "huge_print": ("MEM002", "refuted", "unchanged"),
+}
+
+
+def test_hostile_candidates_are_contained() -> None:
+    limits = Limits(case_seconds=8, memory_bytes=2 * 2 ** 30)
+
+    def run(name):
+        gate_run = run_gates(_harness("hostile", f"level1_problem6_{name}.py"), ["MEM002"],
+                             options=Options(mode="cpu", limits=limits))
+        return name, {v.code: v for v in gate_run.verdicts}
+
+    with ThreadPoolExecutor(JOBS) as pool:
+        results = dict(pool.map(run, HOSTILE))
+    for name, (code, status, words) in HOSTILE.items():
+        verdict = results[name][code]
+        assert verdict.status == status and words in verdict.summary, f"{name}: {verdict.status}: {verdict.summary}"
+        if code == "CMP001":  # the other gates say why they could not run
+            assert results[name]["MEM002"].status == "unconfirmed" or name in ("tuple_output", "wrong_shape")
+    missing = find_harness(str(KB / "hostile/level1_problem6_no_model_new.py"), kernelbench=str(KB))
+    assert isinstance(missing, NoHarness) and "ModelNew" in missing.reason
+
+
+def test_a_library_kernel_through_its_contract() -> None:
+    contract = KB / "contract"
+    harness = find_harness(str(contract / "softmax_rows.py"), mapping={"softmax_rows.py": "softmax_rows_contract.py"},
+                           root=str(contract))
+    assert isinstance(harness, Harness) and harness.kind == "contract", harness
+    gate_run = run_gates(harness, ["CMP001", "MEM001"], options=Options(mode="cpu"))
+    verdicts = {v.code: v for v in gate_run.verdicts}
+    assert verdicts["CMP001"].status == "refuted", verdicts["CMP001"].summary
+    assert "float16" in verdicts["CMP001"].summary           # every dtype the contract lists ran
+    assert verdicts["MEM001"].status == "refuted", verdicts["MEM001"].summary
+
+
+def test_kanalyze_itself_never_imports_torch(tmp_path) -> None:
+    """Verdicts are computed from arrays in a process that has no torch to patch."""
+    import subprocess
+    import sys
+
+    twin = KB / "candidates" / CONTROLS["MEM002"]["twin"]
+    code = ("import sys; from kanalyze.cli import main; "
+            f"rc = main(['check', {str(twin)!r}, '--gates', 'MEM002', '--kernelbench', {str(KB)!r}, '--device', "
+            f"'cpu', '--isolated', '--no-cache', '--select', 'MEM002', '--witness-dir', {str(tmp_path)!r}]); "
+            "print('RC', rc, 'torch' in sys.modules, 'triton' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.stdout.strip().splitlines()[-1] == "RC 0 False False", done.stdout + done.stderr[-2000:]

@@ -1,0 +1,107 @@
+"""The interpreter hooks, pinned: program order, out-of-bounds reports, TF32 emulation.
+
+Each check runs in a subprocess with TRITON_INTERPRET=1 set before triton is
+imported, as in a worker (the test process may have imported triton already).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SCRIPT = r'''
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+from kanalyze.dynamic.interpreter import CHECKED_TRITON, InterpreterDriver, OutOfBounds, check_hooks
+
+check_hooks()
+driver = InterpreterDriver()
+out = {"version": triton.__version__, "checked": list(CHECKED_TRITON)}
+
+@triton.jit
+def order_kernel(counter_ptr, order_ptr):
+    ticket = tl.atomic_add(counter_ptr, 1)
+    tl.store(order_ptr + ticket, tl.program_id(0) * 3 + tl.program_id(1))
+
+def order(seed):
+    driver.reset(seed, False)
+    counter = torch.zeros(1, dtype=torch.int32)
+    seen = torch.full((12,), -1, dtype=torch.int32)
+    order_kernel[(4, 3)](counter, seen)
+    return seen.tolist()
+out["orders"] = [order(None), order(None), order(1), order(1), order(2)]
+
+@triton.jit
+def copy_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs))
+
+driver.reset(None, False)
+x = torch.arange(100, dtype=torch.float32)
+y = torch.empty(128)
+try:
+    copy_kernel[(4,)](x, y, BLOCK=32)
+    out["oob"] = None
+except Exception:
+    out["oob"] = driver.out_of_bounds
+
+@triton.jit
+def dot_kernel(a_ptr, b_ptr, c_ptr, IEEE: tl.constexpr):
+    offs = tl.arange(0, 16)
+    a = tl.load(a_ptr + offs[:, None] * 16 + offs[None, :])
+    b = tl.load(b_ptr + offs[:, None] * 16 + offs[None, :])
+    if IEEE:
+        c = tl.dot(a, b, input_precision="ieee")
+    else:
+        c = tl.dot(a, b)
+    tl.store(c_ptr + offs[:, None] * 16 + offs[None, :], c)
+
+a, b = torch.randn(16, 16), torch.randn(16, 16)
+exact = (a.double() @ b.double())
+errors = {}
+for emulate in (False, True):
+    for ieee in (False, True):
+        driver.reset(None, emulate)
+        c = torch.empty(16, 16)
+        dot_kernel[(1,)](a, b, c, IEEE=ieee)
+        errors[f"{emulate}-{ieee}"] = [float((c.double() - exact).abs().max()), driver.tf32_dots]
+out["dot"] = errors
+print(json.dumps(out))
+'''
+
+
+def _run() -> dict:
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(ROOT)], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_interpreter_hooks() -> None:
+    out = _run()
+    assert ".".join(out["version"].split(".")[:2]) in out["checked"]
+
+    plain, again, seeded, seeded_again, other = out["orders"]
+    assert plain == list(range(12)) == again                    # launch order: x outer, y inner
+    assert sorted(seeded) == list(range(12)) and seeded != plain  # a permutation of the grid
+    assert seeded == seeded_again and other != seeded            # reproducible per seed
+
+    oob = out["oob"]
+    assert oob is not None, "an unmasked load past the end must be reported"
+    assert oob["program_id"] == [3, 0, 0] and oob["tensor"] == "x_ptr" and oob["element_offset"] == 100
+    assert oob["numel"] == 100 and "out-of-bounds load" in oob["message"]
+
+    dot = out["dot"]
+    assert dot["False-False"][1] == 0 and dot["False-False"][0] < 1e-4      # the interpreter alone: full fp32
+    assert dot["True-False"][1] == 1 and dot["True-False"][0] > 1e-3        # default precision, emulated TF32
+    assert dot["True-True"][1] == 0 and dot["True-True"][0] < 1e-4          # input_precision="ieee" untouched

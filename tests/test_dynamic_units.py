@@ -1,0 +1,207 @@
+"""The dynamic pass's parts that need no worker: harness pairing, sizes, judging, promotion, witnesses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kanalyze.dynamic.cases import Case, Run, perturbed_sizes, scale_down
+from kanalyze.dynamic.compare import bitwise_differences, calibrated_bound, check_values, classes
+from kanalyze.dynamic.gates import gates_by_code
+from kanalyze.dynamic.gates.base import Verdict
+from kanalyze.dynamic.harness import Harness, NoHarness, find_harness, kernelbench_problem
+from kanalyze.dynamic.promote import promote_accumulators
+from kanalyze.dynamic.tensors import Leaf, as_float64, bits
+from kanalyze.dynamic import witness
+
+ROOT = Path(__file__).resolve().parent.parent
+KB = ROOT / "fixtures" / "kernelbench"
+
+
+# ---------------------------------------------------------------- harness
+
+def test_kernelbench_names_pair_with_level_directories(tmp_path) -> None:
+    assert kernelbench_problem("x/level1_problem3_matmul_tf32.py", str(KB)).endswith("level1/3_matmul.py")
+    assert kernelbench_problem("x/level_1_problem_3_anything.py", str(KB)).endswith("level1/3_matmul.py")
+    # problem 3 must not pair with 30-39
+    assert kernelbench_problem("x/level1_problem31_foo.py", str(KB)) is None
+    assert kernelbench_problem("x/matmul.py", str(KB)) is None
+
+
+def test_harness_reads_size_knobs_and_reports_what_is_missing(tmp_path) -> None:
+    harness = find_harness(str(KB / "candidates/level1_problem3_matmul_tf32.py"), kernelbench=str(KB))
+    assert isinstance(harness, Harness)
+    assert harness.knobs == {"M": 64, "K": 128, "N": 64} and harness.callable == "ModelNew"
+
+    none = find_harness(str(KB / "candidates/level1_problem3_matmul_tf32.py"))
+    assert isinstance(none, NoHarness) and "--reference" in none.reason and "--kernelbench" in none.reason
+
+    bad = find_harness(str(KB / "hostile/level1_problem6_no_model_new.py"), kernelbench=str(KB))
+    assert isinstance(bad, NoHarness) and "ModelNew" in bad.reason
+
+    problem = tmp_path / "problem.py"
+    problem.write_text("import torch\nN = 8\ndef get_inputs():\n    return [torch.randn(N)]\n")
+    missing = find_harness(str(KB / "candidates/level1_problem3_matmul_tf32.py"), reference=str(problem))
+    assert isinstance(missing, NoHarness) and "Model" in missing.reason
+
+
+def test_config_mapping_and_contract_modules(tmp_path) -> None:
+    kernel = tmp_path / "ops" / "softmax.py"
+    kernel.parent.mkdir()
+    kernel.write_text("def softmax(x):\n    return x\n")
+    contract = tmp_path / "softmax_contract.py"
+    contract.write_text(textwrap.dedent("""\
+        import torch
+        ROWS = 256
+        COLS = 1000
+        CANDIDATE = "softmax"
+        DTYPES = ["float32", "float16"]
+
+        def reference(x):
+            return torch.softmax(x, dim=-1)
+
+        def get_inputs(dtype=torch.float32):
+            return [torch.randn(ROWS, COLS, dtype=dtype)]
+    """))
+    harness = find_harness(str(kernel), mapping={"ops/*.py": "softmax_contract.py"}, root=str(tmp_path))
+    assert isinstance(harness, Harness), harness
+    assert (harness.kind, harness.callable, harness.dtypes) == ("contract", "softmax", ["float32", "float16"])
+    assert harness.knobs == {"ROWS": 256, "COLS": 1000}
+    contract.write_text(contract.read_text().replace('CANDIDATE = "softmax"', 'CANDIDATE = "missing"'))
+    wrong = find_harness(str(kernel), mapping={"ops/*.py": "softmax_contract.py"}, root=str(tmp_path))
+    assert isinstance(wrong, NoHarness) and "missing" in wrong.reason
+
+
+# ---------------------------------------------------------------- sizes
+
+def test_scale_down_halves_the_largest_size_knob_and_keeps_structural_ones() -> None:
+    knobs = {"batch": 128, "dim": 16384, "kernel_size": 3, "axis": 1}
+    sizes = scale_down(knobs, lambda s: s["batch"] * s["dim"], 2 ** 16)
+    assert sizes["batch"] * sizes["dim"] <= 2 ** 16
+    assert sizes["kernel_size"] == 3 and sizes["axis"] == 1
+    assert scale_down({"n": 100}, lambda s: None, 10 ** 6) == {"n": 100}
+
+
+def test_perturbed_sizes_cover_each_knob_and_leave_flags_alone() -> None:
+    tried = perturbed_sizes({"rows": 16, "dim": 1024, "axis": 1})
+    dims = [s["dim"] for label, s in tried if label.startswith("dim=")]
+    assert {1025, 1023, 1, 2048} <= set(dims)
+    assert any(d & (d - 1) for d in dims if d > 1)                 # a non-power-of-two
+    assert all(s["axis"] == 1 for _, s in tried)                   # 0/1 knobs are axes and flags
+    assert len({json.dumps(sorted(s.items())) for _, s in tried}) == len(tried)
+
+
+# ---------------------------------------------------------------- judging
+
+def test_calibrated_bound_follows_the_reference_error_with_an_ulp_floor() -> None:
+    exact = np.linspace(-3, 3, 1000)
+    working = Leaf(exact.astype(np.float16), "float16")
+    bound, reference_error = calibrated_bound(working, exact)
+    assert reference_error > 0 and bound >= 4 * reference_error
+    # An fp32 result of an exact fp32 reference: only the ulp floor remains.
+    working32 = Leaf(exact.astype(np.float32), "float32")
+    bound32, _ = calibrated_bound(working32, exact)
+    assert bound32 < 1e-5
+    off = Leaf((exact + 1e-3).astype(np.float32), "float32")
+    check = check_values(off, working32, Leaf(exact, "float64"))
+    assert not check.ok and check.mismatches == 1000 and "bound" in check.summary()
+    assert check_values(working32, working32, Leaf(exact, "float64")).ok
+
+
+def test_nan_where_the_reference_is_finite_is_an_infinite_error() -> None:
+    exact = np.ones(4)
+    observed = Leaf(np.array([1, np.nan, 1, 1], dtype=np.float32), "float32")
+    check = check_values(observed, Leaf(exact.astype(np.float32), "float32"), Leaf(exact, "float64"))
+    assert not check.ok and check.max_error == np.inf and check.index == (1,)
+
+
+def test_bits_compare_nan_payloads_equal_and_classes_split_infinities() -> None:
+    a = np.array([1.0, np.nan, np.inf], dtype=np.float32)
+    b = a.copy()
+    b.view(np.uint32)[1] |= 1          # another NaN payload
+    assert bitwise_differences(Leaf(a, "float32"), Leaf(b, "float32"))[0] == 0
+    b[0] = np.nextafter(np.float32(1), np.float32(2))
+    count, delta, index = bitwise_differences(Leaf(a, "float32"), Leaf(b, "float32"))
+    assert (count, index) == (1, (0,)) and 0 < delta < 1e-6
+    assert list(classes(np.array([0.0, np.nan, np.inf, -np.inf]))) == [0, 1, 2, 3]
+
+
+def test_bfloat16_travels_as_raw_bits() -> None:
+    raw = np.array([0x3F80, 0xC000, 0x7FC0], dtype=np.uint16)  # 1, -2, NaN
+    values = as_float64(Leaf(raw, "bfloat16"))
+    assert values[0] == 1.0 and values[1] == -2.0 and np.isnan(values[2])
+    assert bits(Leaf(raw, "bfloat16")).dtype == np.uint16
+
+
+def test_every_gate_has_a_rule_and_plans_cases() -> None:
+    from kanalyze.dynamic.gates.base import GateContext
+    from kanalyze.rules import rules_by_code
+
+    rules = rules_by_code()
+    harness = Harness("kernelbench", "c.py", "p.py", {"n": 64}, "ModelNew")
+    for code, gate in gates_by_code().items():
+        assert rules[code].gate == gate.name, code
+        cases = gate.plan(GateContext(harness, {"n": 64}, "cpu"))
+        assert cases and all(c.gate == code for c in cases)
+        assert all(Case.from_dict(json.loads(json.dumps(c.to_dict()))) == c for c in cases)
+
+
+# ---------------------------------------------------------------- promotion
+
+def test_promotion_rewrites_the_flagged_kernels_accumulators_only() -> None:
+    source = (KB / "candidates/level1_problem4_mean_fp16_acc.py").read_text()
+    row = next(i for i, line in enumerate(source.splitlines(), 1) if "tl.zeros" in line)
+    promoted, changes = promote_accumulators(source, [row])
+    assert [c["row"] for c in changes] == [row]
+    assert "dtype=tl.float32" in promoted and "dtype=tl.float16" not in promoted
+    assert promoted.replace("tl.float32)", "tl.float16)", 1) == source
+    gemm = (ROOT / "fixtures/triton/prc002_fp16_accumulator_gemm.py").read_text()
+    zeros_row = next(i for i, line in enumerate(gemm.splitlines(), 1) if "dtype=tl.float16)" in line)
+    promoted, changes = promote_accumulators(gemm, [zeros_row])
+    # both the tl.zeros and the tl.dot out_dtype of that kernel, nothing in the others
+    assert len(changes) == 2 and {c["why"] for c in changes} == {"dtype=", "out_dtype="}
+    assert promoted.count("out_dtype=tl.float16") == gemm.count("out_dtype=tl.float16") - 1
+
+
+# ---------------------------------------------------------------- witnesses
+
+def test_witness_round_trip(tmp_path) -> None:
+    harness = Harness("kernelbench", str(KB / "candidates/level1_problem1_mse_atomic.py"),
+                      str(KB / "level1/1_mse_loss.py"), {"batch_size": 64, "dim": 256}, "ModelNew")
+    case = Case("ORD001/runs", "ORD001", {"batch_size": 64, "dim": 256}, runs=[Run(), Run(order_seed=1)])
+    verdict = Verdict("ORD001", "confirmed", "runs differ", [case], {"max_difference": np.float32(2e-7)},
+                      {"run1_output0": np.zeros(3)}, "ord001-permuted-order")
+    path = witness.write(verdict, harness, {"mode": "cpu"}, str(tmp_path / ".kanalyze" / "witnesses"))
+    record = witness.load(path)
+    assert record["clause"] == "ORD001" and record["cases"][0]["runs"][1]["order_seed"] == 1
+    assert record["replay"] == f"kanalyze replay {path}"
+    assert np.load(path.replace(".json", ".npz"))["run1_output0"].shape == (3,)
+    (tmp_path / "not-a-witness.json").write_text("{}")
+    with pytest.raises(witness.WitnessError):
+        witness.load(str(tmp_path / "not-a-witness.json"))
+
+
+def test_the_static_path_loads_no_dynamic_module() -> None:
+    code = ("import sys; from kanalyze.cli import main; main(['check', '--no-cache', '--isolated', "
+            f"{str(KB / 'candidates')!r}]); "
+            "print(sorted(m for m in sys.modules if m.startswith(('torch', 'triton', 'kanalyze.dynamic')))[:3])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr
+
+
+def test_cuda_cpp_candidates_wait_for_a_gpu(tmp_path) -> None:
+    from kanalyze.dynamic.runner import Options, run_gates
+
+    candidate = tmp_path / "level1_problem6_cuda.py"
+    candidate.write_text("from torch.utils.cpp_extension import load_inline\nclass ModelNew:\n    pass\n")
+    harness = find_harness(str(candidate), kernelbench=str(KB))
+    assert isinstance(harness, Harness)
+    run = run_gates(harness, ["CMP001", "MEM001"], options=Options(mode="cpu"))
+    assert [v.status for v in run.verdicts] == ["unconfirmed", "unconfirmed"]
+    assert all("only on a GPU" in v.summary for v in run.verdicts)
