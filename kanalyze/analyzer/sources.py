@@ -113,14 +113,24 @@ def read_source(path: str, *, explicit: bool = False) -> SourceText | SourceErro
     return SourceText(path, text)
 
 
-def _matches(path: str, patterns: Iterable[str]) -> bool:
-    parts = Path(path).parts
+def _matches(path: str, patterns: Iterable[str], *, any_ancestor: bool = False) -> bool:
+    """Does `path` (relative to the project root) match an exclude pattern?
+
+    As in ruff: a pattern without a slash matches an entry's own name
+    (`fixtures` excludes every directory called fixtures met while walking),
+    one with a slash matches the relative path.  A walk tests each entry as it
+    meets it, so a directory named on the command line is walked even when its
+    own name is excluded; `any_ancestor` (for --force-exclude) tests every
+    component of an explicit path instead.
+    """
     normalized = path.replace(os.sep, "/")
+    names = Path(path).parts if any_ancestor else Path(path).parts[-1:]
     for pattern in patterns:
         pattern = pattern.rstrip("/")
-        if fnmatch.fnmatch(normalized, pattern) or fnmatch.fnmatch(normalized, f"*/{pattern}"):
-            return True
-        if any(fnmatch.fnmatch(part, pattern) for part in parts):
+        if "/" in pattern:
+            if fnmatch.fnmatch(normalized, pattern) or fnmatch.fnmatch(normalized, pattern + "/*"):
+                return True
+        elif any(fnmatch.fnmatch(name, pattern) for name in names):
             return True
     return False
 
@@ -165,7 +175,7 @@ def discover(
                     seen.add(path)
                     yield path, False
         else:
-            if force_exclude and _matches(relative(given), exclude):
+            if force_exclude and _matches(relative(given), exclude, any_ancestor=True):
                 continue
             if given not in seen:
                 seen.add(given)
