@@ -222,8 +222,10 @@ def counterexample(model, access: AccessTerms, bound: BoundLaunch, ev: Evaluated
     """The hand-off to the dynamic gates: everything needed to rerun the failing case.
 
     `full`: the model completed for the sizes the access does not depend on (set
-    to 1).  Plain JSON data (the rules add `offset`/`extent` or `value`/`wraps_in`/
-    `max_numel`, and bounds.py the launch context):
+    to 1).  Plain JSON data; MEM003's adds `offset` and `extent` (elements), MEM004's
+    `value` (the exact result that leaves int32), `wraps_in` (offset | mask | loop)
+    and `max_numel`, and bounds.py the launch: `kernel`, `wrapper`, `launch`,
+    `config` (autotune index or None), `parameter`, `tensor`, `access`:
       depends_on  kernel parameters whose values the failure depends on
       sizes       runtime integer parameter of the kernel → value at the launch
       constexprs  constexpr parameter → value (the configuration that fails)
@@ -235,7 +237,8 @@ def counterexample(model, access: AccessTerms, bound: BoundLaunch, ev: Evaluated
       grid        programs per axis; program: the failing program id per axis
       lane        index of the failing lane in each dimension of the access's tile
       loop        loop variable → its value at the failing iteration
-      minimal     the sizes are the smallest (MEM003), or within 1/16 of it (MEM004)"""
+      minimal     true when the sizes are proved the smallest; MEM004 stops the search
+                  once it is within 1/16 of the smallest (false then)"""
     env, ctx = bound.env, bound.ctx
     names = variables(*assertions)
     sizes_model = full if full is not None else model
