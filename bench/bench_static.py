@@ -2,7 +2,8 @@
 
 Builds (or takes) a corpus of Python files and prints, for the same files:
   - bare `libcst.parse_module` of every file, sequentially (the baseline),
-  - a cold `kanalyze check` (new process, empty cache),
+  - a cold `kanalyze check` (new process, empty cache, default selection), and
+    the same with the opt-in z3 proofs (`--extend-select MEM003,MEM004`),
   - a warm `kanalyze check` (new process, cache filled by the cold run),
   - a one-file `kanalyze check` including interpreter start-up,
 as seconds and as ratios to the baseline.  Targets (2-core machine):
@@ -37,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def build_corpus(target: Path, size_mb: float, kernel_share: float, seed: int) -> list[Path]:
     rng = random.Random(seed)
-    kernels = [p.read_text() for p in sorted((ROOT / "fixtures").rglob("*.py"))]
+    kernels = [p.read_text() for p in sorted((ROOT / "fixtures" / "triton").rglob("*.py"))]
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     plain = [p for p in sorted(stdlib.glob("*.py")) if 2_000 < p.stat().st_size < 120_000]
     budget = int(size_mb * 1024 * 1024)
@@ -110,19 +111,22 @@ def main() -> None:
         one_file = next(f for f in files if b"triton" in f.read_bytes())
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
-        bare, cold, warm, single = [], [], [], []
+        bare, cold, cold_proofs, warm, single = [], [], [], [], []
         for i in range(options.repeat):
+            env["KANALYZE_CACHE_DIR"] = str(workdir / f"cache-proofs{i}")
+            cold_proofs.append(run_check(["--extend-select", "MEM003,MEM004", str(corpus)], env))
             env["KANALYZE_CACHE_DIR"] = str(workdir / f"cache{i}")
             bare.append(bare_parse(files))
             cold.append(run_check([str(corpus)], env))
             warm.append(run_check([str(corpus)], env))
             single.append(run_check(["--no-cache", str(one_file)], env))
-        b, c, w, s = (statistics.median(x) for x in (bare, cold, warm, single))
+        b, c, n, w, s = (statistics.median(x) for x in (bare, cold, cold_proofs, warm, single))
         print(f"corpus: {len(files)} files, {size / 1e6:.1f} MB, {kernel_files} mention triton; "
               f"{os.cpu_count()} cores; median of {options.repeat}")
         print(f"{'measurement':<38}{'seconds':>9}{'ratio':>9}  target")
         print(f"{'bare libcst.parse_module (baseline)':<38}{b:>9.3f}{1.0:>8.2f}x")
         print(f"{'kanalyze check, cold (empty cache)':<38}{c:>9.3f}{c / b:>8.2f}x  <= 1.0x")
+        print(f"{'  the same with the z3 proofs (MEM00x)':<38}{n:>9.3f}{n / b:>8.2f}x")
         print(f"{'kanalyze check, warm (cached)':<38}{w:>9.3f}{w / b:>8.2f}x  <= 0.1x")
         print(f"{'kanalyze check, one file + start-up':<38}{s:>9.3f}{'':>9}  < 0.5 s")
     finally:

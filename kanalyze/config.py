@@ -2,6 +2,7 @@
 
 Keys (kebab-case, as ruff's):
     select = ["PRC", "ORD001"]          # codes or prefixes; "ALL" for everything
+                                        # (the default leaves out MEM003/MEM004, the z3 proofs)
     ignore = ["INT001"]
     extend-select = [...]  extend-ignore = [...]
     per-file-ignores = { "tests/*" = ["CMP003"] }
@@ -40,7 +41,7 @@ _KNOWN_KEYS = {
 class Config:
     root: str = "."                     # the directory of the pyproject.toml, or cwd
     path: str | None = None             # the pyproject.toml that was read
-    select: list[str] = field(default_factory=lambda: ["ALL"])
+    select: list[str] = field(default_factory=lambda: ["DEFAULT"])
     ignore: list[str] = field(default_factory=list)
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
     exclude: list[str] = field(default_factory=list)
@@ -51,8 +52,8 @@ class Config:
         and on a tie `ignore` wins (as ruff resolves select/ignore)."""
         if code.startswith("KAN") and not any(code.startswith(p.upper()) for p in self.ignore):
             return True  # files kanalyze could not read are always reported (as ruff's syntax errors)
-        best_select = max((len(p) for p in self.select if _prefix_matches(code, p)), default=-1)
-        best_ignore = max((len(p) for p in self.ignore if _prefix_matches(code, p)), default=-1)
+        best_select = max((_specificity(p) for p in self.select if _prefix_matches(code, p)), default=-1)
+        best_ignore = max((_specificity(p) for p in self.ignore if _prefix_matches(code, p)), default=-1)
         if best_select < 0 or best_ignore >= best_select:
             return False
         if filename is not None:
@@ -63,8 +64,22 @@ class Config:
         return True
 
 
+# Clauses whose detectors cost far more than all the others together (z3
+# proofs): reported when selected explicitly (`select = ["ALL"]`,
+# `--extend-select MEM003`), not by the default selection.
+OPT_IN = ("MEM003", "MEM004")
+
+
+def _specificity(prefix: str) -> int:
+    """How specific a selector is: `ALL` and `DEFAULT` least, then longer prefixes."""
+    return 0 if prefix.upper() in ("ALL", "DEFAULT") else len(prefix)
+
+
 def _prefix_matches(code: str, prefix: str) -> bool:
-    return prefix.upper() == "ALL" or code.startswith(prefix.upper())
+    prefix = prefix.upper()
+    if prefix == "DEFAULT":
+        return code not in OPT_IN
+    return prefix == "ALL" or code.startswith(prefix)
 
 
 def _relative(filename: str, root: str) -> str:

@@ -289,12 +289,14 @@ def test_check_honours_max_numel_from_the_config(tmp_path: Path) -> None:
     from kanalyze.config import load_config
 
     (tmp_path / "kernel.py").write_text(INT32.format(pid="tl.program_id(0)"))
-    (tmp_path / "pyproject.toml").write_text("[tool.kanalyze]\n")
+    (tmp_path / "pyproject.toml").write_text('[tool.kanalyze]\nselect = ["ALL"]\n')  # MEM004 is opt-in
     default = run_static([str(tmp_path)], load_config([str(tmp_path)]), use_cache=True)
     assert [f.code for f in default.findings if f.code == "MEM004"] == ["MEM004"]
-    (tmp_path / "pyproject.toml").write_text("[tool.kanalyze]\nmax-numel = 2147483648\n")
+    (tmp_path / "pyproject.toml").write_text('[tool.kanalyze]\nselect = ["ALL"]\nmax-numel = 2147483648\n')
     lowered = run_static([str(tmp_path)], load_config([str(tmp_path)]), use_cache=True)
     assert not [f for f in lowered.findings if f.code == "MEM004"]  # and the cache did not answer for it
+    off = run_static([str(tmp_path)], load_config([str(tmp_path)], select=["DEFAULT"]), use_cache=True)
+    assert not [f for f in off.findings if f.code.startswith("MEM00")]  # the default selection skips the proofs
     bounds.configure({})
 
 

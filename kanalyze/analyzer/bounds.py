@@ -107,12 +107,13 @@ def settings_of(model: TritonModule) -> dict:
 def analyze(model: TritonModule) -> BoundsAnalysis:
     """The proofs of one file, computed once (both rules read them)."""
     raw = settings_of(model)
-    key = (raw.get("max-size", DEFAULT_MAX_SIZE), raw.get("max-numel", DEFAULT_MAX_NUMEL))
+    key = (raw.get("max-size", DEFAULT_MAX_SIZE), raw.get("max-numel", DEFAULT_MAX_NUMEL), raw.get("proofs", True))
     cached = getattr(model, "_bounds_analysis", None)
     if cached is not None and cached[0] == key:
         return cached[1]
     analysis = BoundsAnalysis(max_size=key[0], max_numel=key[1])
-    if has_launched_accesses(model):
+    # `proofs: False` when neither MEM003 nor MEM004 is selected: skip z3 entirely.
+    if raw.get("proofs", True) and has_launched_accesses(model):
         _run(model, analysis)
     model._bounds_analysis = (key, analysis)
     return analysis

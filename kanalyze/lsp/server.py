@@ -285,17 +285,19 @@ class KanalyzeServer(LanguageServer):
         document = self.document(uri)
         return document.version if document is not None else None
 
-    def _analyze_blocking(self, uri: str, version: int | None, path: str, text: str, kind: str):
+    def _analyze_blocking(self, uri: str, version: int | None, path: str, text: str, kind: str,
+                          settings: dict | None = None):
         """Runs on the analysis thread.  None when the document moved on before its turn."""
         if uri not in self.docs or self._current_version(uri) != version:
             return None
-        key = (path, kind, hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest())
+        key = (path, kind, repr(sorted((settings or {}).items())),
+               hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest())
         cached = self._text_cache.get(key)
         if cached is not None:
             self._text_cache.move_to_end(key)
             return cached
         try:
-            result = self.worker.analyze(path, text, kind)
+            result = self.worker.analyze(path, text, kind, settings)
         except WorkerFailed as exc:
             failure = unreadable(path, f"not analyzed: {exc}", code="KAN001", name="internal-error")
             return [failure.to_dict()], 0
@@ -323,7 +325,8 @@ class KanalyzeServer(LanguageServer):
         try:
             loop = asyncio.get_running_loop()
             result = await loop.run_in_executor(
-                self.analysis_thread, self._analyze_blocking, uri, version, state.path, text, state.kind)
+                self.analysis_thread, self._analyze_blocking, uri, version, state.path, text, state.kind,
+                _proof_settings(config))
         finally:
             state.in_flight -= 1
         if result is None or self.docs.get(uri) is not state or self._current_version(uri) != version:
@@ -626,3 +629,14 @@ def serve(stdin=None, stdout=None) -> int:
     finally:
         server.close()
     return 0 if server.shutdown_requested else 1
+
+
+def _proof_settings(config: Config) -> dict:
+    """The z3 proof ranges of `[tool.kanalyze]`, and whether to run them at all
+    (not when the selection leaves MEM003 and MEM004 out, as by default)."""
+    from kanalyze.analyzer.bounds import proof_ranges
+
+    settings = proof_ranges(config.raw)
+    if not (config.selects("MEM003") or config.selects("MEM004")):
+        settings["proofs"] = False
+    return settings

@@ -50,13 +50,14 @@ class AnalysisWorker:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
 
-    def analyze(self, path: str, text: str, kind: str) -> tuple[list[dict[str, Any]], int]:
+    def analyze(self, path: str, text: str, kind: str,
+                settings: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], int]:
         with self._lock:
             if self._process is None or self._process.poll() is not None:
                 self._process = self._start()
             process = self._process
             self._next_id += 1
-            request = {"id": self._next_id, "path": path, "text": text, "kind": kind}
+            request = {"id": self._next_id, "path": path, "text": text, "kind": kind, "settings": settings or {}}
             timed_out = threading.Event()
 
             def kill() -> None:
@@ -112,6 +113,7 @@ class AnalysisWorker:
 
 def main() -> None:
     """The child: read requests from stdin, answer on stdout, until stdin closes."""
+    from kanalyze.analyzer.bounds import configure
     from kanalyze.lsp.analysis import analyze_document
 
     out = sys.stdout.buffer
@@ -119,6 +121,7 @@ def main() -> None:
     for line in sys.stdin.buffer:
         request = json.loads(line)
         try:
+            configure(request.get("settings") or {})  # proof ranges; `proofs: False` skips z3
             findings, suppressed = analyze_document(request["path"], request["text"], request["kind"])
             response = {"id": request["id"], "findings": [f.to_dict() for f in findings], "suppressed": suppressed}
         except Exception as exc:  # a bug in the pass: report it for this document, keep serving
