@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from kanalyze.analyzer.cuda_sources import cuda_files_named_in, is_cuda_path, may_contain_inline_cuda
-from kanalyze.analyzer.sources import MAX_NESTING, too_deeply_nested, SourceError, SourceText, discover, may_contain_triton, read_source
+from kanalyze.analyzer.sources import (
+    MAX_NESTING, SourceError, SourceText, discover, may_contain_triton, read_source, too_deeply_nested,
+)
 from kanalyze.cache import Cache
 from kanalyze.config import Config
 from kanalyze.findings import Finding, Location
