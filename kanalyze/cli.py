@@ -221,6 +221,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_rules(args: argparse.Namespace) -> int:
+    from kanalyze.config import OPT_IN
+
     rules = _rule_metadata()
     if args.output_format == "json":
         import json
@@ -230,7 +232,8 @@ def _cmd_rules(args: argparse.Namespace) -> int:
     width = max(len(r["name"]) for r in rules)
     for r in rules:
         detectors = "static+gate" if r["has_detectors"] else ("gate" if r["gate"] else "reported")
-        sys.stdout.write(f"{r['code']}  {r['name']:<{width}}  {detectors:<11}  {r['summary']}\n")
+        opt_in = " (opt-in: not in the default selection)" if r["code"] in OPT_IN else ""
+        sys.stdout.write(f"{r['code']}  {r['name']:<{width}}  {detectors:<11}  {r['summary']}{opt_in}\n")
     return EXIT_CLEAN
 
 
