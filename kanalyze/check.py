@@ -55,6 +55,13 @@ def _error_finding(path: str, reason: str, row: int = 1, column: int = 1, code=P
     )
 
 
+def _nesting_finding(path: str) -> Finding:
+    # Checked before any LibCST parse: its native parser overflows the stack
+    # (a signal, not an exception) on thousands of nested brackets.
+    return _error_finding(path, f"cannot parse: more than {MAX_NESTING} brackets are open at once "
+                                f"(Python itself refuses such code)")
+
+
 def analyze_text(path: str, text: str) -> tuple[list[Finding], int]:
     """Every finding of every rule in one file's text, `# noqa` applied.
 
@@ -76,8 +83,7 @@ def _analyze(path: str, text: str) -> tuple[list[Finding], int]:
     from kanalyze.rules import detecting_rules, rules_by_code
 
     if too_deeply_nested(text):
-        return [_error_finding(path, f"cannot parse: more than {MAX_NESTING} brackets are open at once "
-                                     f"(Python itself refuses such code)")], 0
+        return [_nesting_finding(path)], 0
     try:
         model = TritonModule.from_source(path, text)
     except cst.ParserSyntaxError as exc:
@@ -139,6 +145,8 @@ def analyze_source(path: str, text: str, language: str | None = None) -> tuple[l
     if triton:
         findings, suppressed = analyze_text(path, text)
     if may_contain_inline_cuda(text):
+        if not triton and too_deeply_nested(text):  # the Triton pass has not checked it
+            return [_nesting_finding(path)], 0
         # The Triton pass already ran the Python-side detectors (and reported a parse error).
         more, more_suppressed = analyze_inline_cuda(path, text, python_rules=not triton)
         findings = sorted(findings + more, key=lambda f: f.sort_key)

@@ -204,6 +204,8 @@ def test_bad_config_is_a_usage_error(project, capsys) -> None:
     ("empty.py", b"", "empty file"),
     ("nested.py", b"import triton\n@triton.jit\ndef k(x):\n    return " + b"(" * 20000 + b"x" + b")" * 20000 + b"\n",
      "brackets are open at once"),
+    ("nested_inline.py", b"from torch.utils.cpp_extension import load_inline\nx = " + b"(" * 20000 + b"1"
+     + b")" * 20000 + b"\n", "brackets are open at once"),
     ("newer.py", b"import triton\ntype Alias[T] = list[T]\ndef f[T](x: T) -> T: return x\nmatch = 1\nprint(f'{x!r:>{w}}')\n@triton.jit\ndef k(x_ptr):\n    pass\n", None),
 ])
 def test_bad_input_gives_one_clear_finding(project, capsys, name, content, reason) -> None:

@@ -651,12 +651,3 @@ def test_the_servers_analysis_never_loads_the_dynamic_pass() -> None:
     ''')
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=WAIT)
     assert result.stdout.splitlines() == ["['PRC001']", "[]"], result.stdout + result.stderr
-
-
-def test_triton_only_pipeline_fallback() -> None:
-    """With a pipeline that has no CUDA passes, documents still route through one function."""
-    from kanalyze.lsp.analysis import CUDA, PYTHON, _analyze_without_cuda
-
-    assert [f.code for f in _analyze_without_cuda("kern.py", TF32_KERNEL, PYTHON)[0]] == ["PRC001"]
-    assert _analyze_without_cuda("notes.py", "print('no kernel here')\n", PYTHON) == ([], 0)
-    assert _analyze_without_cuda("kern.cu", "__global__ void k() {}\n", CUDA) == ([], 0)

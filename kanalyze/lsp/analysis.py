@@ -11,16 +11,14 @@ report, `# noqa` already applied.
 
 Every kind of source goes through `analyze_document`: Python (Triton kernels,
 and CUDA built inline) and CUDA C++ files.  It hands the text to the
-pipeline's `analyze_source`, which dispatches to the Triton and CUDA passes;
-with a pipeline that predates the CUDA passes it runs the Triton pass alone
-and accepts CUDA documents without findings.
+pipeline's `analyze_source`, which dispatches to the Triton and CUDA passes.
 
 Runs inside the worker process; imports nothing of pygls.
 """
 
 from __future__ import annotations
 
-from kanalyze.analyzer.sources import MAX_FILE_BYTES, may_contain_triton
+from kanalyze.analyzer.sources import MAX_FILE_BYTES
 from kanalyze.findings import Finding, Location
 
 PYTHON, CUDA = "python", "cuda"
@@ -59,23 +57,6 @@ def analyze_document(path: str, text: str, kind: str) -> tuple[list[Finding], in
         return [unreadable(path, f"file too large to analyze ({size} bytes; the limit is {MAX_FILE_BYTES})")], 0
     if "\x00" in text:
         return [unreadable(path, "binary file: it contains NUL bytes, so it is not source code")], 0
-    try:
-        # The pipeline's entry for one file's text, CUDA passes included, where
-        # this version of the pipeline has it.
-        from kanalyze.check import analyze_source
-    except ImportError:
-        return _analyze_without_cuda(path, text, kind)
+    from kanalyze.check import analyze_source
+
     return analyze_source(path, text, CUDA if kind == CUDA else None)
-
-
-def _analyze_without_cuda(path: str, text: str, kind: str) -> tuple[list[Finding], int]:
-    """The same for a pipeline without the CUDA passes: Triton only."""
-    if kind == CUDA:
-        return [], 0  # accepted; no findings until the CUDA pass is there
-    # The pipeline's prefilter (run_static step 3): a file that cannot hold a
-    # kernel is not parsed.
-    if not may_contain_triton(text):
-        return [], 0
-    from kanalyze.check import analyze_text
-
-    return analyze_text(path, text)
