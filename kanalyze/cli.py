@@ -202,7 +202,7 @@ def _run_dynamic(args: argparse.Namespace, paths: list[str], config, result):
     options = DynamicOptions(gates=gates, reference=args.reference, kernelbench=args.kernelbench, mapping=mapping,
                              root=config.root, mode=args.device, jobs=args.jobs, case_seconds=args.case_timeout,
                              witness_dir=os.path.join(config.root, witness_dir) if witness_dir else None,
-                             max_numel=config.raw.get("max-numel"))
+                             max_numel=config.raw.get("gate-numel"))
     return run_dynamic(paths, config, result, options, force_exclude=args.force_exclude)
 
 

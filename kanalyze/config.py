@@ -33,7 +33,7 @@ class ConfigError(Exception):
 
 _KNOWN_KEYS = {
     "select", "ignore", "extend-select", "extend-ignore", "per-file-ignores",
-    "exclude", "extend-exclude", "harness", "target", "max-numel", "max-size", "witness-dir", "ir",
+    "exclude", "extend-exclude", "harness", "target", "max-numel", "max-size", "gate-numel", "witness-dir", "ir",
 }
 
 
@@ -159,7 +159,9 @@ def load_config(
             raise ConfigError(f"{where}: `per-file-ignores` must be a table of glob = [codes]")
         for pattern in pfi:
             config.per_file_ignores[pattern] = _string_list(pfi, pattern, f"{where} per-file-ignores")
-        for key in ("max-size", "max-numel"):  # the ranges the MEM003 / MEM004 proofs assume
+        # max-size / max-numel: the ranges the MEM003 / MEM004 proofs assume;
+        # gate-numel: the input elements a dynamic gate's case may use.
+        for key in ("max-size", "max-numel", "gate-numel"):
             if key in table and (not isinstance(table[key], int) or isinstance(table[key], bool) or table[key] < 1):
                 raise ConfigError(f"{where}: `{key}` must be a positive integer")
     if select is not None:

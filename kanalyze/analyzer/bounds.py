@@ -257,12 +257,25 @@ def _context(model: TritonModule, bound, terms, report: AccessReport) -> dict:
     return {
         "kernel": report.kernel,
         "wrapper": launch.wrapper.qualname if launch.wrapper is not None else None,
+        "wrapper_params": _parameters(launch.wrapper),
         "launch": text if len(text) <= 120 else text[:119] + "…",
         "config": bound.config_index,
         "parameter": terms.pointer.base,
         "tensor": report.tensor,
         "access": report.kind,
     }
+
+
+def _parameters(wrapper) -> list[dict] | None:
+    """The wrapper's positional parameters, so that a gate can call it with the counterexample."""
+    if wrapper is None:
+        return None
+    params = wrapper.node.params
+    if params.star_arg not in (None, cst.MaybeSentinel.DEFAULT) or params.star_kwarg is not None \
+            or any(p.default is None for p in params.kwonly_params):
+        return None
+    return [{"name": p.name.value, "default": p.default is not None}
+            for p in [*params.posonly_params, *params.params]]
 
 
 def _merge(report: AccessReport, bounds, overflow, wraps: list) -> None:
