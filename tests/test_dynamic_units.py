@@ -145,9 +145,13 @@ def test_every_gate_has_a_rule_and_plans_cases() -> None:
 
     rules = rules_by_code()
     harness = Harness("kernelbench", "c.py", "p.py", {"n": 64}, "ModelNew")
+    # The counterexample gates plan from their flags' evidence alone.
+    example = {"kernel": "k", "wrapper": None, "grid": [2], "pointers": {"x_ptr": "x"}, "shapes": {"x": [64]},
+               "sizes": {"n": 64}, "constexprs": {"BLOCK": 64}}
     for code, gate in gates_by_code().items():
         assert rules[code].gate == gate.name, code
-        cases = gate.plan(GateContext(harness, {"n": 64}, "cpu"))
+        flags = [{"row": 3, "kernel": "k", "counterexample": example}] if gate.kernel_harness else []
+        cases = gate.plan(GateContext(harness, {"n": 64}, "cpu", flags))
         assert cases and all(c.gate == code for c in cases)
         assert all(Case.from_dict(json.loads(json.dumps(c.to_dict()))) == c for c in cases)
 

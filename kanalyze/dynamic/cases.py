@@ -41,10 +41,13 @@ class Case:
     record_ops: bool = False        # record aten ops and kernel launches (RES001)
     return_inputs: bool = False     # send the inputs back after the run (MEM002)
     variant: str = "original"       # "promoted": the candidate with fp32 accumulators (PRC002)
+    call: dict | None = None        # a kernel harness: the call to make (kernel_call.py), no problem
+    collect_bounds: bool = False    # interpreter: record every out-of-bounds access, mask it off, go on
 
     @property
     def input_key(self) -> str:
-        return json.dumps([sorted(self.sizes.items()), self.seed, self.distribution, self.special, self.dtype])
+        return json.dumps([sorted(self.sizes.items()), self.seed, self.distribution, self.special, self.dtype,
+                           self.call], sort_keys=True)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

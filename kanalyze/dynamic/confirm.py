@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 from kanalyze.dynamic import witness as witnesses
 from kanalyze.dynamic.gates import gates_by_code
-from kanalyze.dynamic.harness import Harness, NoHarness, find_harness
-from kanalyze.dynamic.runner import GateRun, Options, run_gates
+from kanalyze.dynamic.harness import Harness, NoHarness, find_harness, kernel_harness
+from kanalyze.dynamic.runner import GateRun, Options, resolve_mode, run_gates
 from kanalyze.dynamic.sandbox import Limits
 from kanalyze.findings import Finding, Location, Status, Witness
 
@@ -86,13 +86,15 @@ def confirm(findings: list[Finding], files: list[str], options: DynamicOptions,
     plans: list[tuple[str, Harness, list[str]]] = []
     for path in candidates:
         flagged = [f for f in by_file.get(path, []) if not f.code.startswith("KAN")]
+        plans += _kernel_plans(path, flagged, options, gates)
+        flagged = [f for f in flagged if not (f.code in known and gates[f.code].kernel_harness)]
         harness = find_harness(path, reference=options.reference, kernelbench=options.kernelbench,
                                mapping=options.mapping, root=options.root)
         if isinstance(harness, NoHarness):
             for f in flagged:
                 _set(f, Status.UNCONFIRMED, f"{f.code} unconfirmed: {harness.reason}")
             continue
-        codes = _codes_for(path, flagged, options, known)
+        codes = [c for c in _codes_for(path, flagged, options, known) if not gates[c].kernel_harness]
         for f in flagged:
             if f.code not in known:
                 _set(f, Status.UNCONFIRMED, f"{f.code} unconfirmed: kanalyze has no gate for {f.code} yet")
@@ -107,7 +109,8 @@ def confirm(findings: list[Finding], files: list[str], options: DynamicOptions,
 
     def run(plan):
         path, harness, codes = plan
-        flags = {c: [{"row": f.location.row, "kernel": f.kernel, "message": f.message}
+        flags = {c: [{"row": f.location.row, "kernel": f.kernel, "message": f.message,
+                      **({"counterexample": f.evidence["counterexample"]} if "counterexample" in f.evidence else {})}
                      for f in by_file.get(path, []) if f.code == c] for c in codes}
         try:
             return plan, flags, run_gates(harness, codes, flags, run_options), None
@@ -120,7 +123,8 @@ def confirm(findings: list[Finding], files: list[str], options: DynamicOptions,
 
     out = list(findings)
     for (path, harness, codes), flags, gate_run, error in outcomes:
-        flagged = by_file.get(path, [])
+        flagged = [f for f in by_file.get(path, []) if (f.code in known and gates[f.code].kernel_harness)
+                   == (harness.kind == "kernel")]
         if gate_run is None:
             for f in flagged:
                 if f.code in codes:
@@ -129,6 +133,23 @@ def confirm(findings: list[Finding], files: list[str], options: DynamicOptions,
         out.extend(_apply(gate_run, harness, flagged, flags, directory, names, path))
     out.sort(key=lambda f: f.sort_key)
     return out
+
+
+def _kernel_plans(path: str, flagged: list[Finding], options: DynamicOptions, gates: dict) -> list:
+    """The runs of the gates that need no problem: a flag's counterexample is the whole input."""
+    codes = sorted({f.code for f in flagged if f.code in gates and gates[f.code].kernel_harness
+                    and (not isinstance(options.gates, list) or f.code in options.gates)})
+    plans = []
+    for code in codes:
+        own = [f for f in flagged if f.code == code]
+        if gates[code].device == "cuda" and resolve_mode(options.mode) != "cuda":
+            for f in own:
+                _set(f, Status.FLAGGED, f"{code} flagged: running its counterexample needs a GPU with the memory "
+                     "it names; none is here, so the proof stands without a run")
+            continue
+        kernel = next((f.kernel for f in own if f.kernel), None) or "kernel"
+        plans.append((path, kernel_harness(path, kernel), [code]))
+    return plans
 
 
 def _set(finding: Finding, status: Status, line: str, witness: Witness | None = None) -> None:
@@ -143,13 +164,15 @@ def _apply(gate_run: GateRun, harness: Harness, flagged: list[Finding], flags: d
     """Move the file's flags to their verdicts; return the findings no detector predicted."""
     new: list[Finding] = []
     for verdict in gate_run.verdicts:
-        own = [f for f in flagged if f.code == verdict.code]
+        own = [f for f in flagged if f.code == verdict.code
+               and (verdict.rows is None or f.location.row in verdict.rows)]
         witness = None
         line = f"{verdict.code} {verdict.status}: {verdict.summary}"
         if verdict.status == "confirmed":
             kernel = next((f.kernel for f in own if f.kernel), None)
             written = witnesses.write(verdict, harness, gate_run.environment, directory, kernel=kernel,
-                                      flags=flags.get(verdict.code))
+                                      flags=[f for f in flags.get(verdict.code, [])
+                                             if verdict.rows is None or f["row"] in verdict.rows])
             line += f" (witness {_display(written)})"
             witness = Witness(verdict.code, verdict.gate, {"summary": verdict.summary, "cases": len(verdict.cases)},
                               path=_display(written))

@@ -65,7 +65,7 @@ class Environment:
         self.poison = run.get("poison")
         self.launches.launches.clear()
         if self.driver is not None:
-            self.driver.reset(run.get("order_seed"), bool(case.get("emulate_tf32")))
+            self.driver.reset(run.get("order_seed"), bool(case.get("emulate_tf32")), bool(case.get("collect_bounds")))
         elif self.poison is not None:
             # The caching allocator hands a freed block of the same size to the
             # next request: fill and free one per output, so that stale memory
@@ -96,4 +96,6 @@ class Environment:
             out["tf32_dots"] = self.driver.tf32_dots
             if self.driver.out_of_bounds:
                 out["out_of_bounds"] = self.driver.out_of_bounds
+            if self.driver.violations:
+                out["bounds_violations"] = list(self.driver.violations)
         return out

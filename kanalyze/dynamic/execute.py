@@ -16,10 +16,10 @@ import numpy as np
 import torch
 
 from kanalyze.dynamic import inputs as input_values
+from kanalyze.dynamic.results import FATAL_MARKERS
 from kanalyze.dynamic.loading import Problem, build_candidate, load_matching_state, move
 from kanalyze.dynamic.tensors import dtype_name, flatten_value, numpy_to_tensor, tensor_to_numpy
 
-FATAL_MARKERS = ("CUDA error", "illegal memory access", "device-side assert", "CUBLAS_STATUS", "cudaError")
 
 
 def describe_error(exc: BaseException) -> str:
@@ -156,6 +156,8 @@ class CandidateSide:
         self.harness, self.device, self.module, self.env = harness, device, module, env
 
     def run(self, case: dict, reference: dict, reference_arrays, out_base: str) -> dict:
+        if case.get("call"):
+            return self.run_call(case, out_base)
         arrays: dict[str, np.ndarray] = {}
         result: dict = {"status": "ok", "runs": []}
         try:
@@ -173,30 +175,60 @@ class CandidateSide:
             return result
         output_bytes = output_sizes(reference_arrays, reference)
         for j, run in enumerate(case["runs"]):
-            record = {"status": "ok"}
             values = [v.clone() if isinstance(v, torch.Tensor) else v for v in base_inputs]
-            self.env.before_run(run, case, output_bytes)
-            started = time.perf_counter()
-            try:
-                with torch.no_grad(), self.env.recording(case.get("record_ops")):
-                    out = model(*values)
-                _synchronize(self.device)
-                record["output"] = encode_output(out, f"r{j}_out", arrays)
-            except BaseException as exc:
-                record.update(status="error", error=describe_error(exc), traceback=_tail(exc))
-            record["seconds"] = time.perf_counter() - started
-            record.update(self.env.after_run(case))
-            if record.get("out_of_bounds"):
-                record["status"] = "out_of_bounds"
-                record.pop("output", None)
+            record = self._run_once(case, run, lambda: model(*values), output_bytes, arrays, f"r{j}_out")
             if case.get("return_inputs"):
                 record["inputs_after"] = encode_list(values, f"r{j}_in", arrays)
-            result["runs"].append(record)
-            if record["status"] == "error" and any(m in record["error"] for m in FATAL_MARKERS):
-                result["fatal"] = True
+            if self._record(result, record):
                 break
         np.savez(out_base + ".npz", **arrays)
         return result
+
+    def run_call(self, case: dict, out_base: str) -> dict:
+        """A kernel harness's case: make the call the case describes; no outputs to compare."""
+        from kanalyze.dynamic import kernel_call
+
+        result: dict = {"status": "ok", "runs": []}
+        try:
+            invoke, _, result["call"] = kernel_call.prepare(self.module, case["call"], self.device, case["seed"])
+        except BaseException as exc:
+            result.update(status="error", error=describe_error(exc), traceback=_tail(exc))
+            return result
+        for run in case["runs"]:
+            if self._record(result, self._run_once(case, run, invoke, [], None, "")):
+                break
+        np.savez(out_base + ".npz")
+        return result
+
+    def _run_once(self, case: dict, run: dict, invoke, output_bytes: list[int], arrays: dict | None,
+                  prefix: str) -> dict:
+        """One call under the run's knobs; the output is encoded into `arrays` unless that is None."""
+        record = {"status": "ok"}
+        self.env.before_run(run, case, output_bytes)
+        started = time.perf_counter()
+        try:
+            with torch.no_grad(), self.env.recording(case.get("record_ops")):
+                out = invoke()
+            _synchronize(self.device)
+            if arrays is not None:
+                record["output"] = encode_output(out, prefix, arrays)
+        except BaseException as exc:
+            record.update(status="error", error=describe_error(exc), traceback=_tail(exc))
+        record["seconds"] = time.perf_counter() - started
+        record.update(self.env.after_run(case))
+        if record.get("out_of_bounds"):
+            record["status"] = "out_of_bounds"
+            record.pop("output", None)
+        return record
+
+    @staticmethod
+    def _record(result: dict, record: dict) -> bool:
+        """Add a run's record; True when the device is gone and the remaining runs cannot go on."""
+        result["runs"].append(record)
+        if record["status"] == "error" and any(m in record["error"] for m in FATAL_MARKERS):
+            result["fatal"] = True
+            return True
+        return False
 
 
 def output_sizes(reference_arrays, reference: dict) -> list[int]:

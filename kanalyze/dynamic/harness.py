@@ -47,7 +47,7 @@ _KERNELBENCH_NAME = re.compile(r"level_?(\d+)_problem_?(\d+)(?!\d)")
 
 @dataclass
 class Harness:
-    kind: str                 # "kernelbench" | "contract"
+    kind: str                 # "kernelbench" | "contract" | "kernel" (see kernel_harness)
     candidate: str            # the file under test
     problem: str              # the problem module or contract module
     knobs: dict[str, int]     # the problem's module-level integer sizes
@@ -62,6 +62,15 @@ class Harness:
     @classmethod
     def from_dict(cls, data: dict) -> "Harness":
         return cls(**data)
+
+
+def kernel_harness(candidate: str, kernel: str) -> Harness:
+    """A kernel called on its own, at sizes the static pass found (a z3 counterexample).
+
+    No problem and no reference: each case carries the call to make
+    (`Case.call`), and the gate judges what the run did to memory.
+    """
+    return Harness("kernel", candidate, candidate, {}, kernel, found_by="the static pass's counterexample")
 
 
 @dataclass

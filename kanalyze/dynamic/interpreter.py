@@ -11,7 +11,9 @@ copying Triton code) gives:
 * program order permuted by a seeded bijection over the grid (ORD001 on the CPU);
 * every address checked against the argument tensors of the launch, so that an
   out-of-bounds access stops the run with the program id and element offset,
-  instead of reading garbage or crashing the process (CMP003, MEM003);
+  instead of reading garbage or crashing the process (CMP003); or, where a case
+  asks (`collect`, MEM003), is recorded and masked off so that the run goes on
+  and every access that leaves its tensor is reported, not only the first;
 * TF32 emulated in `tl.dot` where the kernel asks for TF32 (the default): the
   fp32 operands are rounded to TF32's 10-bit mantissa, as the tensor cores do.
   The interpreter otherwise ignores `input_precision` and computes in full fp32.
@@ -87,6 +89,8 @@ class InterpreterDriver:
         self.emulate_tf32 = False
         self.tf32_dots = 0              # dots whose operands were rounded to TF32
         self.out_of_bounds: dict | None = None
+        self.collect = False
+        self.violations: list[dict] = []    # collect mode: the first violation of each access
         self._ranges: list[_Range] = []
         self._permutation: np.ndarray | None = None
         self._launch = 0
@@ -94,9 +98,9 @@ class InterpreterDriver:
         self._program = (0, 0, 0)
         self._install()
 
-    def reset(self, order_seed: int | None, emulate_tf32: bool) -> None:
-        self.order_seed, self.emulate_tf32 = order_seed, emulate_tf32
-        self.tf32_dots, self.out_of_bounds, self._launch = 0, None, 0
+    def reset(self, order_seed: int | None, emulate_tf32: bool, collect: bool = False) -> None:
+        self.order_seed, self.emulate_tf32, self.collect = order_seed, emulate_tf32, collect
+        self.tf32_dots, self.out_of_bounds, self._launch, self.violations = 0, None, 0, []
 
     # -------------------------------------------------------------- hooks
 
@@ -125,19 +129,19 @@ class InterpreterDriver:
             return set_grid_idx(x, y, z)
 
         def load(ptrs, mask, other, cache_policy, is_volatile):
-            driver._check(ptrs, mask, "load")
+            mask = driver._check(ptrs, mask, "load")
             return masked_load(ptrs, mask, other, cache_policy, is_volatile)
 
         def store(ptrs, value, mask, cache_policy):
-            driver._check(ptrs, mask, "store")
+            mask = driver._check(ptrs, mask, "store")
             return masked_store(ptrs, value, mask, cache_policy)
 
         def rmw(op, ptr, val, mask, sem, scope):
-            driver._check(ptr, mask, "atomic")
+            mask = driver._check(ptr, mask, "atomic")
             return atomic_rmw(op, ptr, val, mask, sem, scope)
 
         def cas(ptr, cmp, val, sem, scope):
-            driver._check(ptr, None, "atomic_cas")
+            driver._check(ptr, None, "atomic_cas", can_mask=False)
             return atomic_cas(ptr, cmp, val, sem, scope)
 
         def dot(a, b, d, input_precision, max_num_imprecise_acc):
@@ -167,26 +171,43 @@ class InterpreterDriver:
 
     # -------------------------------------------------------------- bounds
 
-    def _check(self, ptrs, mask, what: str) -> None:
+    def _check(self, ptrs, mask, what: str, can_mask: bool = True):
+        """The mask to run the access with: the given one, or in collect mode one
+        that drops the lanes outside every tensor.  Otherwise an access outside
+        raises OutOfBounds."""
         addresses = np.asarray(ptrs.data)
         if addresses.dtype.kind not in "iu" or addresses.size == 0:
-            return
+            return mask
         if mask is not None:
             active = np.broadcast_to(np.asarray(mask.data, dtype=bool), addresses.shape)
             selected = addresses[active]
         else:
             active, selected = None, addresses.ravel()
         if selected.size == 0:
-            return
+            return mask
         itemsize = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
         low, high = int(selected.min()), int(selected.max()) + itemsize
         if any(r.lo <= low and high <= r.hi for r in self._ranges):
-            return
+            return mask
         inside = np.zeros(selected.shape, dtype=bool)
         for r in self._ranges:
             inside |= (selected >= r.lo) & (selected + itemsize <= r.hi)
         if inside.all():
-            return
+            return mask
+        record = self._record(addresses, active, selected, inside, what)
+        if not (self.collect and can_mask and mask is not None):
+            self.out_of_bounds = record
+            raise OutOfBounds(record["message"])
+        self.out_of_bounds = self.out_of_bounds or record
+        if not any(v["kernel"] == record["kernel"] and v["access"] == what and v.get("tensor") == record.get("tensor")
+                   for v in self.violations):
+            self.violations.append(record)
+        allowed = np.zeros(addresses.shape, dtype=bool)
+        allowed[active] = inside
+        return _interp.TensorHandle(allowed, mask.dtype.scalar)
+
+    def _record(self, addresses, active, selected, inside, what: str) -> dict:
+        """The first offending lane: program, lane, tensor and element offset, in words too."""
         bad = int(selected[~inside][0])
         flat = np.flatnonzero(active.ravel()) if active is not None else np.arange(addresses.size)
         lane = int(flat[np.flatnonzero(~inside)[0]])
@@ -197,10 +218,10 @@ class InterpreterDriver:
         if nearest is not None:
             offset = (bad - nearest.start) // nearest.itemsize
             record.update(tensor=nearest.name, element_offset=offset, numel=nearest.numel)
-            where = (f"element offset {offset} of `{nearest.name}`, which has {nearest.numel} elements")
+            plural = "" if nearest.numel == 1 else "s"
+            where = f"element offset {offset} of `{nearest.name}`, which has {nearest.numel} element{plural}"
         else:
             where = f"address {hex(bad)}, outside every argument"
         record["message"] = (f"out-of-bounds {what} in `{self._kernel}`, program {tuple(self._program)}, "
                              f"lane {lane}: {where}")
-        self.out_of_bounds = record
-        raise OutOfBounds(record["message"])
+        return record

@@ -18,6 +18,10 @@ from kanalyze.dynamic.sandbox import Outcome
 from kanalyze.dynamic.tensors import Leaf
 
 
+# Errors after which the device is gone: the worker stops, the next case gets a fresh one.
+FATAL_MARKERS = ("CUDA error", "illegal memory access", "device-side assert", "CUBLAS_STATUS", "cudaError")
+
+
 def _load(path: str | None) -> dict[str, np.ndarray]:
     if not path:
         return {}

@@ -21,7 +21,7 @@ import glob
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kanalyze.dynamic.cases import Case
 from kanalyze.dynamic.gates import gates_by_code
@@ -39,6 +39,7 @@ BASELINE = "baseline"
 # unless a static flag asked for the gate.
 VALUE_GATES = {"CMP003", "EXC001", "EXC002", "PRC001", "PRC002"}
 CUDA_CPP = re.compile(r"\bload_inline\b|\bcpp_extension\b")
+BUILD_SECONDS = 600.0   # a worker's start when it compiles a CUDA C++ extension
 
 
 def cuda_present() -> bool:
@@ -54,6 +55,10 @@ def resolve_mode(mode: str) -> str:
     if mode not in ("cpu", "cuda"):
         raise ValueError(f"unknown device mode {mode!r} (auto, cpu or cuda)")
     return mode
+
+
+# A kernel harness's cases have no reference run: the gate judges what the call did.
+NO_REFERENCE = Outcome("done", meta={"status": "ok", "inputs": [], "init_inputs": []})
 
 
 @dataclass
@@ -82,7 +87,7 @@ class Session:
         # The reference worker starts now (its imports overlap the candidate's) unless
         # earlier sessions of this process already know this problem's references.
         self._reference: Worker | None = None
-        if REFERENCES.plan(harness, mode, MAX_NUMEL[mode]) is None:
+        if harness.kind != "kernel" and REFERENCES.plan(harness, mode, MAX_NUMEL[mode]) is None:
             self._reference = Worker("reference", mode, self.spec, limits, self.root)
         self.candidates = {"original": Worker("candidate", mode, self.spec, limits, self.root)}
         if promoted_source is not None:
@@ -126,6 +131,8 @@ class Session:
         """Reference, then candidates, for every case; one Result per case, in order."""
         reference_cases: dict[str, dict] = {}
         for case in cases:
+            if case.call is not None:  # a kernel harness's call: nothing to compute first
+                continue
             entry = reference_cases.setdefault(case.input_key, {**case.to_dict(), "record_ops": False})
             entry["record_ops"] = entry["record_ops"] or case.record_ops
         by_key = {key: REFERENCES.get(self.harness, self.mode, key, entry["record_ops"])
@@ -141,7 +148,7 @@ class Session:
                 by_key[key] = REFERENCES.put(self.harness, self.mode, key, reference_cases[key]["record_ops"],
                                              outcomes[i])
         self.environment.update(_describe_ready(ready, "reference"))
-        results = [Result(case, by_key[case.input_key]) for case in cases]
+        results = [Result(case, NO_REFERENCE if case.call is not None else by_key[case.input_key]) for case in cases]
         for variant, worker in self.candidates.items():
             spec = worker.spec
             runnable = [(i, r.case.to_dict()) for i, r in enumerate(results)
@@ -217,12 +224,17 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
     mode = resolve_mode(options.mode)
     gates = gates_by_code()
     codes = [c for c in codes if c in gates]
+    if harness.kind == "kernel":  # the gates of a kernel harness say where they run
+        mode = next((gates[c].device for c in codes if gates[c].device), mode)
     with open(harness.candidate, encoding="utf-8", errors="replace") as handle:
         cuda_cpp = bool(CUDA_CPP.search(handle.read()))
     if cuda_cpp and mode == "cpu":
         why = "the candidate builds CUDA C++ (load_inline / cpp_extension), which runs only on a GPU; none is here"
         return GateRun([Verdict(c, UNCONFIRMED, why, gate=gates[c].name) for c in codes], {"mode": mode},
                        dict(harness.knobs), time.perf_counter() - started)
+    limits = options.limits
+    if cuda_cpp:  # its workers compile the extension while they start (once per source: extensions.py)
+        limits = replace(limits, start_seconds=max(limits.start_seconds, BUILD_SECONDS))
     promoted_source, promotion = None, None
     if "PRC002" in codes and (cases is None or any(c.variant == "promoted" for c in cases)):
         rows = [f["row"] for f in flags.get("PRC002", []) if f.get("row")] or None
@@ -231,10 +243,12 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
         promoted, changes = promote_accumulators(source, rows)
         if changes:
             promoted_source, promotion = promoted, changes
-    session = Session(harness, mode, options.limits, promoted_source)
+    session = Session(harness, mode, limits, promoted_source)
     try:
         if cases is not None:
             sizes = dict(cases[0].sizes)
+        elif harness.kind == "kernel":
+            sizes = {}
         else:
             sizes = session.plan_sizes(options.max_numel or MAX_NUMEL[mode])
         contexts = {code: GateContext(harness, sizes, mode, flags.get(code, []), options.seed, promotion,
@@ -244,7 +258,8 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
                     for code in codes}
             baseline = Case(BASELINE, "", dict(sizes), seed=options.seed,
                             dtype=harness.dtypes[0] if harness.dtypes else None)
-            all_cases = [baseline] + [c for code in codes for c in plan[code]]
+            all_cases = [baseline] if harness.kind != "kernel" else []
+            all_cases += [c for code in codes for c in plan[code]]
         else:
             all_cases = [c for c in cases if c.variant == "original" or promotion]
         results = session.execute(all_cases)
@@ -289,7 +304,8 @@ def _judge(results: list[Result], codes, contexts, gates, replay: bool, flags_by
             verdicts.append(Verdict(code, UNCONFIRMED, "no case of this gate in the witness", gate=gates[code].name))
             continue
         try:
-            verdicts.append(gates[code].judge(contexts[code], own))
+            judged = gates[code].judge(contexts[code], own)
+            verdicts.extend(judged if isinstance(judged, list) else [judged])
         except Exception as exc:  # a bug in one gate must not hide the others
             verdicts.append(Verdict(code, UNCONFIRMED, f"the gate failed: {type(exc).__name__}: {exc}",
                                     [r.case for r in own], gate=gates[code].name))

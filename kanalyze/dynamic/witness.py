@@ -50,7 +50,7 @@ def write(verdict: Verdict, harness: Harness, environment: dict, directory: str,
     """Write the witness of a confirmed verdict; returns the JSON file's path."""
     os.makedirs(directory, exist_ok=True)
     cases = [c.to_dict() for c in verdict.cases]
-    digest = hashlib.sha256(json.dumps([os.path.abspath(harness.candidate), verdict.code, cases],
+    digest = hashlib.sha256(json.dumps([os.path.abspath(harness.candidate), verdict.code, cases, verdict.rows],
                                        sort_keys=True).encode()).hexdigest()[:10]
     stem = os.path.splitext(os.path.basename(harness.candidate))[0]
     base = os.path.join(directory, f"{stem}-{verdict.code}-{digest}")

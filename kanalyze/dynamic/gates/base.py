@@ -55,12 +55,18 @@ class Verdict:
     details: dict = field(default_factory=dict)       # observed / expected / metric ...
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     gate: str = ""
+    rows: list[int] | None = None  # the flags (by row) this verdict decides; None: every flag of its clause
 
 
 class Gate:
     code: ClassVar[str] = ""
     name: ClassVar[str] = ""          # the gate id the rules name (Rule.gate)
     summary: ClassVar[str] = ""
+    # A gate that needs no problem (it runs the static pass's counterexample through
+    # a kernel harness) says so, and on which device it must run ("cpu": Triton's
+    # interpreter and its bounds checks; "cuda": a GPU).
+    kernel_harness: ClassVar[bool] = False
+    device: ClassVar[str | None] = None
 
     def plan(self, ctx: GateContext) -> list[Case]:
         raise NotImplementedError

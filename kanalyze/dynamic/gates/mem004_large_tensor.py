@@ -1,0 +1,62 @@
+"""MEM004 overflow: the z3 counterexample, run on a GPU, faults where the int32 offset wraps.
+
+The counterexample names tensors of 2^31 elements and more (16 GiB in fp32 at
+the default `max-numel` of 2^32), so it runs only on a device with that memory
+(an H200 has about 139 GiB); on a machine without one the flag stays `flagged`,
+with the proof.  The gate calls the file's wrapper (or launches the kernel) at
+those sizes; an offset that wrapped to a negative value points gigabytes before
+its tensor, and the device reports an illegal address: that fault confirms the
+flag.  A run that finishes proves nothing either way (a wrapped offset can land
+inside memory the process owns), so the flag is then `unconfirmed`, never
+refuted.
+"""
+
+from __future__ import annotations
+
+from kanalyze.dynamic import counterexample
+from kanalyze.dynamic.gates.base import CONFIRMED, UNCONFIRMED, Gate, GateContext, Verdict
+from kanalyze.dynamic.results import FATAL_MARKERS
+
+
+class CounterexampleOverflow(Gate):
+    code = "MEM004"
+    name = "mem004-large-tensor"
+    summary = "run the z3 counterexample's sizes on a GPU; a device fault confirms the wrap"
+    kernel_harness = True
+    device = "cuda"
+
+    def plan(self, ctx: GateContext):
+        return counterexample.plan(self, ctx)
+
+    def judge(self, ctx: GateContext, results) -> list[Verdict]:
+        by_call = {repr(r.case.call): r for r in results}
+        verdicts = [self._one(flag, by_call.get(repr(call)))
+                    for call, flags in counterexample.group_flags(ctx.flags) for flag in flags]
+        return verdicts + [Verdict(self.code, UNCONFIRMED, counterexample.NOT_RUNNABLE, gate=self.name,
+                                   rows=[flag["row"]]) for flag in counterexample.unplanned(ctx)]
+
+    def _one(self, flag: dict, result) -> Verdict:
+        rows = [flag["row"]]
+        if result is None:
+            return Verdict(self.code, UNCONFIRMED, "the counterexample was not run", gate=self.name, rows=rows)
+        call = (result.candidate.meta.get("call") if result.candidate else None) or result.case.call["function"]
+        if not result.candidate_ok:
+            failure = result.candidate_failure()
+            if any(marker in failure for marker in FATAL_MARKERS):
+                return self._fault(flag, result, call, failure)
+            return Verdict(self.code, UNCONFIRMED, f"the counterexample could not be run: {failure}",
+                           [result.case], gate=self.name, rows=rows)
+        error = result.runs[0].meta.get("error") or ""
+        if any(marker in error for marker in FATAL_MARKERS):
+            return self._fault(flag, result, call, error)
+        if error:
+            return Verdict(self.code, UNCONFIRMED, f"{call} failed without a device fault: {error}",
+                           [result.case], gate=self.name, rows=rows)
+        return Verdict(self.code, UNCONFIRMED, f"{call} ran on the GPU without a fault: a wrapped offset can land "
+                       "inside memory the process owns, so the run cannot tell; the proof stands",
+                       [result.case], gate=self.name, rows=rows)
+
+    def _fault(self, flag: dict, result, call: str, error: str) -> Verdict:
+        return Verdict(self.code, CONFIRMED, f"{call} on the GPU: {error}", [result.case],
+                       {"error": error, "call": call, "counterexample": flag["counterexample"]},
+                       gate=self.name, rows=[flag["row"]])
