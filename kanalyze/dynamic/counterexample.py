@@ -11,12 +11,16 @@ constexprs and the wrapper that launched the kernel.  `call_of` turns it into a
 * otherwise the kernel itself, launched on the counterexample's grid with every
   parameter given (the failing autotune configuration's constexprs included).
 
-Parent side: plain data, no torch.
+Parent side: plain data, no torch.  `CounterexampleGate` is what the MEM003 and MEM004
+gates share: one case per distinct call, one verdict per flag.
 """
 
 from __future__ import annotations
 
 import json
+from typing import ClassVar
+
+from kanalyze.dynamic.gates.base import UNCONFIRMED, Gate, Verdict
 
 
 NOT_RUNNABLE = "the flag has no counterexample that can be run (no grid, or a launch the static pass could not read)"
@@ -83,6 +87,34 @@ def group_flags(flags: list[dict]) -> list[tuple[dict, list[dict]]]:
         key = json.dumps(call, sort_keys=True)
         groups.setdefault(key, (call, []))[1].append(flag)
     return list(groups.values())
+
+
+class CounterexampleGate(Gate):
+    """A gate that runs its flags' counterexamples through a kernel harness, one
+    verdict per flag (`Verdict.rows`); subclasses judge one flag's run."""
+
+    kernel_harness = True
+    case_fields: ClassVar[dict] = {}
+
+    def plan(self, ctx):
+        return plan(self, ctx, **self.case_fields)
+
+    def judge(self, ctx, results) -> list[Verdict]:
+        by_call = {repr(r.case.call): r for r in results}
+        verdicts = []
+        for call, flags in group_flags(ctx.flags):
+            result = by_call.get(repr(call))
+            for flag in flags:
+                if result is None:
+                    verdicts.append(Verdict(self.code, UNCONFIRMED, "the counterexample was not run", gate=self.name,
+                                            rows=[flag["row"]]))
+                else:
+                    verdicts.append(self.judge_flag(flag, result))
+        return verdicts + [Verdict(self.code, UNCONFIRMED, NOT_RUNNABLE, gate=self.name, rows=[flag["row"]])
+                           for flag in unplanned(ctx)]
+
+    def judge_flag(self, flag: dict, result) -> Verdict:
+        raise NotImplementedError
 
 
 def plan(gate, ctx, **fields) -> list:

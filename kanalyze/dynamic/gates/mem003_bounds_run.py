@@ -17,31 +17,21 @@ them), the interpreter does.
 from __future__ import annotations
 
 from kanalyze.dynamic import counterexample
-from kanalyze.dynamic.gates.base import CONFIRMED, REFUTED, UNCONFIRMED, Gate, GateContext, Verdict
+from kanalyze.dynamic.counterexample import CounterexampleGate
+from kanalyze.dynamic.gates.base import CONFIRMED, REFUTED, UNCONFIRMED, Verdict
 
 
-class CounterexampleBounds(Gate):
+class CounterexampleBounds(CounterexampleGate):
     code = "MEM003"
     name = "mem003-bounds-run"
     summary = "run the z3 counterexample under the interpreter's bounds checks"
-    kernel_harness = True
     device = "cpu"
 
-    def plan(self, ctx: GateContext):
-        return counterexample.plan(self, ctx, collect_bounds=True)
+    case_fields = {"collect_bounds": True}
 
-    def judge(self, ctx: GateContext, results) -> list[Verdict]:
-        by_call = {repr(r.case.call): r for r in results}
-        verdicts = [self._one(flag, by_call.get(repr(call)))
-                    for call, flags in counterexample.group_flags(ctx.flags) for flag in flags]
-        return verdicts + [Verdict(self.code, UNCONFIRMED, counterexample.NOT_RUNNABLE, gate=self.name,
-                                   rows=[flag["row"]]) for flag in counterexample.unplanned(ctx)]
-
-    def _one(self, flag: dict, result) -> Verdict:
+    def judge_flag(self, flag: dict, result) -> Verdict:
         example = flag["counterexample"]
         rows = [flag["row"]]
-        if result is None:
-            return Verdict(self.code, UNCONFIRMED, "the counterexample was not run", gate=self.name, rows=rows)
         if not result.candidate_ok:
             return Verdict(self.code, UNCONFIRMED, f"the counterexample could not be run: {result.candidate_failure()}",
                            [result.case], gate=self.name, rows=rows)

@@ -13,32 +13,19 @@ refuted.
 
 from __future__ import annotations
 
-from kanalyze.dynamic import counterexample
-from kanalyze.dynamic.gates.base import CONFIRMED, UNCONFIRMED, Gate, GateContext, Verdict
+from kanalyze.dynamic.counterexample import CounterexampleGate
+from kanalyze.dynamic.gates.base import CONFIRMED, UNCONFIRMED, Verdict
 from kanalyze.dynamic.results import FATAL_MARKERS
 
 
-class CounterexampleOverflow(Gate):
+class CounterexampleOverflow(CounterexampleGate):
     code = "MEM004"
     name = "mem004-large-tensor"
     summary = "run the z3 counterexample's sizes on a GPU; a device fault confirms the wrap"
-    kernel_harness = True
     device = "cuda"
 
-    def plan(self, ctx: GateContext):
-        return counterexample.plan(self, ctx)
-
-    def judge(self, ctx: GateContext, results) -> list[Verdict]:
-        by_call = {repr(r.case.call): r for r in results}
-        verdicts = [self._one(flag, by_call.get(repr(call)))
-                    for call, flags in counterexample.group_flags(ctx.flags) for flag in flags]
-        return verdicts + [Verdict(self.code, UNCONFIRMED, counterexample.NOT_RUNNABLE, gate=self.name,
-                                   rows=[flag["row"]]) for flag in counterexample.unplanned(ctx)]
-
-    def _one(self, flag: dict, result) -> Verdict:
+    def judge_flag(self, flag: dict, result) -> Verdict:
         rows = [flag["row"]]
-        if result is None:
-            return Verdict(self.code, UNCONFIRMED, "the counterexample was not run", gate=self.name, rows=rows)
         call = (result.candidate.meta.get("call") if result.candidate else None) or result.case.call["function"]
         if not result.candidate_ok:
             failure = result.candidate_failure()
