@@ -111,8 +111,3 @@ def prepare(module, call: dict, device: str, seed: int):
                       for k, v in kwargs.items())
     return (lambda: launcher[grid](**kwargs)), tensors, f"{call['function']}[{grid}]({shown})"
 
-
-def numel(call: dict) -> int:
-    """The input elements a call allocates (parent side uses this through the gate)."""
-    shapes = [a["shape"] for a in call.get("args", []) if "shape" in a] + list(call.get("tensors", {}).values())
-    return sum(math.prod(d if isinstance(d, int) and d > 0 else 1 for d in shape) for shape in shapes)
