@@ -160,16 +160,17 @@ def assumptions(analysis: BoundsAnalysis, mode: str) -> dict:
 def _cmp003_unmasked(model: TritonModule) -> set[int]:
     """Ids of the unmasked accesses CMP003 reports (its own detector, run on demand)."""
     try:
-        from kanalyze.rules.cmp003_shape_specialized import ShapeSpecialized, _pointer_params, _runtime_params
+        from kanalyze.analyzer.shapes import pointer_params, runtime_params
+        from kanalyze.rules.cmp003_shape_specialized import ShapeSpecialized
     except ImportError:
         return set()
     rule, found = ShapeSpecialized(), set()
     try:
         for jit in model.jit.values():
             if jit.name == jit.function.name:
-                pointers = _pointer_params(model, jit)
+                pointers = pointer_params(model, jit)
                 found |= {id(r.node) for r in rule._unmasked(model, jit, pointers,
-                                                             _runtime_params(model, jit, pointers))}
+                                                             runtime_params(model, jit, pointers))}
     except Exception:  # a change in CMP003 must not break this rule: report both then
         return set()
     return found
