@@ -72,7 +72,7 @@ def verdicts(texts: list[tuple[str, str]], verbose: bool) -> None:
     from kanalyze.analyzer.triton import TritonModule
 
     mem003, mem004, reasons = collections.Counter(), collections.Counter(), collections.Counter()
-    queries = timeouts = 0
+    queries = timeouts = screened = 0
     solver = 0.0
     for path, text in texts:
         try:
@@ -82,6 +82,7 @@ def verdicts(texts: list[tuple[str, str]], verbose: bool) -> None:
         analysis = bounds.analyze(model)
         queries, timeouts, solver = queries + analysis.queries, timeouts + analysis.timeouts, \
             solver + analysis.solver_seconds
+        screened += analysis.screened
         positions = Positions(model.module, text) if verbose and analysis.accesses else None
         for access in analysis.accesses:
             mem003[access.bounds.status] += 1
@@ -97,7 +98,8 @@ def verdicts(texts: list[tuple[str, str]], verbose: bool) -> None:
                       + f"; MEM004 {'wraps: ' + wraps if wraps else access.overflow.status}"
                       + (f" ({access.overflow.reason})" if access.overflow.reason and not wraps else ""))
     print(f"  accesses: MEM003 {dict(mem003)}; MEM004 {dict(mem004)}")
-    print(f"  solver: {queries} questions, {solver:.2f} s, {timeouts} gave up")
+    print(f"  solver: {queries} questions, {solver:.2f} s, {timeouts} gave up; "
+          f"{screened} proved by the Python screen without z3")
     for reason, count in reasons.most_common(8):
         print(f"  unknown x{count}: {reason}")
 

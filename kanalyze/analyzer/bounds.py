@@ -21,7 +21,9 @@ The parts, in the order data flows through them:
   bounds_terms     tiles: lanes, broadcasting, int32/int64 arithmetic, wrap checks
   bounds_symbols   the symbols (sizes, program ids, lanes, iterations) and their facts
   bounds_checks    the two questions and the counterexamples handed to the gates
-  bounds_solver    asking z3 within a resource budget; the smallest model
+  bounds_screen    proves the common idioms in Python first: only the rest reaches z3
+  bounds_solver    asking z3 within a resource budget, one incremental solver a file;
+                   the smallest model
 
 Assumptions every verdict carries: the tensors the wrapper receives are
 contiguous; a received tensor's rank is what the wrapper's reads imply
@@ -71,6 +73,7 @@ class BoundsAnalysis:
     seconds: float = 0.0
     solver_seconds: float = 0.0
     queries: int = 0
+    screened: int = 0               # questions the Python screen proved without z3 (bounds_screen)
     timeouts: int = 0
     max_size: int = DEFAULT_MAX_SIZE
     max_numel: int = DEFAULT_MAX_NUMEL
@@ -121,11 +124,10 @@ def analyze(model: TritonModule) -> BoundsAnalysis:
 
 def _run(model: TritonModule, analysis: BoundsAnalysis) -> None:
     from kanalyze.analyzer.bounds_launch import configurations, pointer_parameters
-    from kanalyze.analyzer.bounds_solver import Budget, Settings, forget_tactic
+    from kanalyze.analyzer.bounds_solver import Budget, Settings
     from kanalyze.analyzer.bounds_symbols import fresh_context
 
     fresh_context()
-    forget_tactic()
     started = time.perf_counter()
     budget = Budget(Settings(max_size=analysis.max_size, max_numel=analysis.max_numel))
     reports: dict[int, AccessReport] = {}
@@ -141,12 +143,12 @@ def _run(model: TritonModule, analysis: BoundsAnalysis) -> None:
         for launch in jit.launches:
             for index, config in configs:
                 _configuration(model, jit, launch, index, config, pointers, reports, budget)
-    fresh_context()  # let the terms of this file go
-    forget_tactic()
+    fresh_context()  # let the terms of this file go (and its solver)
     analysis.accesses = list(reports.values())
     analysis.seconds = time.perf_counter() - started
     analysis.solver_seconds = budget.solver_seconds
     analysis.queries = budget.queries
+    analysis.screened = budget.screened
     analysis.timeouts = budget.timeouts
 
 
@@ -201,9 +203,9 @@ def _prove(model: TritonModule, bound, items: list, reports_of: list, budget) ->
     started = time.perf_counter()
     try:
         suspects = screen_bounds(items, bound, budget)
-        bounds_verdicts = [check_bounds(terms, bound, ev, budget) if i in suspects else Verdict("proved")
+        bounds_verdicts = [check_bounds(terms, bound, ev, budget, suspects[i]) if i in suspects else Verdict("proved")
                            for i, (terms, ev) in enumerate(items)]
-        overflows = check_overflows(items, bound, budget)
+        overflows = check_overflows(items, bound, budget, [set(report.wraps) for report in reports_of])
     except (Unsupported, z3.Z3Exception, RecursionError) as exc:
         reason = exc.reason if isinstance(exc, Unsupported) else f"internal: {exc}"
         bounds_verdicts = [Verdict("unknown", reason)] * len(items)

@@ -19,9 +19,14 @@ import z3
 
 from kanalyze.analyzer.bounds_kernel import AccessTerms
 from kanalyze.analyzer.bounds_launch import BoundLaunch
+from kanalyze.analyzer.bounds_screen import fits_int32, in_bounds
 from kanalyze.analyzer.bounds_solver import Budget, Verdict, discover, facts, minimize, solve
 from kanalyze.analyzer.bounds_symbols import MAX_TILE, Env, int_term, variables
 from kanalyze.analyzer.bounds_terms import broadcast, is_one, lane_vars, project
+
+
+# The Python screen in front of z3 (bounds_screen); tests turn it off to compare.
+SCREEN = True
 
 
 @dataclass
@@ -70,7 +75,8 @@ def _size_objective(env: Env, assertions: list) -> tuple:
     return (z3.Sum(sizes) if sizes else None), len(sizes)
 
 
-def check_bounds(access: AccessTerms, bound: BoundLaunch, ev: Evaluated, budget: Budget) -> Verdict:
+def check_bounds(access: AccessTerms, bound: BoundLaunch, ev: Evaluated, budget: Budget, known=None) -> Verdict:
+    """`known`: a model of this very question (from screen_bounds), if there is one."""
     settings = budget.settings
     tensor = bound.ctx.tensors.get(access.pointer.base)
     if tensor is None:
@@ -79,7 +85,7 @@ def check_bounds(access: AccessTerms, bound: BoundLaunch, ev: Evaluated, budget:
     base = list(access.path) + [ev.mask] + ev.tile_facts
     goal = z3.Or(ev.offset < 0, ev.offset >= extent)
     assertions = facts(bound.env, base + [goal], "bounds", settings) + base + [goal]
-    status, model = solve(assertions, budget)
+    status, model = ("sat", known) if known is not None else solve(assertions, budget)
     if status == "unsat":
         return Verdict("proved")
     if status == "unknown":
@@ -103,6 +109,7 @@ def check_bounds(access: AccessTerms, bound: BoundLaunch, ev: Evaluated, budget:
     minimal = True
     if objective is not None:
         model, minimal = minimize(assertions, objective, model, budget, floor=count)
+    model = _first_position(bound.env, assertions, model, budget)
     full = complete(model, bound, assertions, "bounds", budget)
     example = counterexample(model, access, bound, ev, minimal, assertions, full)
     example["offset"], example["extent"] = _value(model, ev.offset), _value(model, extent)
@@ -110,23 +117,46 @@ def check_bounds(access: AccessTerms, bound: BoundLaunch, ev: Evaluated, budget:
                    objective=_value(model, objective) if objective is not None else 0)
 
 
-def screen_bounds(items: list, bound: BoundLaunch, budget: Budget) -> set[int]:
-    """Indices of the accesses (`items`: (AccessTerms, Evaluated)) that may leave their
-    tensor; the others are proved.  Each question carries its own facts: a loop's
-    "runs at least once" must not constrain an access outside that loop."""
-    disjuncts = {}
+def _first_position(env: Env, assertions: list, model, budget: Budget):
+    """With the sizes found, the first failing program, then loop iteration, then lane
+    (each the least, with those before it fixed): the witness names the first failing
+    element, whichever model z3 happened to give."""
+    names = sorted(variables(*assertions))
+    fixed = [env.symbols[n].term == model.eval(env.symbols[n].term, model_completion=True)
+             for n in names if n in env.symbols and env.symbols[n].kind in ("size", "pow2")]
+    for kind in ("pid", "iter", "lane"):
+        terms = [env.symbols[n].term for n in names if n in env.symbols and env.symbols[n].kind == kind]
+        if not terms:
+            continue
+        model = minimize(assertions + fixed, z3.Sum(terms), model, budget)[0]
+        fixed += [t == model.eval(t, model_completion=True) for t in terms]
+    return model
+
+
+def screen_bounds(items: list, bound: BoundLaunch, budget: Budget) -> dict[int, object]:
+    """The accesses (`items`: (AccessTerms, Evaluated)) that may leave their tensor,
+    by index, each with a model of its question where z3 found one; the others are
+    proved.  Each question carries its own facts: a loop's "runs at least once" must
+    not constrain an access outside that loop."""
+    disjuncts, suspects = {}, {}
     for index, (access, ev) in enumerate(items):
         tensor = bound.ctx.tensors.get(access.pointer.base)
         if tensor is None:
+            suspects[index] = None  # check_bounds says why it is unknown
             continue
         base = list(access.path) + [ev.mask] + ev.tile_facts
         goal = z3.Or(ev.offset < 0, ev.offset >= tensor.numel)
-        disjuncts[index] = z3.And(facts(bound.env, base + [goal], "bounds", budget.settings) + base + [goal])
+        hypotheses = facts(bound.env, base + [goal], "bounds", budget.settings) + base
+        if SCREEN and in_bounds(ev.offset, tensor.numel, hypotheses, _eliminated(bound.env)):
+            budget.screened += 1
+            continue  # proved without z3
+        disjuncts[index] = z3.And(hypotheses + [goal])
     found, unknown = discover(disjuncts, budget)
-    return set(found) | set(unknown) | (set(range(len(items))) - set(disjuncts))
+    return {**suspects, **{i: None for i in unknown}, **found}
 
 
-def check_overflows(items: list, bound: BoundLaunch, budget: Budget) -> list[tuple[Verdict, list[Verdict]]]:
+def check_overflows(items: list, bound: BoundLaunch, budget: Budget,
+                    known: list | None = None) -> list[tuple[Verdict, list[Verdict]]]:
     """Per access (`items`: (AccessTerms, Evaluated)), its verdict and one violated
     Verdict per operation that can wrap.
 
@@ -134,8 +164,10 @@ def check_overflows(items: list, bound: BoundLaunch, budget: Budget) -> list[tup
     the mask lets through, or anywhere in the mask or the bounds of the loops
     around the access (a wrapped `offs < n` lets a negative offset through).
     Offsets of masked-off lanes may wrap.  Every such operation is found; its
-    smallest size is searched once per file."""
-    disjuncts, checks = {}, {}
+    smallest size is searched once per file.  `known`: per access, the operations
+    already found to wrap there (under another configuration): not asked again."""
+    disjuncts, checks, again = {}, {}, set()
+    screening = SCREEN
     for index, (access, ev) in enumerate(items):
         goals: dict[int, list] = {}
         for check in ev.mask_checks:
@@ -145,25 +177,35 @@ def check_overflows(items: list, bound: BoundLaunch, budget: Budget) -> list[tup
         base = list(access.path) + ev.tile_facts
         for op, pairs in goals.items():
             condition = z3.Or([c for _, c in pairs])
-            checks[(index, op)] = (pairs[0][0], condition, base)
+            checks[(index, op)] = (pairs[0][0], condition, base, pairs)
+            if known is not None and op in known[index] and budget.wraps.get(op) is not None:
+                again.add((index, op))
+                continue  # the access's report has this wrap, and its smallest size, already
+            if screening and all(_fits(bound.env, base, ev, check, cond, budget) for check, cond in pairs):
+                budget.screened += 1
+                continue  # proved without z3
+            # z3 is asked about this launch anyway: proving the other operations here
+            # would save it little, and most int32 arithmetic does wrap for 2^32 elements.
+            screening = False
             disjuncts[(index, op)] = z3.And(facts(bound.env, base + [condition], "overflow", budget.settings)
                                             + base + [condition])
     found, unknown = discover(disjuncts, budget)
     results = []
     for index, (access, ev) in enumerate(items):
-        ops = [key for key in disjuncts if key[0] == index]
+        ops = [key for key in checks if key[0] == index]
         if not ops:
             results.append((Verdict("proved", "no int32 arithmetic"), []))
             continue
-        wraps, reasons = [], []
+        wraps, reasons = [budget.wraps[k[1]] for k in again if k[0] == index], []
         for key in (k for k in found if k[0] == index):
-            check, condition, base = checks[key]
+            check, condition, base, pairs = checks[key]
             approximations = _free_reasons(bound.env, [disjuncts[key]]) + bound.inexact
             if approximations:
                 reasons.append("possibly wraps, but " + "; ".join(approximations))
                 continue
             if key[1] not in budget.wraps:
-                budget.wraps[key[1]] = _smallest_wrap(access, bound, ev, budget, base, check, condition)
+                budget.wraps[key[1]] = _smallest_wrap(access, bound, ev, budget, base, check, condition, found[key],
+                                                      pairs)
             wraps.append(budget.wraps[key[1]])
         if any(k[0] == index for k in unknown):
             reasons.append("the solver gave up (resource limit)")
@@ -174,19 +216,34 @@ def check_overflows(items: list, bound: BoundLaunch, budget: Budget) -> list[tup
     return results
 
 
+def _fits(env: Env, base: list, ev: Evaluated, check: tuple, condition, budget: Budget) -> bool:
+    """The screen's proof that `check`'s operation stays in int32 (under the mask, for an offset)."""
+    hypotheses = facts(env, base + [condition], "overflow", budget.settings) + base
+    if check[3] == "offset":
+        hypotheses.append(ev.mask)
+    return fits_int32(check[2], hypotheses, _eliminated(env))
+
+
+def _eliminated(env: Env) -> set[str]:
+    """Symbols the screen replaces by their bounds; sizes stay symbols."""
+    return {name for name, symbol in env.symbols.items() if symbol.kind in ("pid", "lane", "iter")}
+
+
 def _smallest_wrap(access: AccessTerms, bound: BoundLaunch, ev: Evaluated, budget: Budget, base: list,
-                   check: tuple, condition) -> Verdict:
+                   check: tuple, condition, model, pairs: list) -> Verdict:
+    """`model`: the one discover found for this operation's question; `pairs`: its
+    (check, condition) per use, for the screen to rule sizes out without z3."""
     settings = budget.settings
     assertions = facts(bound.env, base + [condition], "overflow", settings) + base + [condition]
-    status, model = solve(assertions, budget)
-    if status != "sat":  # found sat before, in a disjunction: only a resource limit says otherwise
-        return Verdict("unknown", "the solver gave up (resource limit)")
     names = variables(*assertions)
     closed = [t.numel for t in bound.env.tensors if variables(t.numel) and variables(t.numel) <= names]
     objective = z3.Sum(closed) if closed else _size_objective(bound.env, assertions)[0]
     minimal = True
     if objective is not None:
-        model, minimal = minimize(assertions, objective, model, budget, precision=4)
+        def refuted(bound) -> bool:  # every use of the operation fits int32 under `bound`
+            return SCREEN and all(_fits(bound_env, base + [bound], ev, c, cond, budget) for c, cond in pairs)
+        bound_env = bound.env
+        model, minimal = minimize(assertions, objective, model, budget, precision=4, refuted=refuted)
     full = complete(model, bound, assertions, "overflow", budget)
     example = counterexample(model, access, bound, ev, minimal, assertions, full)
     example["value"] = _value(model, check[2])

@@ -36,6 +36,7 @@ class Budget:
     settings: Settings
     started: float = field(default_factory=time.perf_counter)
     queries: int = 0
+    screened: int = 0               # questions the Python screen proved (no query)
     timeouts: int = 0
     solver_seconds: float = 0.0
     spent: int = 0                  # rlimit used so far
@@ -44,6 +45,8 @@ class Budget:
     answers: dict = field(default_factory=dict)
     # The smallest wrap found for an operation (by id), whichever launch found it first.
     wraps: dict = field(default_factory=dict)
+    solver: object = None           # the file's incremental solver (solver_of)
+    rlimit_seen: int = 0            # its "rlimit count" after the last question
 
     def remaining(self) -> int:
         return self.settings.file_rlimit - self.spent
@@ -58,22 +61,17 @@ class Verdict:
     node: object = None                 # MEM004: the operation that wraps
 
 
-_TACTIC: list = []
+def solver_of(budget: "Budget") -> z3.Solver:
+    """The file's one incremental solver: each question is pushed, checked and popped.
 
-
-def forget_tactic() -> None:
-    _TACTIC.clear()  # it belongs to the z3 context of the file that made it
-
-
-def new_solver() -> z3.Solver:
-    # Simplify to sums of monomials, substitute equalities, then the SMT core:
-    # on the fixture corpus's queries (products of sizes are the common case)
-    # this measured 3x faster in total and 15x on the slowest query than z3's
-    # default solver, and 4x faster than the QF_NIA logic, with the same answers.
-    if not _TACTIC:
-        _TACTIC.append(z3.Then(z3.With("simplify", arith_lhs=True, som=True), "propagate-values", "solve-eqs",
-                               "smt"))
-    return _TACTIC[0].solver()
+    z3's per-question set-up (a new solver, a tactic applied to every assertion)
+    cost about 1.3 ms, more than most questions take to answer: on the fixture
+    corpus one solver for all questions of a file measured 1.6x faster in total
+    than a fresh tactic solver per question, with the same verdicts.  It belongs
+    to the file's z3 context (bounds_symbols.fresh_context), as the budget does."""
+    if budget.solver is None:
+        budget.solver = z3.SimpleSolver()
+    return budget.solver
 
 
 def solve(assertions: list, budget: Budget, rlimit: int | None = None):
@@ -84,16 +82,25 @@ def solve(assertions: list, budget: Budget, rlimit: int | None = None):
     limit = min(rlimit or budget.settings.rlimit, budget.remaining())
     if limit <= 0:
         return "unknown", None
-    s = new_solver()
-    s.set("rlimit", limit)
-    s.set("timeout", budget.settings.timeout_ms)
-    s.add(assertions)
-    started = time.perf_counter()
-    result = s.check()
-    model = s.model() if result == z3.sat else None
-    statistics = s.statistics()
-    budget.spent += statistics.get_key_value("rlimit count") if "rlimit count" in statistics.keys() else limit
-    budget.solver_seconds += time.perf_counter() - started
+    s = solver_of(budget)
+    s.push()
+    try:
+        s.set("rlimit", limit)   # per check, counted from where the solver stands
+        s.set("timeout", budget.settings.timeout_ms)
+        for assertion in assertions:  # z3's `add` checks and converts each one in Python first
+            if isinstance(assertion, z3.BoolRef):
+                z3.z3core.Z3_solver_assert(s.ctx.ref(), s.solver, assertion.as_ast())
+            else:
+                s.add(assertion)
+        started = time.perf_counter()
+        result = s.check()
+        model = s.model() if result == z3.sat else None
+        budget.solver_seconds += time.perf_counter() - started
+    finally:
+        s.pop()
+    count = _rlimit_count(s)
+    budget.spent += limit if count is None else count - budget.rlimit_seen  # the count is the solver's total
+    budget.rlimit_seen = count if count is not None else budget.rlimit_seen
     budget.queries += 1
     status = "sat" if result == z3.sat else "unsat" if result == z3.unsat else "unknown"
     if status == "unknown":
@@ -103,15 +110,35 @@ def solve(assertions: list, budget: Budget, rlimit: int | None = None):
     return status, model
 
 
+def _rlimit_count(s: z3.Solver) -> int | None:
+    """The solver's "rlimit count" statistic.  `Statistics.keys()` and `get_key_value`
+    walk every entry in Python (0.5 ms a question); this reads from the end, where
+    z3 lists it."""
+    ctx, stats = s.ctx.ref(), s.statistics().stats
+    for i in range(z3.z3core.Z3_stats_size(ctx, stats) - 1, -1, -1):
+        if z3.z3core.Z3_stats_get_key(ctx, stats, i) == "rlimit count":
+            return z3.z3core.Z3_stats_get_uint_value(ctx, stats, i) if z3.z3core.Z3_stats_is_uint(ctx, stats, i) \
+                else int(z3.z3core.Z3_stats_get_double_value(ctx, stats, i))
+    return None
+
+
 def minimize(assertions: list, objective, model, budget: Budget, *, floor: int = 0,
-             precision: int | None = None) -> tuple[object, bool]:
+             precision: int | None = None, refuted=None) -> tuple[object, bool]:
     """A model with a small `objective`; True when it is the least.
 
     MEM003's smallest counterexamples are a few elements: the search gallops up
     from `floor` (the least the objective can be), 2x at a time, then bisects.
     MEM004's are around 2^31 elements: it bisects down from the first model and
     stops once the bracket is within 2^-precision of the value (a 16 GiB witness
-    need not be minimal to the element)."""
+    need not be minimal to the element).  `refuted(bound)`: True when the screen
+    (bounds_screen) proves that no model has `objective <= bound`: z3 is not asked."""
+
+    def probe_status(bound: int):
+        if refuted is not None and refuted(objective <= bound):
+            budget.screened += 1
+            return "unsat", None
+        return solve(assertions + [objective <= bound], budget, budget.settings.search_rlimit)
+
     best = model
     high = model.eval(objective, model_completion=True).as_long()
     low = floor
@@ -119,7 +146,7 @@ def minimize(assertions: list, objective, model, budget: Budget, *, floor: int =
         step = max(floor, 1)
         while low < high:
             probe = min(low + step, high - 1) if step < high - low else high - 1
-            status, found = solve(assertions + [objective <= probe], budget, budget.settings.search_rlimit)
+            status, found = probe_status(probe)
             if status == "sat":
                 best, high = found, found.eval(objective, model_completion=True).as_long()
                 break
@@ -128,7 +155,7 @@ def minimize(assertions: list, objective, model, budget: Budget, *, floor: int =
             low, step = probe + 1, step * 2
     elif high > low:  # the first model is often within the precision already: one probe says so
         probe = high - max(1, high >> precision)
-        status, found = solve(assertions + [objective <= probe], budget, budget.settings.search_rlimit)
+        status, found = probe_status(probe)
         if status != "sat":
             return best, False
         best, high = found, found.eval(objective, model_completion=True).as_long()
@@ -136,7 +163,7 @@ def minimize(assertions: list, objective, model, budget: Budget, *, floor: int =
         if precision is not None and high - low <= high >> precision:
             return best, False
         middle = (low + high) // 2
-        status, found = solve(assertions + [objective <= middle], budget, budget.settings.search_rlimit)
+        status, found = probe_status(middle)
         if status == "sat":
             best, high = found, found.eval(objective, model_completion=True).as_long()
         elif status == "unsat":
@@ -179,10 +206,11 @@ def facts(env: Env, terms: list, mode: str, settings: Settings) -> list:
     return found
 
 
-def discover(disjuncts: dict, budget: Budget) -> tuple[list, list]:
+def discover(disjuncts: dict, budget: Budget) -> tuple[dict, list]:
     """Which of many questions have a "yes": one question while none has (the common
-    case), then one more per round of answers.  (keys found, keys left unknown)."""
-    found: list = []
+    case), then one more per round of answers.  ({key found: a model of its own
+    question}, keys left unknown): the model spares asking that question again."""
+    found: dict = {}
     remaining = list(disjuncts)
     while remaining:
         status, model = solve([z3.Or([disjuncts[k] for k in remaining])], budget)
@@ -193,7 +221,7 @@ def discover(disjuncts: dict, budget: Budget) -> tuple[list, list]:
         hits = [k for k in remaining if z3.is_true(model.eval(disjuncts[k], model_completion=True))]
         if not hits:  # cannot happen for a model of the disjunction; never loop on it
             return found, remaining
-        found += hits
+        found.update((k, model) for k in hits)
         remaining = [k for k in remaining if k not in hits]
     return found, []
 

@@ -83,13 +83,16 @@ class Env:
 # Walking z3 terms through the Python API is slow and the proofs ask about the
 # same subterms again and again; `fresh_context()` empties it per file.
 _VARIABLES: dict[int, tuple] = {}
+# Every cache keyed by term ids (this one, bounds_screen's): ids belong to a context.
+TERM_CACHES: list = [_VARIABLES]
 
 
 def fresh_context() -> None:
     """A new z3 context for each file.  Which model z3 returns among many depends on
     the order terms were created in; with a context of its own, a file gives the
     same counterexample whatever was analyzed before it in the process."""
-    _VARIABLES.clear()
+    for cache in TERM_CACHES:
+        cache.clear()
     z3.z3._main_ctx = None  # z3.main_ctx() makes the next one
 
 
@@ -105,25 +108,40 @@ def _variables(root: z3.ExprRef) -> frozenset:
     cached = _VARIABLES.get(root.get_id())
     if cached is not None:
         return cached[1]
-    # Post-order without recursion: children first, then the node from theirs.
-    stack = [(root, False)]
+    # Post-order without recursion, over z3's raw C handles: wrapping every subterm
+    # in an ExprRef (reference counts, sort checks) cost ten times the walk itself.
+    # Subterms stay alive with their root, which the cache keeps.
+    ctx = root.ctx_ref()
+    stack = [(root.as_ast(), False)]
     while stack:
-        term, expanded = stack.pop()
-        key = term.get_id()
+        ast, expanded = stack.pop()
+        key = _ast_id(ctx, ast)
         if key in _VARIABLES:
             continue
-        if z3.is_const(term):
-            names = frozenset([term.decl().name()]) if term.decl().kind() == z3.Z3_OP_UNINTERPRETED else frozenset()
-            _VARIABLES[key] = (term, names)
+        if _ast_kind(ctx, ast) != z3.Z3_APP_AST:  # a numeral
+            _VARIABLES[key] = (None, frozenset())
             continue
-        children = term.children()
+        count = _num_args(ctx, ast)
+        if count == 0:
+            decl = _app_decl(ctx, ast)
+            names = frozenset([_symbol_string(ctx, _decl_name(ctx, decl))]) \
+                if _decl_kind(ctx, decl) == z3.Z3_OP_UNINTERPRETED else frozenset()
+            _VARIABLES[key] = (None, names)
+            continue
+        children = [_app_arg(ctx, ast, i) for i in range(count)]
         if not expanded:
-            stack.append((term, True))
-            stack.extend((c, False) for c in children if c.get_id() not in _VARIABLES)
+            stack.append((ast, True))
+            stack.extend((c, False) for c in children if _ast_id(ctx, c) not in _VARIABLES)
             continue
-        names = frozenset().union(*(_VARIABLES[c.get_id()][1] for c in children)) if children else frozenset()
-        _VARIABLES[key] = (term, names)
+        _VARIABLES[key] = (None, frozenset().union(*(_VARIABLES[_ast_id(ctx, c)][1] for c in children)))
+    _VARIABLES[root.get_id()] = (root, _VARIABLES[root.get_id()][1])  # keep the root (and its subterms) alive
     return _VARIABLES[root.get_id()][1]
+
+
+_ast_id, _ast_kind = z3.z3core.Z3_get_ast_id, z3.z3core.Z3_get_ast_kind
+_num_args, _app_arg, _app_decl = z3.z3core.Z3_get_app_num_args, z3.z3core.Z3_get_app_arg, z3.z3core.Z3_get_app_decl
+_decl_kind, _decl_name, _symbol_string = (z3.z3core.Z3_get_decl_kind, z3.z3core.Z3_get_decl_name,
+                                          z3.z3core.Z3_get_symbol_string)
 
 
 def reaching(model, function):
@@ -142,10 +160,16 @@ def concrete(term) -> int | None:
     if isinstance(term, int):
         return term
     if isinstance(term, z3.ArithRef):
-        simple = z3.simplify(term)
-        if z3.is_int_value(simple):
-            return simple.as_long()
+        key = term.get_id()
+        if key not in _CONCRETE:  # the same terms are asked about again and again
+            simple = term if z3.is_int_value(term) else z3.simplify(term)
+            _CONCRETE[key] = (term, simple.as_long() if z3.is_int_value(simple) else None)
+        return _CONCRETE[key][1]
     return None
+
+
+_CONCRETE: dict[int, tuple] = {}   # term id → (the term, kept alive; its value or None)
+TERM_CACHES.append(_CONCRETE)
 
 
 def int_term(value) -> z3.ArithRef:
