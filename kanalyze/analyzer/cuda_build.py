@@ -170,6 +170,15 @@ def read_locals(model: CudaModule, function: CudaFunction) -> dict[str, Variable
 
 
 def read_declaration(model: CudaModule, node: ts.Node, local: bool = True) -> list[Variable]:
+    """The variables a declaration declares (read once per declaration: locals and name lookups share them)."""
+    key = (node.id, local)
+    found = model._declarations.get(key)
+    if found is None:
+        found = model._declarations[key] = _read_declaration(model, node, local)
+    return found
+
+
+def _read_declaration(model: CudaModule, node: ts.Node, local: bool) -> list[Variable]:
     text = model.text
     type_node = node.child_by_field_name("type")
     if type_node is None:

@@ -150,6 +150,14 @@ def grid_strides(cuda: CudaModule, kernel: CudaFunction) -> bool:
     """Does the kernel loop over the grid (`i += blockDim.x * gridDim.x`)? Then any grid covers n."""
     if kernel.body is None:
         return False
+    cache = _cache(cuda)
+    key = ("strides", kernel.node.id)
+    if key not in cache:
+        cache[key] = _grid_strides(cuda, kernel)
+    return cache[key]
+
+
+def _grid_strides(cuda: CudaModule, kernel: CudaFunction) -> bool:
     text = cuda.text(kernel.body)
     if any(name in text and "gridDim" in cuda.text(macro) for name, macro in cuda.macros.items()):
         return True  # `GRID_LOOP(i, n) { ... }` through a macro the unit defines
@@ -158,7 +166,15 @@ def grid_strides(cuda: CudaModule, kernel: CudaFunction) -> bool:
 
 def floor_divisions(cuda: CudaModule, launch: CudaLaunch) -> list[tuple[ts.Node, ts.Node]]:
     """(division, the launch's grid expression) for grid dimensions computed as
-    `size / block` with nothing rounding up (no `+ block - 1`, no `+ 1`)."""
+    `size / block` with nothing rounding up (no `+ block - 1`, no `+ 1`).  Read once per launch."""
+    cache = _cache(cuda)
+    key = ("floor", launch.node.id)
+    if key not in cache:
+        cache[key] = _floor_divisions(cuda, launch)
+    return cache[key]
+
+
+def _floor_divisions(cuda: CudaModule, launch: CudaLaunch) -> list[tuple[ts.Node, ts.Node]]:
     grid = launch.config_at(0)
     if grid is None:
         return []

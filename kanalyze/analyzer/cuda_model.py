@@ -7,7 +7,8 @@ templates and kernels declared through a macro the unit defines; `__device__`
 helpers; host functions), `#define`s, and the regions tree-sitter could not
 parse.  Everything else is read when a rule first asks, and only where the
 text says it can be (a regex over the source finds the candidate spots, the
-tree tells what they are): calls by name, launch sites
+tree tells what they are; where a name is declared or assigned comes from one
+tree-sitter query per unit, run in C): calls by name, launch sites
 `kernel<<<grid, block, shmem, stream>>>(args)` with their host function,
 `__shared__` declarations, parameters, locals and their types.  A kernel file
 with no `atomicAdd` in its text costs the float-atomic rule one regex search.
@@ -123,7 +124,7 @@ class CudaFunction:
 
         found = None
         if self.body is not None:
-            for declaration in self.model.find_words((name,), "declaration"):
+            for declaration in self.model.declarations_of(name):
                 if self.body.start_byte <= declaration.start_byte < self.body.end_byte:
                     found = next((v for v in read_declaration(self.model, declaration) if v.name == name), None)
                     if found is not None:
@@ -138,12 +139,8 @@ class CudaFunction:
         if found is None:
             found = cache[name] = []
             if self.body is not None:
-                for node in self.model.find_words((name,), "assignment_expression", "update_expression"):
-                    if not self.body.start_byte <= node.start_byte < self.body.end_byte:
-                        continue
-                    target = node.child_by_field_name("left") or node.child_by_field_name("argument")
-                    if target is not None and target.type == "identifier" and self.model.text(target) == name:
-                        found.append(node)
+                found.extend(node for node in self.model.assignments_to(name)
+                             if self.body.start_byte <= node.start_byte < self.body.end_byte)
         return found
 
     def contains(self, node: ts.Node) -> bool:
@@ -204,6 +201,7 @@ class CudaModule(CudaValues):
         self._found: dict[tuple, list[ts.Node]] = {}
         self._words: dict[str, list[int]] = {}
         self._calls: dict[int, CudaCall] = {}
+        self._declarations: dict[tuple[int, bool], list[Variable]] = {}  # (node id, local) → what it declares
         self._facts: dict = {}
         from kanalyze.analyzer.cuda_build import build  # it needs the classes of this module
 
@@ -254,7 +252,8 @@ class CudaModule(CudaValues):
         found = self._found.get(key)
         if found is not None:
             return found
-        present = [w for w in key[0] if w.encode() in self._word_set]
+        word_set = self._word_set
+        present = [w for w, encoded in _encoded(key[0]) if encoded in word_set]
         starts = sorted(p for w in present for p in self.word_positions(w))
         found = self._nodes_at([(p, p) for p in starts], types)
         self._found[key] = found
@@ -389,14 +388,53 @@ class CudaModule(CudaValues):
     # --- walking -------------------------------------------------------------
 
     @cached_property
+    def _captures(self) -> dict[str, list[ts.Node]]:
+        """One query over the unit (run in C) for `_index` and `_names`."""
+        return ts.QueryCursor(_index_query()).captures(self.root)
+
+    @cached_property
     def _index(self) -> dict[str, tuple[list[int], list[ts.Node]]]:
-        """Statements and assignments of the whole unit by type, from one query (run in C)."""
-        captures = ts.QueryCursor(_index_query()).captures(self.root)
+        """Statements and assignments of the whole unit by type (from `_captures`)."""
         index = {}
-        for kind, nodes in captures.items():
+        for kind, nodes in self._captures.items():
+            if kind not in _INDEXED:
+                continue
             nodes.sort(key=lambda n: n.start_byte)
             index[kind] = ([n.start_byte for n in nodes], nodes)
         return index
+
+    @cached_property
+    def _names(self) -> tuple[dict[str, list[ts.Node]], dict[str, list[ts.Node]]]:
+        """(name → the identifiers where it stands as a declarator, name → its assignments and updates),
+        from the same query as `_index`: a lookup instead of a search of every use of the name."""
+        declared: dict[str, list[ts.Node]] = {}
+        assigned: dict[str, list[ts.Node]] = {}
+        source = self.source
+        for node in self._captures.get("declared", ()):
+            declared.setdefault(source[node.start_byte: node.end_byte].decode("utf-8", "replace"), []).append(node)
+        for node in self._captures.get("assigned", ()):
+            assigned.setdefault(source[node.start_byte: node.end_byte].decode("utf-8", "replace"), []).append(
+                node.parent)
+        for nodes in declared.values():
+            nodes.sort(key=lambda n: n.start_byte)
+        for nodes in assigned.values():
+            nodes.sort(key=lambda n: n.start_byte)
+        return declared, assigned
+
+    def declarations_of(self, name: str) -> list[ts.Node]:
+        """The declarations where `name` stands in a declarator (those that may declare it), in order."""
+        found: list[ts.Node] = []
+        for node in self._names[0].get(name, ()):
+            parent = node.parent
+            while parent is not None and parent.type in _DECLARATORS:  # read_declaration's way down, upwards
+                parent = parent.parent
+            if parent is not None and parent.type == "declaration" and (not found or found[-1].id != parent.id):
+                found.append(parent)
+        return found
+
+    def assignments_to(self, name: str) -> list[ts.Node]:
+        """`name = ...`, `name += ...`, `name++` anywhere in the unit, in order."""
+        return self._names[1].get(name, [])
 
     def nodes_in(self, function: CudaFunction, *types: str) -> list[ts.Node]:
         """Nodes of `types` (from `_INDEXED`) in a function's body, in document order."""
@@ -417,14 +455,37 @@ def _compiled(pattern: bytes) -> re.Pattern:
     return re.compile(pattern)
 
 
+@lru_cache(maxsize=1024)
+def _encoded(words: tuple[str, ...] | frozenset[str]) -> tuple[tuple[str, bytes], ...]:
+    return tuple((w, w.encode()) for w in words)
+
+
 @lru_cache(maxsize=512)
 def _lasts(names: tuple[str, ...]) -> frozenset[str]:
     return frozenset(n.rsplit("::", 1)[-1].rsplit(".", 1)[-1] for n in names)
 
 
+# Identifiers that may be a declared name: those in a declarator's `declarator` field (or,
+# where error recovery left no such field, any identifier child: read_declaration's fallback)
+# and those under declarators that have no fields.  declarations_of reads what they declare.
+_DECLARED = [pattern for parent in ("declaration", "init_declarator", "pointer_declarator", "array_declarator",
+                                    "function_declarator")
+             for kind in ("identifier", "field_identifier") if (parent, kind) != ("init_declarator", "field_identifier")
+             for pattern in (f"({parent} declarator: ({kind}) @declared)", f"({parent} !declarator ({kind}) @declared)")
+             ] + [f"({parent} ({kind}) @declared)" for parent in ("reference_declarator", "parenthesized_declarator",
+                                                                 "attributed_declarator")
+                  for kind in ("identifier", "field_identifier")]
+_DECLARATORS = frozenset({"init_declarator", "pointer_declarator", "abstract_pointer_declarator", "array_declarator",
+                          "function_declarator", "reference_declarator", "parenthesized_declarator",
+                          "attributed_declarator"})
+_ASSIGNED = ["(assignment_expression left: (identifier) @assigned)",
+             "(update_expression argument: (identifier) @assigned)"]
+
+
 @lru_cache(maxsize=1)
 def _index_query() -> ts.Query:
-    return ts.Query(ts.Language(tree_sitter_cuda.language()), "\n".join(f"({t}) @{t}" for t in sorted(_INDEXED)))
+    patterns = [f"({t}) @{t}" for t in sorted(_INDEXED)] + _DECLARED + _ASSIGNED
+    return ts.Query(ts.Language(tree_sitter_cuda.language()), "\n".join(patterns))
 
 
 def any_named(names: Iterable[str]) -> bytes:

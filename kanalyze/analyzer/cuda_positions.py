@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kanalyze.analyzer.cuda_inline_plain import PyPlace
 from kanalyze.analyzer.cuda_sources import CudaUnit, line_starts, row_column
 
 Span = tuple[int, int, int, int]
@@ -34,8 +35,8 @@ class CudaLocator:
         return (*row_column(self.starts, start), *row_column(self.starts, end))
 
     def python_span(self, node: Any) -> Span:
-        """Where a LibCST node of the Python file is."""
-        offsets = self.positions.offsets(node) if self.positions is not None else None
+        """Where a LibCST node (or a PyPlace of a plain file) of the Python file is."""
+        offsets = _offsets(self.positions, node)
         return self.rows(*offsets) if offsets else (1, 1, 1, 1)
 
     def unit_span(self, unit: CudaUnit, start_byte: int, end_byte: int) -> Span:
@@ -46,8 +47,14 @@ class CudaLocator:
         return self.rows(origin, last)
 
     def _resolve(self, node: Any) -> int | None:
-        offsets = self.positions.offsets(node) if self.positions is not None else None
+        offsets = _offsets(self.positions, node)
         return offsets[0] if offsets else None
+
+
+def _offsets(positions: Any, node: Any) -> tuple[int, int] | None:
+    if isinstance(node, PyPlace):  # a plain file, read with `ast`: the offsets are known already
+        return node.start, node.end
+    return positions.offsets(node) if positions is not None else None
 
 
 def _characters(unit: CudaUnit, byte: int) -> int:

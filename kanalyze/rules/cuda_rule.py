@@ -37,6 +37,9 @@ class CudaRule(Rule):
 
     detects_cuda: ClassVar[bool] = True
     has_detectors: ClassVar[bool] = True
+    # False when `check_host` reads only the extensions (their flags), not the Python
+    # model: then it also runs on plain files, which are read without LibCST.
+    host_reads_python: ClassVar[bool] = True
 
     def __init_subclass__(cls, clause: type[Rule] | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -90,6 +90,8 @@ class NonFiniteSwallowedCuda(CudaRule, clause=NonFiniteSwallowed):
             if report is not None:
                 yield report
 
+    host_reads_python = False  # check_host reads the build flags only
+
     def check_host(self, host: TritonModule, extensions: list[Extension]) -> Iterator[Report]:
         for ext in extensions:
             for flag in ext.flags:

@@ -65,6 +65,8 @@ class SubnormalFlushCuda(CudaRule, clause=SubnormalFlush):
                     f"inline PTX `{match.group(0)}` flushes fp32 subnormals to zero; drop `.ftz`",
                     kernel=kernel_name(cuda, cuda.function_of(node)), expression=match.group(0))
 
+    host_reads_python = False  # check_host reads the build flags only
+
     def check_host(self, host: TritonModule, extensions: list[Extension]) -> Iterator[Report]:
         for ext in extensions:
             for flag in ext.flags:

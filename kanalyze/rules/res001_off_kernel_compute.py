@@ -9,11 +9,10 @@ import libcst as cst
 from kanalyze.analyzer.names import dotted
 from kanalyze.analyzer.cstwalk import body_nodes
 from kanalyze.analyzer.host import candidate_functions
+from kanalyze.analyzer.host_compute import host_trips, module_attrs
 from kanalyze.analyzer.triton import REFERENCE_CLASS, REFERENCE_FUNCTION, Function, TritonModule, walk
 from kanalyze.rules.base import Report, Rule, expr_text, source
 
-HOST_TRIPS = {"cpu": "moves the tensor to the host", "numpy": "copies the tensor into host memory",
-              "item": "copies a value to the host", "tolist": "copies the tensor into a Python list"}
 # PyTorch ops that are the computation itself, whatever their operands.
 HEAVY = {f"torch.{n}" for n in (
     "matmul mm bmm addmm addbmm baddbmm addmv mv dot einsum tensordot conv1d conv2d conv3d "
@@ -32,8 +31,8 @@ LAYOUT_METHODS = set("contiguous view reshape permute transpose t to float half 
                      "unsqueeze squeeze expand expand_as view_as reshape_as clone detach narrow select cuda "
                      "movedim as_strided chunk split unbind type".split())
 LAYOUT_ATTRS = {"T", "mT", "H", "mH", "data", "real", "imag"}
-NOT_COMPUTE_MODULES = {"Parameter", "ParameterList", "ParameterDict", "ModuleList", "ModuleDict", "Identity",
-                       "Flatten", "Unflatten", "Buffer"}
+
+
 class OffKernelCompute(Rule):
     code = "RES001"
     name = "off-kernel-compute"
@@ -147,7 +146,7 @@ class OffKernelCompute(Rule):
         launches = [l for l in model.launches if l.wrapper is not None and id(l.wrapper.node) in on_path]
         # With nothing launched, point at a kernel the file defines (not a helper another jit calls).
         unlaunched = [j.name for j in model.jit.values() if not j.called_from and j.name == j.function.name]
-        tensors, layers = _module_attrs(model)
+        tensors, layers = module_attrs(model)
         computing = {id(f.node): list(self._torch_compute(model, f, tensors, layers)) for f in path}
         for function in path:
             local = [l for l in launches if l.wrapper is function] or launches
@@ -158,7 +157,7 @@ class OffKernelCompute(Rule):
                 if report is not None:
                     handled.add(id(handler))
                     yield report
-            trips = _host_trips(function, model)
+            trips = host_trips(function, model)
             for node, what in computing[id(function.node)]:
                 if any(id(a) in handled or id(a) in trips for a in model.ancestors(node)):
                     continue  # reported as part of the fallback handler or the host copy
@@ -271,54 +270,6 @@ def _from_input(model: TritonModule, function: Function, expr: cst.BaseExpressio
         return again(expr.expression)
     if isinstance(expr, cst.IfExp):
         return again(expr.body) or again(expr.orelse)
-    return False
-
-
-def _module_attrs(model: TritonModule) -> tuple[set[tuple[str | None, str]], dict[tuple[str | None, str], str]]:
-    """Per (class, attribute): the tensors a module holds (`self.w = nn.Parameter(...)`,
-    `self.b = torch.zeros(...)`, `register_buffer("b", ...)`) and its PyTorch layers
-    (`self.conv = nn.Conv2d(...)` → "nn.Conv2d"). Other attributes (loggers, caches) are not inputs."""
-    tensors: set[tuple[str | None, str]] = set()
-    layers: dict[tuple[str | None, str], str] = {}
-    for function in model.host_functions:
-        if function.class_name is None:
-            continue
-        for node in body_nodes(function.node):
-            if isinstance(node, cst.Call) and dotted(node.func) in ("self.register_buffer", "self.register_parameter") \
-                    and node.args and isinstance(node.args[0].value, cst.SimpleString):
-                tensors.add((function.class_name, str(node.args[0].value.evaluated_value)))
-            if not isinstance(node, cst.Assign) or not isinstance(node.value, cst.Call):
-                continue
-            name = model.call_name(node.value) or ""
-            last = name.rsplit(".", 1)[-1]
-            attrs = [a[5:] for a in (dotted(t.target) or "" for t in node.targets)
-                     if a.startswith("self.") and a.count(".") == 1]
-            for attr in attrs:
-                if name.startswith("torch.") and (last == "Parameter" or last[:1].islower()):
-                    tensors.add((function.class_name, attr))
-                elif name.startswith("torch.nn.") and last[:1].isupper() and last not in NOT_COMPUTE_MODULES:
-                    layers[(function.class_name, attr)] = f"nn.{last}"
-    return tensors, layers
-
-
-def _host_trips(function: Function, model: TritonModule) -> dict[int, tuple[cst.Call, str]]:
-    """id → (call, effect) for `.cpu()`, `.numpy()`, `.item()`, `.tolist()`, `.to("cpu")`."""
-    trips: dict[int, tuple[cst.Call, str]] = {}
-    for site in model.calls_in(function):
-        func = site.node.func
-        if isinstance(func, cst.Attribute) and func.attr.value in HOST_TRIPS:
-            trips[id(site.node)] = (site.node, HOST_TRIPS[func.attr.value])
-        elif isinstance(func, cst.Attribute) and func.attr.value == "to" \
-                and any(_names_cpu(a.value) for a in site.node.args):
-            trips[id(site.node)] = (site.node, "moves the tensor to the host")
-    return trips
-
-
-def _names_cpu(expr: cst.BaseExpression) -> bool:
-    if isinstance(expr, cst.SimpleString):
-        return str(expr.evaluated_value).split(":")[0] == "cpu"
-    if isinstance(expr, cst.Call) and dotted(expr.func) in ("torch.device", "device") and expr.args:
-        return _names_cpu(expr.args[0].value)
     return False
 
 

@@ -12,11 +12,12 @@ from kanalyze.analyzer.cstwalk import body_nodes
 from kanalyze.analyzer.cuda_model import CudaModule
 from kanalyze.analyzer.cuda_sources import Extension
 from kanalyze.analyzer.host import candidate_functions
+from kanalyze.analyzer.host_compute import host_trips, module_attrs
 from kanalyze.analyzer.names import dotted
 from kanalyze.analyzer.triton import TritonModule
 from kanalyze.rules.base import Report, expr_text, source
 from kanalyze.rules.cuda_rule import CudaRule
-from kanalyze.rules.res001_off_kernel_compute import OffKernelCompute, _host_trips, _module_attrs
+from kanalyze.rules.res001_off_kernel_compute import OffKernelCompute
 
 ATEN_OPS = set("matmul mm bmm addmm addbmm baddbmm addmv mv dot einsum tensordot linear bilinear conv1d conv2d "
                "conv3d conv_transpose1d conv_transpose2d conv_transpose3d convolution softmax log_softmax layer_norm "
@@ -150,7 +151,7 @@ class OffKernelComputeCuda(CudaRule, clause=OffKernelCompute):
                                         f"result comes from PyTorch. Call the extension from `forward`",
                               functions=ext.functions, extension=ext.name or "")
         rule = OffKernelCompute()
-        tensors, layers = _module_attrs(host)
+        tensors, layers = module_attrs(host)
         computing = {id(f.node): list(rule._torch_compute(host, f, tensors, layers)) for f in path}
         called = sorted({(dotted(c.node.func) or "").rpartition(".")[2] for c in calls for e in used
                          if _calls_extension(c.node, e)}) or ["the extension"]
@@ -161,7 +162,7 @@ class OffKernelComputeCuda(CudaRule, clause=OffKernelCompute):
                 if report is not None:
                     handled.add(id(handler))
                     yield self.report(report.node, report.message, **report.evidence)
-            trips = _host_trips(function, host)
+            trips = host_trips(function, host)
             for node, what in computing[id(function.node)]:
                 if any(id(a) in handled or id(a) in trips for a in host.ancestors(node)):
                     continue
