@@ -44,6 +44,8 @@ class CounterexampleOverflow(CounterexampleGate):
                        [result.case], gate=self.name, rows=rows)
 
     def _fault(self, flag: dict, result, call: str, error: str) -> Verdict:
-        return Verdict(self.code, CONFIRMED, f"{call} on the GPU: {error}", [result.case],
+        # CUDA's messages go on with advice about asynchronous errors: the first sentence says it.
+        first = error.split(" Search for ")[0].split(" CUDA kernel errors might ")[0]
+        return Verdict(self.code, CONFIRMED, f"{call} on the GPU: {first}", [result.case],
                        {"error": error, "call": call, "counterexample": flag["counterexample"]},
                        gate=self.name, rows=[flag["row"]])
