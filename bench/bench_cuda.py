@@ -110,7 +110,7 @@ def phases(files: list[Path]) -> list[tuple[str, float]]:
     import kanalyze.analyzer.cuda_model as cuda_model
     import kanalyze.analyzer.cuda_inline as cuda_inline
     import kanalyze.analyzer.triton as triton
-    import kanalyze.cuda_check as cuda_check
+    import kanalyze.check.cuda as cuda_check
     from kanalyze.analyzer.cuda_build import build
     from kanalyze.check import analyze_source
     from kanalyze.rules import cuda_rules, detecting_rules

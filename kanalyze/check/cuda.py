@@ -1,4 +1,4 @@
-"""The CUDA side of the pipeline (check.py calls it): CUDA units → findings.
+"""The CUDA side of the pipeline (analyze.py calls it): CUDA units → findings.
 
 A `.cu` file is one unit.  A Python file that builds CUDA is read one of two
 ways: a *plain* file (a `load_inline` solution whose Python side cannot hold a
@@ -12,7 +12,7 @@ something fired, `// NOLINT` and `# noqa`.
 from __future__ import annotations
 
 from kanalyze.analyzer.sources import MAX_NESTING, too_deeply_nested
-from kanalyze.check import INTERNAL_ERROR, PARSE_ERROR, _error_finding
+from kanalyze.check.errors import INTERNAL_ERROR, PARSE_ERROR, error_finding
 from kanalyze.findings import Finding, Location
 
 
@@ -39,7 +39,7 @@ def analyze_inline_cuda(path: str, text: str, *, python_rules: bool = True) -> t
     inline unit (findings at the Python file's rows and columns), the Python side of
     each extension, and with `python_rules` every rule's Python-side detectors."""
     if too_deeply_nested(text):  # LibCST's native parser would crash; the Triton pass says so when it ran
-        return ([_error_finding(path, f"cannot parse: more than {MAX_NESTING} brackets are open at once "
+        return ([error_finding(path, f"cannot parse: more than {MAX_NESTING} brackets are open at once "
                                       f"(Python itself refuses such code)")] if python_rules else []), 0
     if python_rules:  # (a Triton file has its LibCST model already; the Python-side rules read it)
         from kanalyze.analyzer.cuda_inline_plain import read_plain
@@ -67,14 +67,14 @@ def _analyze_with_libcst(path: str, text: str, python_rules: bool) -> tuple[list
             if not python_rules:
                 return [], 0
             message = " ".join(exc.message.split())
-            return [_error_finding(path, f"cannot parse: {message}", exc.raw_line, exc.raw_column + 1)], 0
+            return [error_finding(path, f"cannot parse: {message}", exc.raw_line, exc.raw_column + 1)], 0
         except Exception as exc:  # LibCST raises more than ParserSyntaxError on odd input
-            return ([_error_finding(path, f"cannot parse: {type(exc).__name__}: {exc}")] if python_rules else []), 0
+            return ([error_finding(path, f"cannot parse: {type(exc).__name__}: {exc}")] if python_rules else []), 0
         try:
             extensions = find_extensions(host)
         except Exception as exc:  # reading the strings must not stop the file's other checks
             extensions = []
-            internal = _error_finding(path, f"reading the inline CUDA failed: {type(exc).__name__}: {exc}",
+            internal = error_finding(path, f"reading the inline CUDA failed: {type(exc).__name__}: {exc}",
                                       code=INTERNAL_ERROR)
         else:
             internal = None
@@ -102,7 +102,7 @@ def _analyze_cuda(path: str, text: str, units: list, host, extensions: list, *, 
         try:
             reports.extend(run())
         except Exception as exc:  # a bug in one rule must not hide the others
-            findings.append(_error_finding(
+            findings.append(error_finding(
                 path, f"rule {rule.code} failed on this file: {type(exc).__name__}: {exc}", code=INTERNAL_ERROR))
 
     for unit in units:
@@ -112,7 +112,7 @@ def _analyze_cuda(path: str, text: str, units: list, host, extensions: list, *, 
             partial.append((unit, None, f"cannot parse: {type(exc).__name__}: {exc}"))
             continue
         except Exception as exc:  # a bug in the model must not stop the other units and files
-            findings.append(_error_finding(path, f"the CUDA model failed on `{unit.origin}`: "
+            findings.append(error_finding(path, f"the CUDA model failed on `{unit.origin}`: "
                                                  f"{type(exc).__name__}: {exc}", code=INTERNAL_ERROR))
             continue
         model.problem_sizes, model.host = sizes, host
