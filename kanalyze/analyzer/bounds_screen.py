@@ -306,7 +306,7 @@ class Question:
 
     def _sum_bounds(self, mono: tuple) -> list:
         """From `s <= c` where s >= a*mono + rest (a > 0, rest bounded below): mono <= (c - rest) / a.
-        The counterexample search asks `x.numel() + out.numel() <= c`: that bounds n."""
+        MEM004's facts say `M * N <= max-numel` (a tensor's size): that bounds M*N."""
         found = []
         for small, bounds in self.upper.items():
             node = _NODES[small]
