@@ -27,6 +27,7 @@ from kanalyze.dynamic.sandbox import Limits
 ROOT = Path(__file__).resolve().parent.parent
 KB = ROOT / "fixtures" / "kernelbench"
 CONTROLS = {k: v for k, v in json.loads((KB / "controls.json").read_text()).items() if not k.startswith("_")}
+CUDA_CONTROLS = {code: entry["cuda"] for code, entry in CONTROLS.items() if "cuda" in entry}
 JOBS = max(2, min(4, os.cpu_count() or 1))
 
 pytest.importorskip("torch")
@@ -59,6 +60,21 @@ def test_plant_confirmed_and_twin_refuted(control_verdicts, code) -> None:
     assert plant.status == "confirmed", f"{CONTROLS[code]['plant']}: {plant.summary}"
     assert plant.cases and plant.summary
     assert twin.status == "refuted", f"{CONTROLS[code]['twin']}: {twin.summary}"
+
+
+def test_cuda_cpp_controls_stay_unconfirmed_without_a_gpu() -> None:
+    """load_inline candidates need nvcc and a device: on the CPU no worker starts, and every
+    gate says why (tests/test_dynamic_gpu.py runs them on the device)."""
+    assert len(CUDA_CONTROLS) >= 5
+    for code, pair in sorted(CUDA_CONTROLS.items()):
+        for role in ("plant", "twin"):
+            gate_run = run_gates(_harness("candidates", pair[role]), [code, "CMP001"], {code: [{"row": None}]},
+                                 Options(mode="cpu"))
+            verdicts = {v.code: v for v in gate_run.verdicts}
+            assert set(verdicts) == {code, "CMP001"}, pair[role]
+            for verdict in verdicts.values():
+                assert verdict.status == "unconfirmed" and "runs only on a GPU" in verdict.summary, verdict.summary
+            assert gate_run.environment == {"mode": "cpu"}       # nothing ran: no worker, no versions
 
 
 def test_witness_details_say_what_failed(control_verdicts) -> None:

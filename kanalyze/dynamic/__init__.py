@@ -10,17 +10,21 @@ Data flows one way (DESIGN.md): static findings → gate selection (confirm.py)
   sandbox.py     worker processes: limits, timeouts, crashes as results (parent side)
   confine.py     what a worker does to itself: rlimits, network namespace, audit hook
   worker.py      the worker process's main loop
+  zygote.py      a process that has imported torch and triton once and forks the workers
+  zygote_client.py  this process's zygotes: started on first need, asked for workers, shut down at exit
   environment.py poison, program order, TF32, recorders for one run
   execute.py     one case, reference side and candidate side
   interpreter.py Triton interpreter hooks: permuted order, bounds checks, TF32
   devicemap.py   `cuda` mapped to the CPU for KernelBench-style code
   loading.py     problems at given sizes, candidates
+  extensions.py  CUDA C++ candidates' torch extensions, built once per source (shared cache)
   inputs.py      input distributions and injected specials
   recording.py   torch calls and kernel launches (RES001)
   tensors.py     arrays across the process boundary
   results.py     typed views of what workers returned
   compare.py     calibrated tolerance, bits, special-value classes
   promote.py     the PRC002 fp32-promotion rewrite (LibCST)
+  promote_cuda.py  the same for CUDA C++ in load_inline strings (half → float accumulators)
   confirm.py     findings ↔ verdicts for `check --dynamic`
   witness.py     witness files and `kanalyze replay`
 

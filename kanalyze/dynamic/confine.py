@@ -9,9 +9,13 @@
 * an audit hook refusing network sockets and new processes either way, except
   for the compiler tools Triton and torch's extension builder run on a GPU.
 
-The worker calls `apply_limits` first thing, while it is still single-threaded
-(a user namespace cannot be entered by a threaded process), and
-`install_guards` once torch and triton are imported.
+A fresh worker calls `apply_limits` first thing, while it is still
+single-threaded (a user namespace cannot be entered by a threaded process),
+and `install_guards` once torch and triton are imported.  The zygote
+(zygote.py) calls `confine_zygote` before its imports, so that the workers it
+forks start inside its namespace; each forked worker (single-threaded again
+after the fork) then calls `apply_limits` for its own limits and a network
+namespace of its own.
 """
 
 from __future__ import annotations
@@ -90,6 +94,16 @@ def apply_limits(limits: dict) -> dict:
     applied["network"] = "namespace" if limits.get("network_namespace", True) and _unshare_network() \
         else "audit hook"
     return applied
+
+
+def confine_zygote() -> dict:
+    """The zygote's own confinement: no core files and a network namespace (no limits:
+    each worker it forks sets its own)."""
+    try:
+        _set(resource.RLIMIT_CORE, 0)
+    except (ValueError, OSError):
+        pass
+    return {"network": "namespace" if _unshare_network() else "audit hook"}
 
 
 def install_guards() -> None:

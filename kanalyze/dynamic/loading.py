@@ -3,7 +3,8 @@
 A problem's size knobs are its module-level integers: the module is executed
 with those assignments replaced (`NAME = 4096` → `NAME = 64`), so that values
 derived from them at import time follow.  The candidate is imported from its
-file (Triton needs the source file for `inspect`), once per worker.
+file (Triton needs the source file for `inspect`), once per worker; one that
+builds CUDA C++ (`load_inline`) builds through the shared cache of extensions.py.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import sys
 import types
 
 import torch
+
+from kanalyze.dynamic import extensions
 
 _counter = 0
 
@@ -49,6 +52,9 @@ def load_problem(path: str, sizes: dict[str, int]) -> types.ModuleType:
 
 
 def load_candidate(path: str) -> types.ModuleType:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        if extensions.USES_EXTENSIONS.search(handle.read()):
+            extensions.install()
     name = _fresh_name("candidate")
     directory = os.path.dirname(os.path.abspath(path))
     if directory not in sys.path:

@@ -9,7 +9,8 @@ dtype (`ACC_DTYPE=tl.float16`) become fp32 too.  Stores cast back to the
 output's dtype on their own, so the rewrite changes the accumulation only.
 
 If the promoted kernel's error vanishes where the original's does not, the
-accumulator was the cause: that difference is the PRC002 witness.
+accumulator was the cause: that difference is the PRC002 witness.  CUDA C++
+held in `load_inline` strings is promoted by promote_cuda.py.
 """
 
 from __future__ import annotations
@@ -87,4 +88,8 @@ def promote_accumulators(source: str, rows: list[int] | None = None) -> tuple[st
         return source, []
     transformer = _Promote(set(rows) if rows else None)
     promoted = MetadataWrapper(module).visit(transformer)
+    if not transformer.changes and "load_inline" in source:   # CUDA C++ in strings: promote_cuda.py
+        from kanalyze.dynamic.promote_cuda import promote_cuda_accumulators
+
+        return promote_cuda_accumulators(source, rows)
     return promoted.code, transformer.changes

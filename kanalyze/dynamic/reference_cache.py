@@ -4,7 +4,7 @@ The reference side of a case depends only on the problem file, the device
 mode and the case's inputs (sizes, seed, distribution, specials, dtype), never
 on the candidate: a plant and its twin, or a corpus of candidates for one
 KernelBench problem, share it.  Finished reference outcomes (and size plans)
-are kept here, their arrays copied to a folder that lives until the process
+are kept here, their arrays moved into a folder that lives until the process
 exits, so that a later session starts no reference worker at all when every
 case it needs is known.  Keys include the problem file's mtime and size: an
 edited problem is recomputed.
@@ -30,6 +30,13 @@ class ReferenceCache:
         self._outcomes: dict[tuple, tuple[Outcome, bool]] = {}
         self._plans: dict[tuple, tuple[dict, list | None]] = {}
         self._ready: dict[tuple, dict] = {}
+
+    def clear(self) -> None:
+        """Forget every reference (the benchmark measures each start method from the same state)."""
+        with self._lock:
+            self._outcomes.clear()
+            self._plans.clear()
+            self._ready.clear()
 
     @staticmethod
     def _problem(harness: Harness, mode: str) -> tuple:
@@ -63,14 +70,18 @@ class ReferenceCache:
         return found[0]
 
     def put(self, harness: Harness, mode: str, input_key: str, record_ops: bool, outcome: Outcome) -> Outcome:
-        """Keep a finished outcome (not a timeout or a crash); returns the kept copy."""
+        """Keep a finished outcome (not a timeout or a crash); returns the kept copy, to be used
+        instead of `outcome` (whose arrays file moves into the cache)."""
         if outcome.status != "done":
             return outcome
         with self._lock:
             kept = Outcome(outcome.status, outcome.meta, None, outcome.detail, outcome.output)
             if outcome.arrays:
                 kept.arrays = os.path.join(self._folder(), f"{uuid.uuid4().hex}.npz")
-                shutil.copyfile(outcome.arrays, kept.arrays)
+                try:  # moved, not copied (GPU-sized inputs: gigabytes); callers use the kept copy
+                    os.replace(outcome.arrays, kept.arrays)
+                except OSError:
+                    shutil.copyfile(outcome.arrays, kept.arrays)
             self._outcomes[(self._problem(harness, mode), input_key)] = (kept, record_ops)
         return kept
 

@@ -1,12 +1,16 @@
 """Starting, feeding and containing worker processes (parent side; stdlib and numpy only).
 
-A `Worker` is one `python` process running `kanalyze.dynamic.worker` with:
+A `Worker` is one process running `kanalyze.dynamic.worker` (forked by this
+process's zygote, which has imported torch and triton already; a fresh
+`python` process where there is none: see zygote_client.py) with:
 a scratch working directory of its own, a scrubbed environment (HOME and
 TMPDIR point into the scratch directory; only what Python, CUDA and Triton
 need is passed on), resource limits and no network (applied by the worker to
-itself before it imports anything: see confine.py), stdin closed, and stdout
-and stderr drained into a capped buffer (a candidate that prints megabytes
-costs memory of at most `Limits.output_bytes`).
+itself before any problem or candidate code runs: see confine.py), stdin
+closed, and stdout and stderr drained into a capped buffer (a candidate that
+prints megabytes costs memory of at most `Limits.output_bytes`).  How each
+worker was started goes into the run's environment record (`start` beside the
+confinement); `KANALYZE_NO_ZYGOTE=1` makes every worker a fresh process.
 
 `run_cases` runs a list of cases through workers of one role and returns an
 `Outcome` per case, whatever happens: a case that hangs past its timeout, or
@@ -30,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 
 import kanalyze
+from kanalyze.dynamic import extensions, zygote_client
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(kanalyze.__file__)))
 BOOTSTRAP = (f"import sys; sys.path.insert(0, {_ROOT!r}); "
@@ -37,7 +42,9 @@ BOOTSTRAP = (f"import sys; sys.path.insert(0, {_ROOT!r}); "
 
 # Passed on to the worker as they are; everything else is dropped.
 _KEEP = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES",
-         "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+         "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+         # how CUDA C++ candidates are built, as the user set it up (extensions.py keys builds by them)
+         "CC", "CXX", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")
 _KEEP_PREFIXES = ("NVIDIA_", "NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_")
 
 
@@ -99,6 +106,8 @@ def scrubbed_environment(scratch: str, mode: str) -> dict[str, str]:
     home = os.path.expanduser("~")
     env.setdefault("TRITON_CACHE_DIR", os.path.join(home, ".triton", "cache"))
     env.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(home, ".cache", "torch_extensions"))
+    # CUDA C++ candidates build once per source into kanalyze's cache, shared by all workers.
+    env[extensions.ROOT_VARIABLE] = extensions.cache_root()
     env.update(HOME=scratch, TMPDIR=scratch, PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1",
                PYTHONUNBUFFERED="1", PATH=env.get("PATH", "/usr/bin:/bin"))
     if mode == "cpu":
@@ -123,19 +132,40 @@ class Worker:
             json.dump({**spec, "limits": limits.for_worker(mode)}, handle)
         control_r, self._control_w = os.pipe()
         self._status_r, status_w = os.pipe()
-        self.process = subprocess.Popen(
-            [sys.executable, "-E", "-s", "-B", "-u", "-c", BOOTSTRAP, role, mode, str(control_r), str(status_w), spec_path],
-            cwd=self.scratch, env=scrubbed_environment(self.scratch, mode), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(control_r, status_w),
-            start_new_session=True,
-        )
-        os.close(control_r)
-        os.close(status_w)
+        env = scrubbed_environment(self.scratch, mode)
+        try:
+            self.process = self._fork(spec_path, control_r, status_w, env)
+            self.started_by = "forked from the zygote"
+        except zygote_client.ZygoteUnavailable as exc:
+            self.process = subprocess.Popen(
+                [sys.executable, "-E", "-s", "-B", "-u", "-c", BOOTSTRAP, role, mode, str(control_r), str(status_w),
+                 spec_path],
+                cwd=self.scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, pass_fds=(control_r, status_w), start_new_session=True,
+            )
+            self.started_by = f"fresh process ({exc})"
+        finally:
+            os.close(control_r)
+            os.close(status_w)
         self._drain = _Drain(self.process.stdout, limits.output_bytes)
         self._drain.start()
         self._buffer = b""
         self._closed = False
         self.ready: dict | None = None
+
+    def _fork(self, spec_path: str, control_r: int, status_w: int, env: dict[str, str]):
+        """The worker, forked by the zygote; its output comes through a pipe of ours."""
+        output_r, output_w = os.pipe()
+        stdout = os.fdopen(output_r, "rb", buffering=0)
+        try:
+            return zygote_client.fork_worker(
+                self.mode, {"role": self.role, "spec_path": spec_path, "scratch": self.scratch},
+                [control_r, status_w, output_w], stdout, env, self.limits.start_seconds)
+        except BaseException:
+            stdout.close()
+            raise
+        finally:
+            os.close(output_w)
 
     def output(self) -> str:
         return self._drain.text()
@@ -166,6 +196,8 @@ class Worker:
             if event is None:
                 self.kill()
                 raise WorkerGone(f"the worker did not start within {self.limits.start_seconds:.0f} s")
+            # How it was started goes into the run's environment record, beside the confinement.
+            event["confinement"] = {**(event.get("confinement") or {}), "start": self.started_by}
             self.ready = event
         return self.ready
 
@@ -182,6 +214,8 @@ class Worker:
             self.kill()
             code = self.process.returncode
         if code is None:
+            if getattr(self.process, "lost", False):
+                return "the worker ended; its exit status was lost with the zygote that forked it"
             return "the worker stopped answering"
         if code < 0:
             name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
@@ -215,6 +249,20 @@ class Worker:
         self.kill()
         os.close(self._status_r)
         self._drain.join(timeout=2)
+
+
+def prestart_zygote(mode: str, limits: Limits | None = None) -> str:
+    """Start this process's zygote for `mode` now rather than on the first worker's request
+    (a long-lived caller, or a benchmark that keeps the one-time start out of its timings).
+    Returns how workers will start: "zygote" or "fresh process (why)"."""
+    scratch = tempfile.mkdtemp(prefix="kanalyze-prestart-")
+    try:
+        zygote_client.start(mode, scrubbed_environment(scratch, mode), (limits or Limits()).start_seconds)
+        return "zygote"
+    except zygote_client.ZygoteUnavailable as exc:
+        return f"fresh process ({exc})"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], limits: Limits,

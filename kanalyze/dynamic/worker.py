@@ -1,14 +1,16 @@
 """The worker process: where problem and candidate code runs, never in kanalyze's own.
 
-Started by `sandbox.py` as
+Forked by the zygote (zygote.py), which has done `import_modules` once, or,
+where there is no zygote, started by `sandbox.py` as a fresh process:
 
     python -E -s -B -u -c BOOTSTRAP ROLE MODE CONTROL_FD STATUS_FD SPEC.json
 
 ROLE is `reference` or `candidate`; MODE is `cpu` (Triton's interpreter, with
 `TRITON_INTERPRET=1` already in the environment the parent gave it) or `cuda`.
-The worker imports torch and triton, installs its hooks and guards, imports the
-candidate (candidate role), says `ready` on the status pipe, then runs each job
-that the parent sends on the control pipe and reports each case as it is done.
+A fresh worker applies its limits, then imports torch and triton; either way
+`serve` then installs the hooks and guards, imports the candidate (candidate
+role), says `ready` on the status pipe, then runs each job that the parent
+sends on the control pipe and reports each case as it is done.
 Case results go to files (`case-N.json` + `case-N.npz`); the status pipe only
 carries short JSON lines.  Candidate output on stdout/stderr is the parent's to
 capture and cap.
@@ -20,20 +22,56 @@ import json
 import os
 import sys
 
+
 def _send(status, **message) -> None:
     status.write(json.dumps(message) + "\n")
     status.flush()
 
 
+def import_modules(mode: str) -> None:
+    """The imports every worker needs (the zygote does these once for all its workers).
+
+    Imports only: CUDA must not be initialised here, since the zygote forks
+    workers after this and CUDA does not survive a fork."""
+    import numpy  # noqa: F401
+    import torch  # noqa: F401
+    import triton  # noqa: F401  (after TRITON_INTERPRET is set: the parent set it)
+
+    from kanalyze.dynamic import cases, environment, execute, loading  # noqa: F401
+
+    if mode == "cpu":
+        from kanalyze.dynamic import devicemap, interpreter  # noqa: F401
+
+
 def main(argv: list[str]) -> int:
+    """A fresh worker process: limits first (still single-threaded), then the imports, then `serve`."""
     role, mode, control_fd, status_fd, spec_path = argv
-    status = os.fdopen(int(status_fd), "w", buffering=1)
-    control = os.fdopen(int(control_fd), "r")
+    with open(spec_path, encoding="utf-8") as handle:
+        spec = json.load(handle)
+    from kanalyze.dynamic.confine import apply_limits
+
+    confinement = apply_limits(spec.get("limits", {}))
+    try:
+        import_modules(mode)
+    except BaseException as exc:
+        with os.fdopen(int(status_fd), "w") as status:
+            _send(status, event="ready", error=f"the worker could not start: {type(exc).__name__}: {exc}")
+        return 3
+    return serve(role, mode, int(control_fd), int(status_fd), spec_path, confinement=confinement)
+
+
+def serve(role: str, mode: str, control_fd: int, status_fd: int, spec_path: str,
+          confinement: dict | None = None) -> int:
+    """Everything a worker does after its imports: limits (unless applied before the imports),
+    device set-up, guards, the candidate's import, `ready`, then the job loop."""
+    status = os.fdopen(status_fd, "w", buffering=1)
+    control = os.fdopen(control_fd, "r")
     with open(spec_path, encoding="utf-8") as handle:
         spec = json.load(handle)
     from kanalyze.dynamic.confine import apply_limits, install_guards
 
-    confinement = apply_limits(spec.get("limits", {}))
+    if confinement is None:
+        confinement = apply_limits(spec.get("limits", {}))
     harness = spec["harness"]
     try:
         import numpy as np
@@ -45,7 +83,7 @@ def main(argv: list[str]) -> int:
             device_map = devicemap.install("cpu")
         elif not torch.cuda.is_available():
             raise RuntimeError("no CUDA device is visible to the worker")
-        import triton  # noqa: F401  (after TRITON_INTERPRET is set: the parent set it)
+        import triton  # noqa: F401
 
         from kanalyze.dynamic import cases as case_sizes
         from kanalyze.dynamic.environment import Environment

@@ -93,8 +93,9 @@ class LongReduction(Gate):
                                     "has no fp16/bf16 accumulator to promote, so the error is not attributable to "
                                     "the accumulator's precision", [original.case], metric=check.metric())
             p_problem, p_check, _ = compare_with_float64(promoted)
-            if p_problem or p_check is None:
-                continue
+            if p_problem or p_check is None:   # the rewrite did not run (a CUDA promotion that does not build)
+                return self.verdict(UNCONFIRMED, f"long reduction at {label}: {check.summary()}; the candidate "
+                                    f"promoted to fp32 did not run: {p_problem}", [original.case, promoted.case])
             if p_check.ok:
                 rows = sorted({c["row"] for c in promotion})
                 summary = (f"long reduction at {label} (inputs 1 + 0.1·normal): max abs error "

@@ -1,0 +1,85 @@
+"""The shared build cache for candidates' torch extensions (extensions.py), on the CPU.
+
+CUDA C++ candidates need a GPU, but the cache does not: the same wrapper routes
+`cpp_extension.load` and `load_inline`.  Here tiny plain C++ libraries (no torch
+headers, so each build takes a second) are built through `load`, with the real
+ninja and C++ compiler, in this process and in a fresh one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kanalyze.dynamic import extensions  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.skipif(not (shutil.which("ninja") and shutil.which("c++")),
+                                reason="needs ninja and a C++ compiler")
+
+
+def _answer_source(folder: Path, value: int) -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "answer.cpp"
+    path.write_text(f'extern "C" int answer() {{ return {value}; }}\n')
+    return str(path)
+
+
+def _load(source: str):
+    from torch.utils import cpp_extension
+
+    return cpp_extension.load(name="custom_op", sources=[source], is_python_module=False)
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(extensions.ROOT_VARIABLE, str(tmp_path / "cache"))
+    extensions.install()
+    return tmp_path / "cache"
+
+
+def test_same_name_other_source_gets_its_own_build(cache, tmp_path) -> None:
+    first = _load(_answer_source(tmp_path / "a", 41))
+    second = _load(_answer_source(tmp_path / "b", 42))
+    assert os.path.dirname(first) != os.path.dirname(second)
+    assert ctypes.CDLL(first).answer() == 41 and ctypes.CDLL(second).answer() == 42
+    assert sorted(p.name.rsplit("-", 1)[0] for p in cache.iterdir()) == ["custom_op", "custom_op"]
+    # Same source again (another file with the same text is another source: torch names files).
+    again = _load(str(tmp_path / "a" / "answer.cpp"))
+    assert again == first and ctypes.CDLL(again).answer() == 41
+
+
+def test_a_built_source_is_not_compiled_again_in_another_process(cache, tmp_path) -> None:
+    source = _answer_source(tmp_path / "a", 7)
+    library = _load(source)
+    built_at = os.stat(library).st_mtime_ns
+    code = ("import sys; from kanalyze.dynamic import extensions; extensions.install(); "
+            "from torch.utils import cpp_extension; "
+            f"print(cpp_extension.load(name='custom_op', sources=[{source!r}], is_python_module=False))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          env={**os.environ, extensions.ROOT_VARIABLE: str(cache)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == library
+    assert os.stat(library).st_mtime_ns == built_at
+
+
+def test_a_killed_build_is_started_over(cache, tmp_path) -> None:
+    source = _answer_source(tmp_path / "a", 5)
+    library = Path(_load(source))
+    directory = library.parent
+    # What a worker killed half-way leaves: torch's lock file, a truncated library, no completion mark.
+    (directory / "kanalyze-complete").unlink()
+    (directory / "lock").write_text("")
+    library.unlink()                      # a new file: this process has the old one mapped
+    library.write_bytes(b"\x7fELF truncated")
+    rebuilt = Path(_load(source))
+    assert rebuilt == library and library.stat().st_size > 1000          # compiled again, not the stub
+    assert (directory / "kanalyze-complete").exists() and not (directory / "lock").exists()
