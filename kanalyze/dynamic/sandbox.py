@@ -110,6 +110,9 @@ def scrubbed_environment(scratch: str, mode: str) -> dict[str, str]:
     env[extensions.ROOT_VARIABLE] = extensions.cache_root()
     env.update(HOME=scratch, TMPDIR=scratch, PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1",
                PYTHONUNBUFFERED="1", PATH=env.get("PATH", "/usr/bin:/bin"))
+    # numpy's OpenBLAS starts one thread per core when imported: a zygote with threads
+    # cannot fork workers (and the workers' numpy does no heavy work).
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
     if mode == "cpu":
         env["TRITON_INTERPRET"] = "1"
         env.setdefault("OMP_NUM_THREADS", "1")
