@@ -22,7 +22,6 @@ from typing import ClassVar
 
 from kanalyze.dynamic.gates.base import UNCONFIRMED, Gate, Verdict
 
-
 NOT_RUNNABLE = "the flag has no counterexample that can be run (no grid, or a launch the static pass could not read)"
 
 
@@ -97,7 +96,7 @@ class CounterexampleGate(Gate):
     case_fields: ClassVar[dict] = {}
 
     def plan(self, ctx):
-        return plan(self, ctx, **self.case_fields)
+        return plan_cases(self, ctx, **self.case_fields)
 
     def judge(self, ctx, results) -> list[Verdict]:
         by_call = {repr(r.case.call): r for r in results}
@@ -117,7 +116,7 @@ class CounterexampleGate(Gate):
         raise NotImplementedError
 
 
-def plan(gate, ctx, **fields) -> list:
+def plan_cases(gate, ctx, **fields) -> list:
     """One case per distinct call among the gate's flags (`ctx.flags`), named by their rows."""
     cases = []
     for call, flags in group_flags(ctx.flags):
