@@ -114,7 +114,7 @@ class ShapeSpecialized(Rule):
                 runtime = runtime_params(model, jit, pointers)
                 yield from self._kernel_literals(model, jit)
                 yield from self._kernel_asserts(model, jit, runtime)
-                yield from self._unmasked(model, jit, pointers, runtime)
+                yield from self.unmasked_accesses(model, jit, pointers, runtime)
 
     # -- 1. literal sizes ------------------------------------------------------
 
@@ -248,8 +248,8 @@ class ShapeSpecialized(Rule):
 
     # -- 4. unmasked loads and stores ------------------------------------------
 
-    def _unmasked(self, model: TritonModule, jit: JitFunction, pointers: set[str],
-                  runtime: set[str]) -> Iterator[Report]:
+    def unmasked_accesses(self, model: TritonModule, jit: JitFunction, pointers: set[str],
+                          runtime: set[str]) -> Iterator[Report]:
         comparisons = [(n.left, n.comparisons[0].comparator) for n in walk(jit.node)
                        if isinstance(n, cst.Comparison) and len(n.comparisons) == 1]
         sizes = size_params(model, jit, runtime, comparisons)

@@ -169,8 +169,8 @@ def _cmp003_unmasked(model: TritonModule) -> set[int]:
         for jit in model.jit.values():
             if jit.name == jit.function.name:
                 pointers = pointer_params(model, jit)
-                found |= {id(r.node) for r in rule._unmasked(model, jit, pointers,
-                                                             runtime_params(model, jit, pointers))}
+                runtime = runtime_params(model, jit, pointers)
+                found |= {id(r.node) for r in rule.unmasked_accesses(model, jit, pointers, runtime)}
     except Exception:  # a change in CMP003 must not break this rule: report both then
         return set()
     return found

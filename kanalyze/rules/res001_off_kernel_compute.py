@@ -147,13 +147,13 @@ class OffKernelCompute(Rule):
         # With nothing launched, point at a kernel the file defines (not a helper another jit calls).
         unlaunched = [j.name for j in model.jit.values() if not j.called_from and j.name == j.function.name]
         tensors, layers = module_attrs(model)
-        computing = {id(f.node): list(self._torch_compute(model, f, tensors, layers)) for f in path}
+        computing = {id(f.node): list(self.torch_compute(model, f, tensors, layers)) for f in path}
         for function in path:
             local = [l for l in launches if l.wrapper is function] or launches
             kernel = local[0].kernel.name if local else None
             handled: set[int] = set()
             for handler in (n for n in body_nodes(function.node) if isinstance(n, cst.ExceptHandler)):
-                report = self._fallback(model, handler, function, computing, path)
+                report = self.fallback(model, handler, function, computing, path)
                 if report is not None:
                     handled.add(id(handler))
                     yield report
@@ -183,8 +183,8 @@ class OffKernelCompute(Rule):
 
     # -- PyTorch doing the work ---------------------------------------------
 
-    def _torch_compute(self, model: TritonModule, function: Function, tensors: set,
-                       layers: dict[tuple[str | None, str], str]) -> Iterator[tuple[cst.CSTNode, str]]:
+    def torch_compute(self, model: TritonModule, function: Function, tensors: set,
+                      layers: dict[tuple[str | None, str], str]) -> Iterator[tuple[cst.CSTNode, str]]:
         """(node, what) for each place the function computes with PyTorch."""
         for node in body_nodes(function.node):
             if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
@@ -206,8 +206,8 @@ class OffKernelCompute(Rule):
 
     # -- try/except fallback ------------------------------------------------
 
-    def _fallback(self, model: TritonModule, handler: cst.ExceptHandler, function: Function,
-                  computing: dict[int, list], path: list[Function]) -> Report | None:
+    def fallback(self, model: TritonModule, handler: cst.ExceptHandler, function: Function,
+                 computing: dict[int, list], path: list[Function]) -> Report | None:
         """A report when the handler computes with PyTorch, directly or through a helper."""
         inside = {id(n) for n in walk(handler.body)}
         found = next((node for node, _ in computing[id(function.node)] if id(node) in inside), None)

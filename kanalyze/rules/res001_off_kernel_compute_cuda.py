@@ -152,13 +152,13 @@ class OffKernelComputeCuda(CudaRule, clause=OffKernelCompute):
                               functions=ext.functions, extension=ext.name or "")
         rule = OffKernelCompute()
         tensors, layers = module_attrs(host)
-        computing = {id(f.node): list(rule._torch_compute(host, f, tensors, layers)) for f in path}
+        computing = {id(f.node): list(rule.torch_compute(host, f, tensors, layers)) for f in path}
         called = sorted({(dotted(c.node.func) or "").rpartition(".")[2] for c in calls for e in used
                          if _calls_extension(c.node, e)}) or ["the extension"]
         for function in path:
             handled: set[int] = set()
             for handler in (n for n in body_nodes(function.node) if isinstance(n, cst.ExceptHandler)):
-                report = rule._fallback(host, handler, function, computing, path)
+                report = rule.fallback(host, handler, function, computing, path)
                 if report is not None:
                     handled.add(id(handler))
                     yield self.report(report.node, report.message, **report.evidence)
