@@ -34,6 +34,7 @@ exact integers for MEM003 (wrap-around is MEM004's question).
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +101,18 @@ def proof_ranges(raw: dict) -> dict:
 def configure(ranges: dict) -> None:
     _RANGES.clear()
     _RANGES.update(ranges)
+
+
+@contextmanager
+def configured(ranges: dict):
+    """`configure(ranges)` for a block; what was there before is put back after it, so
+    that one run's selection never leaks into the next (pool workers inherit it)."""
+    previous = dict(_RANGES)
+    configure(ranges)
+    try:
+        yield
+    finally:
+        configure(previous)
 
 
 def settings_of(model: TritonModule) -> dict:

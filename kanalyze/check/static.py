@@ -65,32 +65,18 @@ def run_static(
     use_cache: bool = True,
     jobs: int | None = None,
 ) -> CheckResult:
-    from kanalyze.analyzer import bounds
-
-    # The proof settings are process-wide (pool workers inherit them): put back
-    # what was there, so that one run's selection never leaks into the next.
-    previous = dict(bounds._RANGES)
-    try:
-        return _run_static(paths, config, force_exclude=force_exclude, use_cache=use_cache, jobs=jobs)
-    finally:
-        bounds.configure(previous)
-
-
-def _run_static(
-    paths: Iterable[str],
-    config: Config,
-    *,
-    force_exclude: bool = False,
-    use_cache: bool = True,
-    jobs: int | None = None,
-) -> CheckResult:
-    result = CheckResult()
-    from kanalyze.analyzer.bounds import configure, proof_ranges
+    from kanalyze.analyzer.bounds import configured, proof_ranges
 
     ranges = proof_ranges(config.raw)  # `max-size` / `max-numel` of the MEM003 / MEM004 proofs
     if not (config.selects("MEM003") or config.selects("MEM004")):
         ranges["proofs"] = False  # the z3 proofs are most of a cold check's cost: skip them when unwanted
-    configure(ranges)
+    with configured(ranges):
+        return _check_files(paths, config, ranges, force_exclude=force_exclude, use_cache=use_cache, jobs=jobs)
+
+
+def _check_files(paths: Iterable[str], config: Config, ranges: dict, *, force_exclude: bool, use_cache: bool,
+                 jobs: int | None) -> CheckResult:
+    result = CheckResult()
     cache = Cache.open(config.root, repr(sorted(ranges.items()))) if use_cache else Cache.disabled()
     to_parse: list[tuple[str, str]] = []
     per_file: dict[str, list[Finding]] = {}

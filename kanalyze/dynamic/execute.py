@@ -156,8 +156,6 @@ class CandidateSide:
         self.harness, self.device, self.module, self.env = harness, device, module, env
 
     def run(self, case: dict, reference: dict, reference_arrays, out_base: str) -> dict:
-        if case.get("call"):
-            return self.run_call(case, out_base)
         arrays: dict[str, np.ndarray] = {}
         result: dict = {"status": "ok", "runs": []}
         try:
@@ -190,7 +188,7 @@ class CandidateSide:
 
         result: dict = {"status": "ok", "runs": []}
         try:
-            invoke, _, result["call"] = kernel_call.prepare(self.module, case["call"], self.device, case["seed"])
+            invoke, result["call"] = kernel_call.prepare(self.module, case["call"], self.device, case["seed"])
         except BaseException as exc:
             result.update(status="error", error=describe_error(exc), traceback=_tail(exc))
             return result

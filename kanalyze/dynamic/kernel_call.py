@@ -76,29 +76,25 @@ def _launcher(target):
 
 
 def prepare(module, call: dict, device: str, seed: int):
-    """(function to call with no arguments, the tensors it was given, a one-line description)."""
+    """(function to call with no arguments, a one-line description of the call)."""
     dtype = DTYPES.get(call.get("dtype") or "float32", torch.float32)
     seeds = iter(range(seed, seed + 10_000))
     target = _resolve(module, call["function"])
     if call["route"] == "wrapper":
-        args, tensors, shown = [], [], []
+        args, shown = [], []
         for arg in call["args"]:
             if "shape" in arg:
                 tensor = _tensor(arg["shape"], dtype, device, next(seeds))
                 args.append(tensor)
-                tensors.append(tensor)
                 shown.append(f"{arg['name']}: {list(tensor.shape)}")
             else:
                 args.append(arg["value"])
                 shown.append(f"{arg['name']}={arg['value']}")
-        return (lambda: target(*args)), tensors, f"{call['function']}({', '.join(shown)})"
+        return (lambda: target(*args)), f"{call['function']}({', '.join(shown)})"
     launcher, kernel, computed = _launcher(target)
     parameters = inspect.signature(kernel.fn).parameters
     known = set(parameters)
-    kwargs, tensors = {}, []
-    for name, shape in call["tensors"].items():
-        kwargs[name] = _tensor(shape, dtype, device, next(seeds))
-        tensors.append(kwargs[name])
+    kwargs = {name: _tensor(shape, dtype, device, next(seeds)) for name, shape in call["tensors"].items()}
     kwargs.update(call["values"])
     unknown = sorted(set(kwargs) - known)
     if unknown:
@@ -109,5 +105,5 @@ def prepare(module, call: dict, device: str, seed: int):
     grid = tuple(call["grid"])
     shown = ", ".join(f"{k}: {list(v.shape)}" if isinstance(v, torch.Tensor) else f"{k}={v}"
                       for k, v in kwargs.items())
-    return (lambda: launcher[grid](**kwargs)), tensors, f"{call['function']}[{grid}]({shown})"
+    return (lambda: launcher[grid](**kwargs)), f"{call['function']}[{grid}]({shown})"
 
