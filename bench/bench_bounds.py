@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kanalyze.analyzer import bounds  # noqa: E402
+from kanalyze.analyzer.bounds import proofs as bounds  # noqa: E402
 from kanalyze.analyzer.sources import may_contain_triton  # noqa: E402
 from kanalyze.check import analyze_text  # noqa: E402
 
@@ -69,7 +69,7 @@ def measure(texts: list[tuple[str, str]], repeat: int) -> tuple[float, float]:
 def verdicts(texts: list[tuple[str, str]], verbose: bool) -> None:
     from kanalyze.analyzer.cstwalk import node_text
     from kanalyze.analyzer.positions import Positions
-    from kanalyze.analyzer.triton import TritonModule
+    from kanalyze.analyzer.triton.model import TritonModule
 
     mem003, mem004, reasons = collections.Counter(), collections.Counter(), collections.Counter()
     queries = timeouts = screened = 0

@@ -45,9 +45,9 @@ from cuda_corpus import build_corpus  # noqa: E402
 
 def cuda_sources(files: list[Path]) -> list[bytes]:
     """Every CUDA source the files hold, as tree-sitter gets it (read once, not timed)."""
-    from kanalyze.analyzer.cuda_inline import find_extensions
-    from kanalyze.analyzer.cuda_sources import may_contain_inline_cuda
-    from kanalyze.analyzer.triton import TritonModule
+    from kanalyze.analyzer.cuda.inline import find_extensions
+    from kanalyze.analyzer.cuda.sources import may_contain_inline_cuda
+    from kanalyze.analyzer.triton.model import TritonModule
 
     found: list[bytes] = []
     for path in files:
@@ -85,10 +85,10 @@ def bare_libcst(texts: list[str]) -> None:
 def extract_strings(files: list[Path]) -> None:
     """Only the Python-side reading of the strings, as the check does it (plain files with `ast`,
     the rest with LibCST): the cost of getting the CUDA out of the Python, beside the parse."""
-    from kanalyze.analyzer.cuda_inline import find_extensions
-    from kanalyze.analyzer.cuda_inline_plain import read_plain
-    from kanalyze.analyzer.cuda_sources import may_contain_inline_cuda
-    from kanalyze.analyzer.triton import TritonModule
+    from kanalyze.analyzer.cuda.inline import find_extensions
+    from kanalyze.analyzer.cuda.inline_plain import read_plain
+    from kanalyze.analyzer.cuda.sources import may_contain_inline_cuda
+    from kanalyze.analyzer.triton.model import TritonModule
 
     for path in files:
         if path.suffix != ".py":
@@ -106,12 +106,12 @@ def phases(files: list[Path]) -> list[tuple[str, float]]:
     The pipeline's own functions are wrapped with timers (an inner phase's time is taken
     out of the outer one; the timers themselves add about a tenth): what the kernel model
     reads on demand is a phase of its own, whichever rule asks first."""
-    import kanalyze.analyzer.cuda_inline_plain as plain
-    import kanalyze.analyzer.cuda_model as cuda_model
-    import kanalyze.analyzer.cuda_inline as cuda_inline
-    import kanalyze.analyzer.triton as triton
+    import kanalyze.analyzer.cuda.inline_plain as plain
+    import kanalyze.analyzer.cuda.model as cuda_model
+    import kanalyze.analyzer.cuda.inline as cuda_inline
+    import kanalyze.analyzer.triton.model as triton
     import kanalyze.check.cuda as cuda_check
-    from kanalyze.analyzer.cuda_build import build
+    from kanalyze.analyzer.cuda.build import build
     from kanalyze.check import analyze_source
     from kanalyze.rules import cuda_rules, detecting_rules
 
@@ -171,7 +171,7 @@ def phases(files: list[Path]) -> list[tuple[str, float]]:
                     setattr(owner, name, wrapped)
                 else:
                     setattr(owner, name, timer(label, original, consume))
-        import kanalyze.analyzer.cuda_build as cuda_build
+        import kanalyze.analyzer.cuda.build as cuda_build
         cuda_build_saved = cuda_build.build
         cuda_build.build = timer("kernel model (top level)", build)
         start = time.process_time()

@@ -126,7 +126,7 @@ def main() -> int:
     from kanalyze.dynamic.harness import find_harness
     from kanalyze.dynamic.reference_cache import REFERENCES
     from kanalyze.dynamic.runner import Options, resolve_mode, run_gates
-    from kanalyze.dynamic.sandbox import prestart_zygote
+    from kanalyze.dynamic.sandbox.process import prestart_zygote
 
     mode = resolve_mode(args.device)
     if mode == "cpu":

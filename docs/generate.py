@@ -3,7 +3,7 @@
     python docs/generate.py           # write docs/rules/<CODE>.md and docs/rules/index.md
     python docs/generate.py --check   # exit 1 and name the pages that differ (tests/test_docs.py)
 
-Each page is exactly what `kanalyze explain CODE` prints (`Rule.explanation()`),
+Each page is exactly what `kanalyze explain CODE` prints (`kanalyze.rules.explanation`),
 so the docs, the terminal, the editor's hover and the "Explain" action never
 disagree.  Edit a clause's text in its module under kanalyze/rules/, then run
 this script; never edit the generated pages by hand.
@@ -19,7 +19,7 @@ DOCS = Path(__file__).resolve().parent
 RULES_DIR = DOCS / "rules"
 sys.path.insert(0, str(DOCS.parent))
 
-from kanalyze.rules import all_rules  # noqa: E402
+from kanalyze.rules import all_rules, explanation  # noqa: E402
 
 
 def _cell(text: str) -> str:
@@ -29,7 +29,7 @@ def _cell(text: str) -> str:
 def render() -> dict[Path, str]:
     """Every generated page, by path."""
     rules = all_rules()
-    pages = {RULES_DIR / f"{rule.code}.md": rule.explanation() for rule in rules}
+    pages = {RULES_DIR / f"{rule.code}.md": explanation(rule) for rule in rules}
     lines = [
         "# The clauses",
         "",

@@ -115,11 +115,11 @@ def _normalise_argv(argv: list[str]) -> list[str]:
 
 
 def _rule_metadata() -> list[dict]:
-    from kanalyze.rules import all_rules, cuda_detector_classes
+    from kanalyze.rules import all_rules, cuda_detector_classes, explanation
 
     return [{
         "code": r.code, "name": r.name, "summary": r.summary, "gate": r.gate,
-        "docs": r.explanation(), "help_uri": r.help_uri(),
+        "docs": explanation(r), "help_uri": r.help_uri(),
         # static detectors in Triton source, in CUDA C++, or both
         "has_detectors": r.has_detectors or bool(cuda_detector_classes(r.code)),
     } for r in all_rules()]
@@ -238,12 +238,12 @@ def _cmd_rules(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from kanalyze.rules import rules_by_code
+    from kanalyze.rules import explanation, rules_by_code
 
     rule = rules_by_code().get(args.code.upper())
     if rule is None:
         raise UsageError(f"unknown code: {args.code} (see `kanalyze rules`)")
-    sys.stdout.write(rule.explanation())
+    sys.stdout.write(explanation(rule))
     return EXIT_CLEAN
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kanalyze.analyzer import bounds
-from kanalyze.analyzer.triton import TritonModule
+from kanalyze.analyzer.bounds import proofs as bounds
+from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.check import analyze_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -263,7 +263,7 @@ def test_files_without_launched_accesses_do_not_import_z3() -> None:
 def test_solver_budget_exhausted_is_unknown() -> None:
     import z3
 
-    from kanalyze.analyzer.bounds_solver import Budget, Settings, solve
+    from kanalyze.analyzer.bounds.solver import Budget, Settings, solve
 
     x = z3.Int("x")
     budget = Budget(Settings(file_rlimit=0))
@@ -297,7 +297,6 @@ def test_check_honours_max_numel_from_the_config(tmp_path: Path) -> None:
     assert not [f for f in lowered.findings if f.code == "MEM004"]  # and the cache did not answer for it
     off = run_static([str(tmp_path)], load_config([str(tmp_path)], select=["DEFAULT"]), use_cache=True)
     assert not [f for f in off.findings if f.code.startswith("MEM00")]  # the default selection skips the proofs
-    bounds.configure({})
 
 
 def test_the_launch_path_in_the_wrapper_is_a_precondition() -> None:

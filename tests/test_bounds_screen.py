@@ -1,4 +1,4 @@
-"""The Python screen in front of z3 (bounds_screen): sound, and the same verdicts as z3 alone."""
+"""The Python screen in front of z3 (screen.py): sound, and the same verdicts as z3 alone."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 import z3
 
-from kanalyze.analyzer import bounds, bounds_checks
-from kanalyze.analyzer.bounds_screen import fits_int32, in_bounds
-from kanalyze.analyzer.bounds_symbols import INT32_MAX, INT32_MIN, fresh_context
+from kanalyze.analyzer.bounds import checks as bounds_checks
+from kanalyze.analyzer.bounds import proofs as bounds
+from kanalyze.analyzer.bounds.screen import fits_int32, in_bounds
+from kanalyze.analyzer.bounds.symbols import INT32_MAX, INT32_MIN, fresh_context
 from kanalyze.analyzer.positions import Positions
-from kanalyze.analyzer.triton import TritonModule
+from kanalyze.analyzer.triton.model import TritonModule
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = sorted((ROOT / "fixtures" / "triton").glob("*.py"))
@@ -150,7 +151,7 @@ def test_int32_range(terms) -> None:
 
 
 def test_one_incremental_solver_a_file_gives_up_per_question_and_recovers() -> None:
-    from kanalyze.analyzer.bounds_solver import Budget, Settings, solve
+    from kanalyze.analyzer.bounds.solver import Budget, Settings, solve
 
     fresh_context()
     x, y, z = z3.Ints("x y z")

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import z3
 
-from kanalyze.analyzer.bounds_solver import Settings, facts
-from kanalyze.analyzer.bounds_symbols import Env, conjunction, disjunction, fresh_context
+from kanalyze.analyzer.bounds.solver import Settings, facts
+from kanalyze.analyzer.bounds.symbols import Env, conjunction, disjunction, fresh_context
 
 
 def test_conjunction_and_disjunction_are_z3s_own_terms() -> None:
@@ -63,7 +63,7 @@ def test_facts_are_kept_per_symbol_set_and_follow_new_facts() -> None:
 
 
 def test_a_search_scope_answers_as_separate_questions_and_is_gone_after() -> None:
-    from kanalyze.analyzer.bounds_solver import Budget, asserted, minimize, solve
+    from kanalyze.analyzer.bounds.solver import Budget, asserted, minimize, solve
 
     fresh_context()
     x, y = z3.Ints("x y")

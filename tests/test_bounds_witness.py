@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from kanalyze.analyzer import bounds
+from kanalyze.analyzer.bounds import proofs as bounds
 from kanalyze.analyzer.positions import Positions
-from kanalyze.analyzer.triton import TritonModule
+from kanalyze.analyzer.triton.model import TritonModule
 
 ROOT = Path(__file__).resolve().parent.parent
 

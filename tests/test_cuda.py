@@ -14,12 +14,12 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from kanalyze.analyzer.cuda_fold import decode_escapes
-from kanalyze.analyzer.cuda_inline import find_extensions
-from kanalyze.analyzer.cuda_model import CudaModule
-from kanalyze.analyzer.cuda_sources import CudaUnit
-from kanalyze.analyzer.cuda_types import possible_bases, type_of
-from kanalyze.analyzer.triton import TritonModule
+from kanalyze.analyzer.cuda.fold import decode_escapes
+from kanalyze.analyzer.cuda.inline import find_extensions
+from kanalyze.analyzer.cuda.model import CudaModule
+from kanalyze.analyzer.cuda.sources import CudaUnit
+from kanalyze.analyzer.cuda.types import possible_bases, type_of
+from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.check import analyze_source, run_static
 from kanalyze.cli import main
 from kanalyze.config import Config

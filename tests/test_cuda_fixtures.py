@@ -73,10 +73,10 @@ def test_every_cuda_detector_has_flagged_and_clean_fixtures() -> None:
 
 def _units():
     """(fixture, unit, row where its text starts) for every CUDA unit of the fixtures, as kanalyze reads them."""
-    from kanalyze.analyzer.cuda_inline import find_extensions
-    from kanalyze.analyzer.cuda_sources import CudaUnit
+    from kanalyze.analyzer.cuda.inline import find_extensions
+    from kanalyze.analyzer.cuda.sources import CudaUnit
     from kanalyze.analyzer.positions import Positions
-    from kanalyze.analyzer.triton import TritonModule
+    from kanalyze.analyzer.triton.model import TritonModule
 
     for path in CUDA_FIXTURES:
         text = path.read_text(encoding="utf-8")

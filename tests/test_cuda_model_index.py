@@ -8,10 +8,10 @@ import re
 import sys
 from pathlib import Path
 
-from kanalyze.analyzer.cuda_build import read_declaration
-from kanalyze.analyzer.cuda_inline_plain import read_plain
-from kanalyze.analyzer.cuda_model import CudaModule
-from kanalyze.analyzer.cuda_sources import CudaUnit
+from kanalyze.analyzer.cuda.build import read_declaration
+from kanalyze.analyzer.cuda.inline_plain import read_plain
+from kanalyze.analyzer.cuda.model import CudaModule
+from kanalyze.analyzer.cuda.sources import CudaUnit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import kanalyze.analyzer.cuda_inline_plain as plain
+import kanalyze.analyzer.cuda.inline_plain as plain
 from kanalyze.check import analyze_source
 
 ROOT = Path(__file__).resolve().parent.parent

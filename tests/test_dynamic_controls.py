@@ -22,7 +22,7 @@ import pytest
 from kanalyze.cli import main
 from kanalyze.dynamic.harness import Harness, NoHarness, find_harness
 from kanalyze.dynamic.runner import Options, run_at_sizes, run_gates
-from kanalyze.dynamic.sandbox import Limits
+from kanalyze.dynamic.sandbox.process import Limits
 
 ROOT = Path(__file__).resolve().parent.parent
 KB = ROOT / "fixtures" / "kernelbench"

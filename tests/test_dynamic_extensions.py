@@ -19,7 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kanalyze.dynamic import extensions  # noqa: E402
+from kanalyze.dynamic.sandbox import extensions  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(not (shutil.which("ninja") and shutil.which("c++")),
@@ -61,7 +61,7 @@ def test_a_built_source_is_not_compiled_again_in_another_process(cache, tmp_path
     source = _answer_source(tmp_path / "a", 7)
     library = _load(source)
     built_at = os.stat(library).st_mtime_ns
-    code = ("import sys; from kanalyze.dynamic import extensions; extensions.install(); "
+    code = ("import sys; from kanalyze.dynamic.sandbox import extensions; extensions.install(); "
             "from torch.utils import cpp_extension; "
             f"print(cpp_extension.load(name='custom_op', sources=[{source!r}], is_python_module=False))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,

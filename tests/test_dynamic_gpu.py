@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from kanalyze.dynamic import extensions
 from kanalyze.dynamic.harness import Harness, find_harness
 from kanalyze.dynamic.runner import Options, cuda_present, run_gates
+from kanalyze.dynamic.sandbox import extensions
 
 pytestmark = pytest.mark.gpu
 if not cuda_present():

@@ -11,14 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kanalyze.dynamic import witness
 from kanalyze.dynamic.cases import Case, Run, perturbed_sizes, scale_down
 from kanalyze.dynamic.compare import bitwise_differences, calibrated_bound, check_values, classes
 from kanalyze.dynamic.gates import gates_by_code
 from kanalyze.dynamic.gates.base import Verdict
 from kanalyze.dynamic.harness import Harness, NoHarness, find_harness, kernelbench_problem
 from kanalyze.dynamic.promote import promote_accumulators
-from kanalyze.dynamic.tensors import Leaf, as_float64, bits
-from kanalyze.dynamic import witness
+from kanalyze.dynamic.sandbox.transport import Leaf, as_float64, bits
 
 ROOT = Path(__file__).resolve().parent.parent
 KB = ROOT / "fixtures" / "kernelbench"

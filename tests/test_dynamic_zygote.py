@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from kanalyze.dynamic import zygote_client
 from kanalyze.dynamic.harness import Harness, find_harness
 from kanalyze.dynamic.runner import Options, run_gates
-from kanalyze.dynamic.sandbox import Limits, Worker, WorkerGone, new_scratch_root, remove_scratch_root
+from kanalyze.dynamic.sandbox import zygote_client
+from kanalyze.dynamic.sandbox.process import Limits, Worker, WorkerGone, new_scratch_root, remove_scratch_root
 
 pytest.importorskip("torch")
 pytest.importorskip("triton")

@@ -17,7 +17,7 @@ from kanalyze.analyzer.ir.sass import compact, parse_compact
 from kanalyze.analyzer.ir.scan import Scanner, mma_types
 from kanalyze.analyzer.ir.settings import IRSettings, SettingsError, load_settings
 from kanalyze.analyzer.ir.targets import Target, TargetError, parse_targets
-from kanalyze.analyzer.triton import TritonModule
+from kanalyze.analyzer.triton.model import TritonModule
 
 USER = "/scratch/src/k.py"
 

@@ -6,8 +6,9 @@ import textwrap
 
 import libcst as cst
 
-from kanalyze.analyzer.dataflow import Dataflow
-from kanalyze.analyzer.triton import TritonModule, walk
+from kanalyze.analyzer.cstwalk import walk
+from kanalyze.analyzer.triton.dataflow import Dataflow
+from kanalyze.analyzer.triton.model import TritonModule
 
 
 def model_of(code: str) -> TritonModule:
@@ -131,7 +132,7 @@ def test_forward_path_follows_calls_and_skips_references() -> None:
                 return x
     """)
     assert {f.qualname for f in m.forward_path} == {"Model.forward", "ModelNew.forward", "ModelNew._run", "launch", "prepare"}
-    from kanalyze.analyzer.host import candidate_functions
+    from kanalyze.analyzer.triton.host import candidate_functions
 
     assert {f.qualname for f in candidate_functions(m)} == {"ModelNew.forward", "ModelNew._run", "launch", "prepare"}
 

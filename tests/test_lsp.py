@@ -25,7 +25,7 @@ from pygls.lsp.client import LanguageClient
 from pygls.protocol import default_converter
 from pygls.uris import to_fs_path
 
-from kanalyze.rules import rules_by_code
+from kanalyze.rules import explanation, rules_by_code
 
 TF32_KERNEL = textwrap.dedent('''\
     import triton
@@ -221,7 +221,7 @@ def test_defect_fix_and_noqa_round_trip(workspace: Path) -> None:
         hover = await editor.client.text_document_hover_async(types.HoverParams(
             text_document=types.TextDocumentIdentifier(uri=uri),
             position=types.Position(line=DOT_LINE, character=DOT_START + 3)))
-        assert hover is not None and PRC001.explanation().strip() in hover.contents.value
+        assert hover is not None and explanation(PRC001).strip() in hover.contents.value
         assert hover.contents.kind == types.MarkupKind.Markdown
         nothing = await editor.client.text_document_hover_async(types.HoverParams(
             text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=0, character=2)))
@@ -257,7 +257,7 @@ def test_defect_fix_and_noqa_round_trip(workspace: Path) -> None:
         assert explain.command.command == "kanalyze.explain" and list(explain.command.arguments) == ["PRC001"]
         text = await editor.client.workspace_execute_command_async(types.ExecuteCommandParams(
             command=explain.command.command, arguments=explain.command.arguments))
-        assert text == PRC001.explanation()
+        assert text == explanation(PRC001)
         assert editor.shown and editor.shown[-1].startswith("file://")
         assert Path(to_fs_path(editor.shown[-1])).read_text(encoding="utf-8") == text
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from kanalyze.analyzer.cuda_sources import CUDA_SUFFIXES
+from kanalyze.analyzer.cuda.sources import CUDA_SUFFIXES
 
 PYTHON_SUFFIXES = (".py", ".pyi")
 

@@ -5,36 +5,37 @@ What the pool's workers, the editor and the tests call; never raises on user inp
 
 from __future__ import annotations
 
-from kanalyze.analyzer.cuda_sources import is_cuda_path, may_contain_inline_cuda
+from kanalyze.analyzer.cuda.sources import is_cuda_path, may_contain_inline_cuda
 from kanalyze.analyzer.sources import may_contain_triton, too_deeply_nested
 from kanalyze.check.errors import INTERNAL_ERROR, error_finding, nesting_finding
 from kanalyze.findings import Finding, Location
 
 
-def analyze_text(path: str, text: str) -> tuple[list[Finding], int]:
+def analyze_text(path: str, text: str, proofs: dict | None = None) -> tuple[list[Finding], int]:
     """Every finding of every rule in one file's text, `# noqa` applied.
 
-    Returns the findings and the number of findings that `# noqa` suppressed.
-    Never raises on user input.
+    `proofs` are the MEM003/MEM004 proof settings (`max-size`, `max-numel`, and
+    `proofs: False` to skip z3); the defaults when None.  Returns the findings
+    and the number of findings that `# noqa` suppressed.  Never raises on user input.
     """
     from kanalyze.analyzer.cstwalk import cached_children
 
     with cached_children():
-        return _analyze(path, text)
+        return _analyze(path, text, proofs or {})
 
 
-def _analyze(path: str, text: str) -> tuple[list[Finding], int]:
+def _analyze(path: str, text: str, proofs: dict) -> tuple[list[Finding], int]:
     import libcst as cst
 
     from kanalyze.analyzer.positions import Positions
     from kanalyze.analyzer.suppressions import Suppressions
-    from kanalyze.analyzer.triton import TritonModule
+    from kanalyze.analyzer.triton.model import TritonModule
     from kanalyze.rules import detecting_rules, rules_by_code
 
     if too_deeply_nested(text):
         return [nesting_finding(path)], 0
     try:
-        model = TritonModule.from_source(path, text)
+        model = TritonModule.from_source(path, text, proofs)
     except cst.ParserSyntaxError as exc:
         message = " ".join(exc.message.split())
         return [error_finding(path, f"cannot parse: {message}", exc.raw_line, exc.raw_column + 1)], 0
@@ -80,7 +81,8 @@ def _analyze(path: str, text: str) -> tuple[list[Finding], int]:
     return findings, suppressed
 
 
-def analyze_source(path: str, text: str, language: str | None = None) -> tuple[list[Finding], int]:
+def analyze_source(path: str, text: str, language: str | None = None,
+                   proofs: dict | None = None) -> tuple[list[Finding], int]:
     """One file's text → its findings, whatever the file holds: what the pool's
     workers and the editor call.  A CUDA file (by suffix, or `language="cuda"`
     for an unsaved editor buffer) goes through the CUDA pass; Python through the
@@ -92,7 +94,7 @@ def analyze_source(path: str, text: str, language: str | None = None) -> tuple[l
     suppressed = 0
     triton = may_contain_triton(text)
     if triton:
-        findings, suppressed = analyze_text(path, text)
+        findings, suppressed = analyze_text(path, text, proofs)
     if may_contain_inline_cuda(text):
         if not triton and too_deeply_nested(text):  # the Triton pass has not checked it
             return [nesting_finding(path)], 0

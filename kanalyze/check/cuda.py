@@ -2,7 +2,7 @@
 
 A `.cu` file is one unit.  A Python file that builds CUDA is read one of two
 ways: a *plain* file (a `load_inline` solution whose Python side cannot hold a
-Python-side finding, analyzer/cuda_inline_plain.py) with Python's own `ast`;
+Python-side finding, analyzer/inline_plain.py) with Python's own `ast`;
 any other through LibCST's model of the file, which the Python-side detectors
 also read.  Both give the same units, mapped to the same rows and columns.
 Then: the kernel model of each unit, every CUDA rule, positions only when
@@ -20,16 +20,16 @@ def preload() -> None:
     """Import what a CUDA check needs and build the parser (before the pipeline forks workers)."""
     import importlib
 
-    for name in ("cuda_build", "cuda_facts", "cuda_inline_plain", "cuda_positions", "cuda_suppressions"):
-        importlib.import_module(f"kanalyze.analyzer.{name}")
-    from kanalyze.analyzer.cuda_model import _parser
+    for name in ("build", "facts", "inline_plain", "positions", "suppressions"):
+        importlib.import_module(f"kanalyze.analyzer.cuda.{name}")
+    from kanalyze.analyzer.cuda.model import _parser
 
     _parser()
 
 
 def analyze_cuda_text(path: str, text: str) -> tuple[list[Finding], int]:
     """Every CUDA finding in a `.cu`/`.cuh`/`.cuda` file, `// NOLINT` applied."""
-    from kanalyze.analyzer.cuda_sources import CudaUnit
+    from kanalyze.analyzer.cuda.sources import CudaUnit
 
     return _analyze_cuda(path, text, [CudaUnit(path, text, "file")], None, [], python_rules=False)
 
@@ -42,7 +42,7 @@ def analyze_inline_cuda(path: str, text: str, *, python_rules: bool = True) -> t
         return ([error_finding(path, f"cannot parse: more than {MAX_NESTING} brackets are open at once "
                                       f"(Python itself refuses such code)")] if python_rules else []), 0
     if python_rules:  # (a Triton file has its LibCST model already; the Python-side rules read it)
-        from kanalyze.analyzer.cuda_inline_plain import read_plain
+        from kanalyze.analyzer.cuda.inline_plain import read_plain
 
         plain = read_plain(path, text)
         if plain is not None:
@@ -57,8 +57,8 @@ def _analyze_with_libcst(path: str, text: str, python_rules: bool) -> tuple[list
     import libcst as cst
 
     from kanalyze.analyzer.cstwalk import cached_children
-    from kanalyze.analyzer.cuda_inline import find_extensions, module_int_constants
-    from kanalyze.analyzer.triton import TritonModule
+    from kanalyze.analyzer.cuda.inline import find_extensions, module_int_constants
+    from kanalyze.analyzer.triton.model import TritonModule
 
     with cached_children():
         try:
@@ -88,7 +88,7 @@ def _analyze_cuda(path: str, text: str, units: list, host, extensions: list, *, 
                   python_file: bool = False, sizes: dict[str, int] | None = None) -> tuple[list[Finding], int]:
     """`host` is the file's LibCST model, or None (a `.cu` file, or a plain Python file:
     then only the rules whose Python side reads nothing but the extensions run there)."""
-    from kanalyze.analyzer.cuda_model import CudaModule
+    from kanalyze.analyzer.cuda.model import CudaModule
     from kanalyze.rules import cuda_rules, detecting_rules
     from kanalyze.rules.cuda_rule import CudaReport
 
@@ -133,8 +133,8 @@ def _analyze_cuda(path: str, text: str, units: list, host, extensions: list, *, 
     if not reports and not partial and not skipped:
         return findings, 0
 
-    from kanalyze.analyzer.cuda_positions import CudaLocator, read_in_part
-    from kanalyze.analyzer.cuda_suppressions import CudaSuppressions
+    from kanalyze.analyzer.cuda.positions import CudaLocator, read_in_part
+    from kanalyze.analyzer.cuda.suppressions import CudaSuppressions
     from kanalyze.analyzer.suppressions import Suppressions
     from kanalyze.rules import rules_by_code
 

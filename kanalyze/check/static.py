@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from kanalyze.analyzer.cuda_sources import cuda_files_named_in
+from kanalyze.analyzer.cuda.sources import cuda_files_named_in
 from kanalyze.analyzer.sources import SourceError, SourceText, discover, read_source
 from kanalyze.cache import Cache
 from kanalyze.check.analyze import analyze_source, needs_analysis
@@ -30,14 +30,10 @@ class CheckResult:
     notes: list[str] = field(default_factory=list)  # said once per run, e.g. "nvcc was not found"
 
 
-def _analyze_batch(batch: list[tuple[str, str]], proof_ranges: dict | None = None) -> list[tuple[str, list[dict], int]]:
-    if proof_ranges is not None:  # a spawned worker does not inherit the parent's setting
-        from kanalyze.analyzer.bounds import configure
-
-        configure(proof_ranges)
+def _analyze_batch(batch: list[tuple[str, str]], proofs: dict) -> list[tuple[str, list[dict], int]]:
     results = []
     for path, text in batch:
-        findings, suppressed = analyze_source(path, text)
+        findings, suppressed = analyze_source(path, text, proofs=proofs)
         results.append((path, [f.to_dict() for f in findings], suppressed))
     return results
 
@@ -65,13 +61,12 @@ def run_static(
     use_cache: bool = True,
     jobs: int | None = None,
 ) -> CheckResult:
-    from kanalyze.analyzer.bounds import configured, proof_ranges
+    from kanalyze.analyzer.bounds.proofs import proof_ranges
 
     ranges = proof_ranges(config.raw)  # `max-size` / `max-numel` of the MEM003 / MEM004 proofs
     if not (config.selects("MEM003") or config.selects("MEM004")):
         ranges["proofs"] = False  # the z3 proofs are most of a cold check's cost: skip them when unwanted
-    with configured(ranges):
-        return _check_files(paths, config, ranges, force_exclude=force_exclude, use_cache=use_cache, jobs=jobs)
+    return _check_files(paths, config, ranges, force_exclude=force_exclude, use_cache=use_cache, jobs=jobs)
 
 
 def _check_files(paths: Iterable[str], config: Config, ranges: dict, *, force_exclude: bool, use_cache: bool,
@@ -122,7 +117,7 @@ def _check_files(paths: Iterable[str], config: Config, ranges: dict, *, force_ex
             batches = _batches(to_parse, workers * 4)
             outputs = [r for batch in pool.map(_analyze_batch, batches, [ranges] * len(batches)) for r in batch]
     else:
-        outputs = _analyze_batch(to_parse)
+        outputs = _analyze_batch(to_parse, ranges)
 
     texts = dict(to_parse)
     for path, finding_dicts, suppressed in outputs:

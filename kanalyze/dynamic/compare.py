@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kanalyze.dynamic.tensors import EPS, Leaf, as_float64, bits
+from kanalyze.dynamic.sandbox.transport import EPS, Leaf, as_float64, bits
 
 FACTOR = 4.0
 FLOOR_ULPS = 4.0

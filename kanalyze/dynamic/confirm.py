@@ -28,7 +28,7 @@ from kanalyze.dynamic import witness as witnesses
 from kanalyze.dynamic.gates import gates_by_code
 from kanalyze.dynamic.harness import Harness, NoHarness, find_harness, kernel_harness
 from kanalyze.dynamic.runner import GateRun, Options, resolve_mode, run_gates
-from kanalyze.dynamic.sandbox import Limits
+from kanalyze.dynamic.sandbox.process import Limits
 from kanalyze.findings import Finding, Location, Status, Witness
 
 

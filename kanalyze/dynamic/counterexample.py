@@ -1,6 +1,6 @@
 """From a z3 counterexample (a MEM003/MEM004 flag's evidence) to the call that reproduces it.
 
-The static pass's counterexample (analyzer/bounds_checks.py, `counterexample`)
+The static pass's counterexample (analyzer/bounds/checks.py, `counterexample`)
 names the sizes, the shape of the tensor behind every pointer, the grid, the
 constexprs and the wrapper that launched the kernel.  `call_of` turns it into a
 `Case.call` (see kernel_call.py):

@@ -18,7 +18,7 @@ import types
 
 import torch
 
-from kanalyze.dynamic import extensions
+from kanalyze.dynamic.sandbox import extensions
 
 _counter = 0
 

@@ -20,7 +20,7 @@ import threading
 import uuid
 
 from kanalyze.dynamic.harness import Harness
-from kanalyze.dynamic.sandbox import Outcome
+from kanalyze.dynamic.sandbox.process import Outcome
 
 
 class ReferenceCache:

@@ -14,8 +14,8 @@ from functools import cached_property
 import numpy as np
 
 from kanalyze.dynamic.cases import Case
-from kanalyze.dynamic.sandbox import Outcome
-from kanalyze.dynamic.tensors import Leaf
+from kanalyze.dynamic.sandbox.process import Outcome
+from kanalyze.dynamic.sandbox.transport import Leaf
 
 
 # Errors after which the device is gone: the worker stops, the next case gets a fresh one.

@@ -29,7 +29,7 @@ from kanalyze.dynamic.gates.base import CONFIRMED, UNCONFIRMED, GateContext, Ver
 from kanalyze.dynamic.harness import Harness
 from kanalyze.dynamic.reference_cache import REFERENCES
 from kanalyze.dynamic.results import Result
-from kanalyze.dynamic.sandbox import (Limits, Outcome, Worker, WorkerGone, new_scratch_root, remove_scratch_root,
+from kanalyze.dynamic.sandbox.process import (Limits, Outcome, Worker, WorkerGone, new_scratch_root, remove_scratch_root,
                                       run_cases)
 
 MAX_NUMEL = {"cpu": 2 ** 16, "cuda": 2 ** 26}

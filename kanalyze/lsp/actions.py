@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from lsprotocol import types
 
@@ -15,8 +15,20 @@ from kanalyze.lsp.convert import LineEdit, contains, hover_markdown, overlaps, s
 from kanalyze.lsp.documents import DocState, Published
 from kanalyze.rules import rules_by_code
 
-if TYPE_CHECKING:
-    from kanalyze.lsp.server import KanalyzeServer
+
+
+class KanalyzeServer(Protocol):
+    """What the actions use of the language server (server.py's KanalyzeServer)."""
+
+    workspace: Any
+    client_capabilities: types.ClientCapabilities
+    docs_dir: str | None
+
+    def log(self, message: str, kind: types.MessageType = ...) -> None: ...
+
+    def window_show_message(self, params: types.ShowMessageParams) -> None: ...
+
+    def window_show_document_async(self, params: types.ShowDocumentParams) -> Any: ...
 
 EXPLAIN_COMMAND = "kanalyze.explain"
 

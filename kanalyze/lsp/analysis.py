@@ -47,8 +47,9 @@ def unreadable(path: str, reason: str, code: str = "KAN000", name: str = "parse-
                    evidence={"reason": reason})
 
 
-def analyze_document(path: str, text: str, kind: str) -> tuple[list[Finding], int]:
-    """Findings for one document's text, and how many `# noqa` suppressed.
+def analyze_document(path: str, text: str, kind: str, proofs: dict | None = None) -> tuple[list[Finding], int]:
+    """Findings for one document's text, and how many `# noqa` suppressed; `proofs`
+    are the document's proof settings (check/analyze.py).
 
     Never raises on user input: text that cannot be analyzed gives KAN000.
     """
@@ -59,4 +60,4 @@ def analyze_document(path: str, text: str, kind: str) -> tuple[list[Finding], in
         return [unreadable(path, "binary file: it contains NUL bytes, so it is not source code")], 0
     from kanalyze.check import analyze_source
 
-    return analyze_source(path, text, CUDA if kind == CUDA else None)
+    return analyze_source(path, text, CUDA if kind == CUDA else None, proofs)

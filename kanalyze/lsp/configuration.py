@@ -67,7 +67,7 @@ def _pyproject_stamp(directory: str) -> tuple:
 def proof_settings(config: Config) -> dict:
     """The z3 proof ranges of `[tool.kanalyze]`, and whether to run them at all
     (not when the selection leaves MEM003 and MEM004 out, as by default)."""
-    from kanalyze.analyzer.bounds import proof_ranges
+    from kanalyze.analyzer.bounds.proofs import proof_ranges
 
     settings = proof_ranges(config.raw)
     if not (config.selects("MEM003") or config.selects("MEM004")):

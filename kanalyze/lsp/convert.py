@@ -24,7 +24,7 @@ from lsprotocol import types
 
 from kanalyze.findings import Finding
 from kanalyze.lsp.analysis import CUDA
-from kanalyze.rules import rules_by_code
+from kanalyze.rules import explanation, rules_by_code
 
 SOURCE = "kanalyze"
 WITNESS_DIR = Path(".kanalyze") / "witnesses"
@@ -272,6 +272,6 @@ def hover_markdown(findings: list[tuple[Finding, str]]) -> str:
     for finding, status in findings:
         rule = rules_by_code().get(finding.code)
         head = f"**{finding.code}** `{finding.name}` ({status}): {finding.message}"
-        body = rule.explanation() if rule else ""
+        body = explanation(rule) if rule else ""
         sections.append(f"{head}\n\n{body}".rstrip())
     return "\n\n---\n\n".join(sections)

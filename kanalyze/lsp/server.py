@@ -44,7 +44,7 @@ from kanalyze.lsp.documents import DocState, Documents, Published
 from kanalyze.lsp.protocol import KanalyzeProtocol
 from kanalyze.lsp.runner import AnalysisRunner
 from kanalyze.lsp.settings import Settings
-from kanalyze.rules import rules_by_code
+from kanalyze.rules import explanation, rules_by_code
 
 __all__ = ["EXPLAIN_COMMAND", "KanalyzeServer", "Settings", "build_server", "serve"]
 
@@ -275,7 +275,7 @@ def build_server() -> KanalyzeServer:
         if len(args) != 1 or not isinstance(args[0], str) or args[0].upper() not in rules_by_code():
             raise JsonRpcInvalidParams(f"{EXPLAIN_COMMAND} takes one clause code, e.g. [\"PRC002\"]")
         code = args[0].upper()
-        markdown = rules_by_code()[code].explanation()
+        markdown = explanation(rules_by_code()[code])
         await actions.show_explanation(ls, code, markdown)
         return markdown
 

@@ -113,7 +113,6 @@ class AnalysisWorker:
 
 def main() -> None:
     """The child: read requests from stdin, answer on stdout, until stdin closes."""
-    from kanalyze.analyzer.bounds import configure
     from kanalyze.lsp.analysis import analyze_document
 
     out = sys.stdout.buffer
@@ -121,8 +120,9 @@ def main() -> None:
     for line in sys.stdin.buffer:
         request = json.loads(line)
         try:
-            configure(request.get("settings") or {})  # proof ranges; `proofs: False` skips z3
-            findings, suppressed = analyze_document(request["path"], request["text"], request["kind"])
+            # The proof ranges of the document's configuration; `proofs: False` skips z3.
+            findings, suppressed = analyze_document(request["path"], request["text"], request["kind"],
+                                                    request.get("settings") or {})
             response = {"id": request["id"], "findings": [f.to_dict() for f in findings], "suppressed": suppressed}
         except Exception as exc:  # a bug in the pass: report it for this document, keep serving
             response = {"id": request["id"], "error": f"internal error: {type(exc).__name__}: {exc}"}

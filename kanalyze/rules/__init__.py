@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+import textwrap
 from functools import lru_cache
 
 from kanalyze.rules.base import Report, Rule
@@ -53,9 +54,19 @@ def rules_by_code() -> dict[str, type[Rule]]:
     return {rule.code: rule for rule in all_rules()}
 
 
+def explanation(rule: type[Rule]) -> str:
+    """What `kanalyze explain CODE` prints: the clause's docs, its CUDA detectors' docs
+    (rules/cuda_rule.py) as a section of their own, and the gate that decides it."""
+    header = f"# {rule.code} ({rule.name})\n\n{rule.summary}\n\n"
+    cuda = "".join(f"\n\n## In CUDA C++\n\n{textwrap.dedent(detector.docs).strip()}"
+                   for detector in cuda_detector_classes(rule.code) if detector is not rule and detector.docs)
+    gate = f"\n\n## How it is confirmed\n\nGate: `{rule.gate}`.\n" if rule.gate else "\n"
+    return header + textwrap.dedent(rule.docs).strip() + cuda + gate
+
+
 def detecting_rules() -> list[Rule]:
     """Instances of the rules that have static detectors."""
     return [rule() for rule in all_rules() if rule.has_detectors]
 
 
-__all__ = ["Report", "Rule", "all_rules", "cuda_detector_classes", "cuda_rules", "detecting_rules", "rules_by_code"]
+__all__ = ["Report", "Rule", "all_rules", "cuda_detector_classes", "cuda_rules", "detecting_rules", "explanation", "rules_by_code"]

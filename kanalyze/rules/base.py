@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Iterator
 import libcst as cst
 
 from kanalyze.analyzer.cstwalk import node_text
-from kanalyze.analyzer.triton import TritonModule
+from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.findings import rule_url
 
 
@@ -52,20 +52,6 @@ class Rule:
     def report(self, node: cst.CSTNode, message: str, *, kernel: str | None = None, **evidence: Any) -> Report:
         evidence.setdefault("gate", self.gate)
         return Report(self.code, node, message, kernel, evidence)
-
-    @classmethod
-    def explanation(cls) -> str:
-        header = f"# {cls.code} ({cls.name})\n\n{cls.summary}\n\n"
-        gate = f"\n\n## How it is confirmed\n\nGate: `{cls.gate}`.\n" if cls.gate else "\n"
-        return header + textwrap.dedent(cls.docs).strip() + cls._cuda_docs() + gate
-
-    @classmethod
-    def _cuda_docs(cls) -> str:
-        """The docs of the clause's CUDA detectors (rules/cuda_rule.py), as a section of its own."""
-        from kanalyze.rules import cuda_detector_classes
-
-        return "".join(f"\n\n## In CUDA C++\n\n{textwrap.dedent(rule.docs).strip()}"
-                       for rule in cuda_detector_classes(cls.code) if rule is not cls and rule.docs)
 
     @classmethod
     def help_uri(cls) -> str:

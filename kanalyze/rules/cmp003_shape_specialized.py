@@ -7,14 +7,17 @@ from typing import Iterator
 
 import libcst as cst
 
-from kanalyze.analyzer.access_offsets import (compared_bound, covers_dimension, guarded_by_masked_branch,
+from kanalyze.analyzer.cstwalk import walk
+from kanalyze.analyzer.triton.access_offsets import (compared_bound, covers_dimension, guarded_by_masked_branch,
                                               offsets_name, size_params, wrapped_or_clamped)
-from kanalyze.analyzer.grids import grid_arithmetic, grid_dims, grid_literal_sizes
-from kanalyze.analyzer.shape_asserts import host_size_like, shape_pin
-from kanalyze.analyzer.shapes import (ARANGE, LOAD, PROGRAM_ID, STORE, TL, constant_int, is_none, pointer_params,
+from kanalyze.analyzer.triton.calls import calls_within, int_literal, keyword
+from kanalyze.analyzer.triton.dataflow import Dataflow, names_read
+from kanalyze.analyzer.triton.entities import Function, JitFunction, Launch
+from kanalyze.analyzer.triton.grids import grid_arithmetic, grid_dims, grid_literal_sizes
+from kanalyze.analyzer.triton.model import TritonModule
+from kanalyze.analyzer.triton.shape_asserts import host_size_like, shape_pin
+from kanalyze.analyzer.triton.shapes import (ARANGE, LOAD, PROGRAM_ID, STORE, TL, constant_int, is_none, pointer_params,
                                       reaches, runtime_params, shape_kinds, single_value)
-from kanalyze.analyzer.triton import (Dataflow, Function, JitFunction, Launch, TritonModule, calls_within,
-                                      int_literal, keyword, names_read, walk)
 from kanalyze.rules.base import Report, Rule, expr_text, source
 
 # Host calls whose positional arguments are sizes (None: all of them; n: only the n-th).

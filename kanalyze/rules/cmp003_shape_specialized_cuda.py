@@ -8,12 +8,13 @@ from typing import Iterator
 
 import tree_sitter as ts
 
-from kanalyze.analyzer.cuda_facts import (
+from kanalyze.analyzer.cuda.build import read_declaration
+from kanalyze.analyzer.cuda.entities import Variable
+from kanalyze.analyzer.cuda.facts import (
     COMPARISONS, expr_taint, floor_divisions, grid_strides, launches_of, shared_index_dims,
 )
-from kanalyze.analyzer.cuda_build import read_declaration
-from kanalyze.analyzer.cuda_model import CudaModule, Variable
-from kanalyze.analyzer.cuda_types import eval_int
+from kanalyze.analyzer.cuda.model import CudaModule
+from kanalyze.analyzer.cuda.types import eval_int
 from kanalyze.rules.base import Report, source
 from kanalyze.rules.cmp003_shape_specialized import ShapeSpecialized
 from kanalyze.rules.cuda_rule import CudaRule, kernel_name

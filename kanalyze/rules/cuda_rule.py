@@ -4,7 +4,7 @@ Each clause keeps one catalog entry: its Rule class in `<code>_<name>.py`
 (code, name, docs, gate, Triton detectors).  Its CUDA detectors live beside
 it in `<code>_<name>_cuda.py`, in a `CudaRule` subclass with the same code:
   - `check_cuda(cuda)` reads one CUDA translation unit (a `.cu` file or an
-    inline string) through the CudaModule of cuda_model.py;
+    inline string) through the CudaModule of model.py;
   - `check_host(host, extensions)` reads the Python that builds and calls
     the extensions (load_inline flags, `forward`), once per Python file.
 The registry lists the clause once; `kanalyze explain CODE` shows the CUDA
@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 from kanalyze.rules.base import Report, Rule
 
 if TYPE_CHECKING:  # tree-sitter is only loaded when a CUDA unit is parsed
-    from kanalyze.analyzer.cuda_model import CudaFunction, CudaModule
-    from kanalyze.analyzer.cuda_sources import CudaUnit, Extension
-    from kanalyze.analyzer.triton import TritonModule
+    from kanalyze.analyzer.cuda.entities import CudaFunction
+    from kanalyze.analyzer.cuda.model import CudaModule
+    from kanalyze.analyzer.cuda.sources import CudaUnit, Extension
+    from kanalyze.analyzer.triton.model import TritonModule
 
 
 @dataclass

@@ -6,14 +6,17 @@ from typing import Iterator
 
 import libcst as cst
 
-from kanalyze.analyzer.dataflow import Def
-from kanalyze.analyzer.names import dotted
-from kanalyze.analyzer.triton import TritonModule, bind_call_args, calls_within, keyword, walk
-from kanalyze.rules.base import Report, Rule, expr_text, source
 from kanalyze.analyzer.cstwalk import node_text
-from kanalyze.analyzer.host import candidate_functions
-from kanalyze.analyzer.pointers import WRITES
-from kanalyze.analyzer.reaching import Reaching
+from kanalyze.analyzer.cstwalk import walk
+from kanalyze.analyzer.names import dotted
+from kanalyze.analyzer.triton.calls import bind_call_args, calls_within, keyword
+from kanalyze.analyzer.triton.dataflow import Def
+from kanalyze.analyzer.triton.host import candidate_functions
+from kanalyze.analyzer.triton.model import TritonModule
+from kanalyze.analyzer.triton.nan_tests import nan_test, shape_only, value_names
+from kanalyze.analyzer.triton.pointers import WRITES
+from kanalyze.analyzer.triton.reaching import Reaching
+from kanalyze.rules.base import Report, Rule, expr_text, source
 
 TL = "triton.language."
 # Triton 3.x: maximum/minimum/clamp default to PropagateNan.NONE (maxnumf:
@@ -23,10 +26,6 @@ REDUCTIONS = {TL + "max", TL + "min"}
 CLAMP = TL + "clamp"
 FLOAT_SOURCES = {TL + f for f in ("load", "dot", "exp", "exp2", "log", "log2", "sqrt", "sqrt_rn", "rsqrt",
                                   "sigmoid", "fdiv", "div_rn", "erf", "cos", "sin", "softmax", "sum")}
-NAN_TESTS = {"isnan": "NaN", "isinf": "±Inf", "isfinite": "NaN and ±Inf", "isfinited": "NaN and ±Inf",
-             "isposinf": "+Inf", "isneginf": "-Inf"}
-SHAPE_ATTRS = {"shape", "dtype", "device", "type"}
-SHAPE_CALLS = {"zeros_like", "ones_like", "full_like", "empty_like"}
 FLIP = {cst.GreaterThan: "<=", cst.GreaterThanEqual: "<", cst.LessThan: ">=", cst.LessThanEqual: ">"}
 
 
@@ -263,7 +262,7 @@ class NonFiniteSwallowed(Rule):
         stack = [expr]
         while stack:
             node = stack.pop()
-            if node is skip or _shape_only(self.model, node):
+            if node is skip or shape_only(self.model, node):
                 continue
             if isinstance(node, cst.Name):
                 groups.append(self.reach.defs(node.value, node))
@@ -331,66 +330,23 @@ class NonFiniteSwallowed(Rule):
                                             f"does: remove it", expression=text, pattern="nan_to_num")
                 elif site.qualname == "torch.where" and len(call.args) == 3:
                     found = _where_swallow(model, call, *(a.value for a in call.args),
-                                           lambda br, s: _names(model, s) <= _names(model, br), host=True)
+                                           lambda br, s: value_names(model, s) <= value_names(model, br), host=True)
                     if found is not None:
                         yield self.report(call, f"{found[3]} (in {where})", expression=text, pattern=found[2])
                 elif attr in ("masked_fill", "masked_fill_") and call.args:
-                    test = _nan_test(model, call.args[0].value)
+                    test = nan_test(model, call.args[0].value)
                     if test is not None:
                         yield self.report(call, f"`{text}` in {where} overwrites {test[2]} values; the reference "
                                                 f"propagates them: remove it", expression=text, pattern="masked_fill")
             for node in walk(function.node):
                 if isinstance(node, cst.Assign) and isinstance(node.targets[0].target, cst.Subscript):
                     target = node.targets[0].target
-                    test = next((_nan_test(model, e.slice.value) for e in target.slice
+                    test = next((nan_test(model, e.slice.value) for e in target.slice
                                  if isinstance(e.slice, cst.Index)), None)
                     if test is not None:
                         text = expr_text(model, node)
                         yield self.report(node, f"`{text}` in {where} overwrites {test[2]} values; the reference "
                                                 f"propagates them: remove it", expression=text, pattern="index-assign")
-
-
-def _shape_only(model: TritonModule, node: cst.CSTNode) -> bool:
-    """`x.shape`, `x.dtype`, `zeros_like(x)`: read x's metadata, not its values."""
-    if isinstance(node, cst.Attribute):
-        return node.attr.value in SHAPE_ATTRS
-    if isinstance(node, cst.Call):
-        return (model.call_name(node) or "").rpartition(".")[2] in SHAPE_CALLS
-    return False
-
-
-def _names(model: TritonModule, expr: cst.CSTNode) -> set[str]:
-    found, stack = set(), [expr]
-    while stack:
-        node = stack.pop()
-        if _shape_only(model, node):
-            continue
-        if isinstance(node, cst.Name):
-            found.add(node.value)
-        elif isinstance(node, cst.Attribute):
-            stack.append(node.value)
-        else:
-            stack.extend(node.children)
-    return found
-
-
-def _nan_test(model: TritonModule, cond: cst.BaseExpression) -> tuple[cst.BaseExpression, bool, str] | None:
-    """For a NaN/Inf test, (tested value, is the test True on the special
-    lanes, which specials)."""
-    if isinstance(cond, cst.Comparison) and len(cond.comparisons) == 1:
-        op, right = cond.comparisons[0].operator, cond.comparisons[0].comparator
-        same = node_text(model.module, cond.left).replace(" ", "") == node_text(model.module, right).replace(" ", "")
-        if same and isinstance(op, (cst.NotEqual, cst.Equal)):
-            return cond.left, isinstance(op, cst.NotEqual), "NaN"
-    if isinstance(cond, cst.Call):
-        func = cond.func
-        leaf = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
-        if leaf in NAN_TESTS:
-            qualname = model.call_name(cond) or ""
-            subject = cond.args[0].value if cond.args else func.value if isinstance(func, cst.Attribute) else None
-            if subject is not None and (cond.args and qualname.startswith(("triton", "torch")) or not cond.args):
-                return subject, not leaf.startswith("isfinite"), NAN_TESTS[leaf]
-    return None
 
 
 def _where_swallow(model: TritonModule, call: cst.Call, cond, a, b, carries, host: bool = False):
@@ -401,7 +357,7 @@ def _where_swallow(model: TritonModule, call: cst.Call, cond, a, b, carries, hos
     while isinstance(cond, cst.UnaryOperation) and isinstance(cond.operator, (cst.BitInvert, cst.Not)):
         negated, cond = not negated, cond.expression
     text = expr_text(model, call)
-    test = _nan_test(model, cond)
+    test = nan_test(model, cond)
     if test is not None:
         subject, nan_true, specials = test
         nan_branch = a if nan_true != negated else b

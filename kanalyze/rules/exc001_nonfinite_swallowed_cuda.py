@@ -7,12 +7,14 @@ from typing import Iterator
 
 import tree_sitter as ts
 
-from kanalyze.analyzer.cuda_facts import expr_taint
-from kanalyze.analyzer.cuda_model import CudaFunction, CudaModule, walk
-from kanalyze.analyzer.cuda_sources import Extension
-from kanalyze.analyzer.cuda_types import FLOATS, type_of
-from kanalyze.analyzer.host import candidate_functions
-from kanalyze.analyzer.triton import TritonModule
+from kanalyze.analyzer.cuda.entities import CudaFunction
+from kanalyze.analyzer.cuda.facts import expr_taint
+from kanalyze.analyzer.cuda.model import CudaModule
+from kanalyze.analyzer.cuda.sources import Extension
+from kanalyze.analyzer.cuda.types import FLOATS, type_of
+from kanalyze.analyzer.cuda.values import walk
+from kanalyze.analyzer.triton.host import candidate_functions
+from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.rules.base import Report, source
 from kanalyze.rules.cuda_rule import CudaRule, kernel_name
 from kanalyze.rules.exc001_nonfinite_swallowed import NonFiniteSwallowed

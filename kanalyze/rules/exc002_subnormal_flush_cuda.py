@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-from kanalyze.analyzer.cuda_model import CudaModule
-from kanalyze.analyzer.cuda_sources import Extension
-from kanalyze.analyzer.triton import TritonModule
+from kanalyze.analyzer.cuda.model import CudaModule
+from kanalyze.analyzer.cuda.sources import Extension
+from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.rules.base import Report, source
 from kanalyze.rules.cuda_rule import CudaRule, kernel_name
 from kanalyze.rules.exc002_subnormal_flush import SubnormalFlush

@@ -6,10 +6,12 @@ from typing import Iterator
 
 import libcst as cst
 
-from kanalyze.analyzer.names import dotted
 from kanalyze.analyzer.cstwalk import body_nodes
-from kanalyze.analyzer.host import candidate_functions
-from kanalyze.analyzer.triton import Function, TritonModule, walk
+from kanalyze.analyzer.cstwalk import walk
+from kanalyze.analyzer.names import dotted
+from kanalyze.analyzer.triton.entities import Function
+from kanalyze.analyzer.triton.host import candidate_functions
+from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.rules.base import Report, Rule, expr_text, source
 
 SIDE_STREAMS = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from kanalyze.analyzer.cuda_model import CudaModule
+from kanalyze.analyzer.cuda.model import CudaModule
 from kanalyze.rules.base import Report, source
 from kanalyze.rules.cuda_rule import CudaRule
 from kanalyze.rules.int001_evaluation_gaming import EvaluationGaming

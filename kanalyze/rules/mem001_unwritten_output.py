@@ -7,13 +7,16 @@ from typing import Iterator
 
 import libcst as cst
 
-from kanalyze.analyzer.dataflow import Def
+from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.names import dotted
-from kanalyze.analyzer.triton import Function, JitFunction, Launch, TritonModule, bind_call_args, int_literal, keyword, walk
+from kanalyze.analyzer.triton.calls import bind_call_args, int_literal, keyword
+from kanalyze.analyzer.triton.dataflow import Def
+from kanalyze.analyzer.triton.entities import Function, JitFunction, Launch
+from kanalyze.analyzer.triton.host import ALIASING, host_calls, host_params
+from kanalyze.analyzer.triton.model import TritonModule
+from kanalyze.analyzer.triton.pointers import WRITES, pointer_roots
+from kanalyze.analyzer.triton.reaching import Reaching
 from kanalyze.rules.base import Report, Rule, expr_text, source
-from kanalyze.analyzer.host import ALIASING, host_calls, host_params
-from kanalyze.analyzer.pointers import WRITES, pointer_roots
-from kanalyze.analyzer.reaching import Reaching
 
 TL = "triton.language."
 EMPTY = {"torch.empty", "torch.empty_like", "torch.empty_strided"}

@@ -7,12 +7,14 @@ from typing import Iterator
 import libcst as cst
 import tree_sitter as ts
 
-from kanalyze.analyzer.cuda_build import read_declaration
-from kanalyze.analyzer.cuda_facts import bound_params, conditions_above, expr_taint, floor_divisions, grid_strides
-from kanalyze.analyzer.cuda_model import CudaFunction, CudaLaunch, CudaModule, walk
-from kanalyze.analyzer.cuda_sources import Extension
+from kanalyze.analyzer.cuda.build import read_declaration
+from kanalyze.analyzer.cuda.entities import CudaFunction, CudaLaunch
+from kanalyze.analyzer.cuda.facts import bound_params, conditions_above, expr_taint, floor_divisions, grid_strides
+from kanalyze.analyzer.cuda.model import CudaModule
+from kanalyze.analyzer.cuda.sources import Extension
+from kanalyze.analyzer.cuda.values import walk
 from kanalyze.analyzer.names import dotted
-from kanalyze.analyzer.triton import TritonModule
+from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.rules.base import Report, expr_text, source
 from kanalyze.rules.cuda_rule import CudaRule
 from kanalyze.rules.mem001_unwritten_output import UnwrittenOutput

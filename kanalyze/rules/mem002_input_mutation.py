@@ -7,10 +7,13 @@ from typing import Iterator
 
 import libcst as cst
 
-from kanalyze.analyzer.host import ALIASING, ALIASING_ATTRS, ALIASING_TORCH, candidate_functions, host_calls, host_params
-from kanalyze.analyzer.pointers import WRITES, pointer_roots
-from kanalyze.analyzer.reaching import Reaching
-from kanalyze.analyzer.triton import Function, TritonModule, bind_call_args, keyword, walk
+from kanalyze.analyzer.cstwalk import walk
+from kanalyze.analyzer.triton.calls import bind_call_args, keyword
+from kanalyze.analyzer.triton.entities import Function
+from kanalyze.analyzer.triton.host import ALIASING, ALIASING_ATTRS, ALIASING_TORCH, candidate_functions, host_calls, host_params
+from kanalyze.analyzer.triton.model import TritonModule
+from kanalyze.analyzer.triton.pointers import WRITES, pointer_roots
+from kanalyze.analyzer.triton.reaching import Reaching
 from kanalyze.rules.base import Report, Rule, expr_text, source
 
 TL = "triton.language."

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from kanalyze.analyzer.bounds import AccessReport, BoundsAnalysis, analyze, has_launched_accesses
-from kanalyze.analyzer.triton import TritonModule
+from kanalyze.analyzer.bounds.proofs import AccessReport, BoundsAnalysis, analyze, has_launched_accesses
+from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.rules.base import Report, Rule, expr_text, source
 
 
@@ -160,7 +160,7 @@ def assumptions(analysis: BoundsAnalysis, mode: str) -> dict:
 def _cmp003_unmasked(model: TritonModule) -> set[int]:
     """Ids of the unmasked accesses CMP003 reports (its own detector, run on demand)."""
     try:
-        from kanalyze.analyzer.shapes import pointer_params, runtime_params
+        from kanalyze.analyzer.triton.shapes import pointer_params, runtime_params
         from kanalyze.rules.cmp003_shape_specialized import ShapeSpecialized
     except ImportError:
         return set()

@@ -6,8 +6,8 @@ from typing import Iterator
 
 import libcst as cst
 
-from kanalyze.analyzer.bounds import analyze, has_launched_accesses
-from kanalyze.analyzer.triton import TritonModule
+from kanalyze.analyzer.bounds.proofs import analyze, has_launched_accesses
+from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.rules.base import Report, Rule, expr_text, source
 from kanalyze.rules.mem003_out_of_bounds import assumptions, describe_case
 

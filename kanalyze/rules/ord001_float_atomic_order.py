@@ -6,10 +6,11 @@ from typing import Iterator
 
 import libcst as cst
 
-from kanalyze.analyzer.dtypes import INTEGERS, cast_target, resolve_dtypes
-from kanalyze.analyzer.triton import (
-    Function, JitFunction, TritonModule, bind_call_args, int_literal, keyword, walk,
-)
+from kanalyze.analyzer.cstwalk import walk
+from kanalyze.analyzer.triton.calls import bind_call_args, int_literal, keyword
+from kanalyze.analyzer.triton.dtypes import INTEGERS, cast_target, resolve_dtypes
+from kanalyze.analyzer.triton.entities import Function, JitFunction
+from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.rules.base import Report, Rule, expr_text, source
 
 ATOMIC_ADD = "triton.language.atomic_add"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-from kanalyze.analyzer.cuda_model import CudaModule
-from kanalyze.analyzer.cuda_types import FLOATS, possible_bases, type_of
+from kanalyze.analyzer.cuda.model import CudaModule
+from kanalyze.analyzer.cuda.types import FLOATS, possible_bases, type_of
 from kanalyze.rules.base import Report, source
 from kanalyze.rules.cuda_rule import CudaRule, kernel_name
 from kanalyze.rules.ord001_float_atomic_order import FloatAtomicOrder

@@ -10,8 +10,10 @@ from typing import Iterator
 
 import tree_sitter as ts
 
-from kanalyze.analyzer.cuda_facts import conditions_above, expr_taint, is_barrier
-from kanalyze.analyzer.cuda_model import BLOCK_BARRIERS, CudaFunction, CudaModule, walk
+from kanalyze.analyzer.cuda.entities import BLOCK_BARRIERS, CudaFunction
+from kanalyze.analyzer.cuda.facts import conditions_above, expr_taint, is_barrier
+from kanalyze.analyzer.cuda.model import CudaModule
+from kanalyze.analyzer.cuda.values import walk
 from kanalyze.rules.base import Report, source
 from kanalyze.rules.cuda_rule import CudaRule, kernel_name
 from kanalyze.rules.ord002_nondeterministic_race import NondeterministicRace

@@ -6,9 +6,11 @@ from typing import Iterator
 
 import libcst as cst
 
-from kanalyze.analyzer.dtypes import LOW_PRECISION_FLOATS, cast_operand, cast_target, literal_dtype, resolve_dtypes
 from kanalyze.analyzer.names import dotted
-from kanalyze.analyzer.triton import JitFunction, TritonModule, calls_within, keyword
+from kanalyze.analyzer.triton.calls import calls_within, keyword
+from kanalyze.analyzer.triton.dtypes import LOW_PRECISION_FLOATS, cast_operand, cast_target, literal_dtype, resolve_dtypes
+from kanalyze.analyzer.triton.entities import JitFunction
+from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.rules.base import Report, Rule, expr_text, source
 
 DOT = "triton.language.dot"

@@ -6,10 +6,13 @@ from typing import Iterator
 
 import libcst as cst
 
-from kanalyze.analyzer.dataflow import Dataflow, Def
-from kanalyze.analyzer.dtypes import LOW_PRECISION_FLOATS, cast_operand, cast_target, resolve_dtypes
+from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.names import dotted
-from kanalyze.analyzer.triton import JitFunction, TritonModule, keyword, walk
+from kanalyze.analyzer.triton.calls import keyword
+from kanalyze.analyzer.triton.dataflow import Dataflow, Def
+from kanalyze.analyzer.triton.dtypes import LOW_PRECISION_FLOATS, cast_operand, cast_target, resolve_dtypes
+from kanalyze.analyzer.triton.entities import JitFunction
+from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.rules.base import Report, Rule, expr_text, source
 
 ZEROS = "triton.language.zeros"

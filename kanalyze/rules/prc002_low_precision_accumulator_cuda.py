@@ -7,9 +7,10 @@ from typing import Iterator
 
 import tree_sitter as ts
 
-from kanalyze.analyzer.cuda_facts import LOOPS
-from kanalyze.analyzer.cuda_model import CudaFunction, CudaModule
-from kanalyze.analyzer.cuda_types import LOW_PRECISION, normalize, possible_bases, type_of
+from kanalyze.analyzer.cuda.entities import CudaFunction
+from kanalyze.analyzer.cuda.facts import LOOPS
+from kanalyze.analyzer.cuda.model import CudaModule
+from kanalyze.analyzer.cuda.types import LOW_PRECISION, normalize, possible_bases, type_of
 from kanalyze.rules.base import Report, source
 from kanalyze.rules.cuda_rule import CudaRule, kernel_name
 from kanalyze.rules.prc002_low_precision_accumulator import LowPrecisionAccumulator

@@ -6,11 +6,13 @@ from typing import Iterator
 
 import libcst as cst
 
-from kanalyze.analyzer.names import dotted
 from kanalyze.analyzer.cstwalk import body_nodes
-from kanalyze.analyzer.host import candidate_functions
-from kanalyze.analyzer.host_compute import host_trips, module_attrs
-from kanalyze.analyzer.triton import REFERENCE_CLASS, REFERENCE_FUNCTION, Function, TritonModule, walk
+from kanalyze.analyzer.cstwalk import walk
+from kanalyze.analyzer.names import dotted
+from kanalyze.analyzer.triton.entities import Function, REFERENCE_CLASS, REFERENCE_FUNCTION
+from kanalyze.analyzer.triton.host import candidate_functions
+from kanalyze.analyzer.triton.host_compute import host_trips, module_attrs
+from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.rules.base import Report, Rule, expr_text, source
 
 # PyTorch ops that are the computation itself, whatever their operands.

@@ -9,12 +9,12 @@ from typing import Iterator
 import libcst as cst
 
 from kanalyze.analyzer.cstwalk import body_nodes
-from kanalyze.analyzer.cuda_model import CudaModule
-from kanalyze.analyzer.cuda_sources import Extension
-from kanalyze.analyzer.host import candidate_functions
-from kanalyze.analyzer.host_compute import host_trips, module_attrs
+from kanalyze.analyzer.cuda.model import CudaModule
+from kanalyze.analyzer.cuda.sources import Extension
 from kanalyze.analyzer.names import dotted
-from kanalyze.analyzer.triton import TritonModule
+from kanalyze.analyzer.triton.host import candidate_functions
+from kanalyze.analyzer.triton.host_compute import host_trips, module_attrs
+from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.rules.base import Report, expr_text, source
 from kanalyze.rules.cuda_rule import CudaRule
 from kanalyze.rules.res001_off_kernel_compute import OffKernelCompute

@@ -1,6 +1,6 @@
 """CUDA units for nvcc: a `.cu` file as it is, and the CUDA strings of a Python
 file (`load_inline(cuda_sources=...)`, `cupy.RawKernel`) as the CUDA static
-pass reads them (kanalyze.analyzer.cuda_inline).
+pass reads them (kanalyze.analyzer.cuda.inline).
 
 An inline unit is not one contiguous piece of the file (it may be a
 concatenation, with escapes), so each row nvcc compiles is mapped back to
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from kanalyze.analyzer.cuda_sources import is_cuda_path
+from kanalyze.analyzer.cuda.sources import is_cuda_path
 from kanalyze.analyzer.ir.nvcc import CudaSource
 
 
@@ -24,10 +24,10 @@ def inline_units(path: str, text: str) -> list[CudaSource]:
     import libcst as cst
 
     from kanalyze.analyzer.cstwalk import cached_children
-    from kanalyze.analyzer.cuda_inline import find_extensions
-    from kanalyze.analyzer.cuda_sources import line_starts, row_column
+    from kanalyze.analyzer.cuda.inline import find_extensions
+    from kanalyze.analyzer.cuda.sources import line_starts, row_column
     from kanalyze.analyzer.positions import Positions
-    from kanalyze.analyzer.triton import TritonModule
+    from kanalyze.analyzer.triton.model import TritonModule
 
     units: list[CudaSource] = []
     try:
@@ -69,6 +69,6 @@ def cuda_units(path: str, text: str) -> list[CudaSource]:
     inline sources of a Python file."""
     if is_cuda_path(path):
         return [file_unit(path, text)]
-    from kanalyze.analyzer.cuda_sources import may_contain_inline_cuda
+    from kanalyze.analyzer.cuda.sources import may_contain_inline_cuda
 
     return inline_units(path, text) if may_contain_inline_cuda(text) else []

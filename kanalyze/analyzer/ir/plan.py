@@ -23,11 +23,12 @@ from typing import Any
 
 import libcst as cst
 
-from kanalyze.analyzer.positions import Positions
-from kanalyze.analyzer.triton import JitFunction, Launch, TritonModule
 from kanalyze.analyzer.ir.scratch import build_scratch
 from kanalyze.analyzer.ir.settings import IRSettings
 from kanalyze.analyzer.ir.signature import TL, LaunchReader
+from kanalyze.analyzer.positions import Positions
+from kanalyze.analyzer.triton.entities import JitFunction, Launch
+from kanalyze.analyzer.triton.model import TritonModule
 
 AUTOTUNE = "triton.autotune"
 _DTYPE_WORDS = {"fp16": "float16", "float16": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16",

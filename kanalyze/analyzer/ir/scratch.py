@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from kanalyze.analyzer.cstwalk import walk
-from kanalyze.analyzer.dataflow import _all_params, names_read
 from kanalyze.analyzer.names import dotted
 from kanalyze.analyzer.positions import Positions
-from kanalyze.analyzer.triton import TritonModule
+from kanalyze.analyzer.triton.dataflow import _all_params, names_read
+from kanalyze.analyzer.triton.model import TritonModule
 
 # Names Python provides: never looked up among the module's statements.
 _ALWAYS_AVAILABLE = {"True", "False", "None", "range", "len", "min", "max", "int", "float", "bool",

@@ -26,16 +26,18 @@ import re
 import libcst as cst
 
 from kanalyze.analyzer.cstwalk import node_text, walk
-from kanalyze.analyzer.dataflow import names_read
-from kanalyze.analyzer.dtypes import literal_dtype
 from kanalyze.analyzer.names import dotted
-from kanalyze.analyzer.triton import Function, JitFunction, TritonModule, bind_call_args
+from kanalyze.analyzer.triton.calls import bind_call_args
+from kanalyze.analyzer.triton.dataflow import names_read
+from kanalyze.analyzer.triton.dtypes import literal_dtype
+from kanalyze.analyzer.triton.entities import Function, JitFunction
+from kanalyze.analyzer.triton.model import TritonModule
 
 TL = "triton.language."
 MEMORY_OPS = {TL + "load", TL + "store"} | {TL + f"atomic_{op}" for op in
                                              ("add", "max", "min", "and", "or", "xor", "xchg", "cas")}
 
-# Triton's signature spelling of each canonical dtype name (kanalyze.analyzer.dtypes).
+# Triton's signature spelling of each canonical dtype name (kanalyze.analyzer.triton.dtypes).
 SIGNATURE_TYPE = {
     "float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64",
     "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "uint32": "u32",

@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from kanalyze.analyzer.cuda_sources import is_cuda_path, may_contain_inline_cuda
+from kanalyze.analyzer.cuda.sources import is_cuda_path, may_contain_inline_cuda
 from kanalyze.analyzer.ir.artifacts import ArtifactCache, code_fingerprint, digest, tool_versions
 from kanalyze.analyzer.ir.cuda_units import cuda_units
 from kanalyze.analyzer.ir.nvcc import NVCC_MISSING, CudaSource, compile_cuda, find_nvcc, nvcc_version
@@ -136,7 +136,7 @@ class _Stage:
         import libcst as cst
 
         from kanalyze.analyzer.cstwalk import cached_children
-        from kanalyze.analyzer.triton import TritonModule
+        from kanalyze.analyzer.triton.model import TritonModule
 
         try:
             with cached_children():

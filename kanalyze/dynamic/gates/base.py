@@ -19,7 +19,7 @@ from kanalyze.dynamic.cases import Case, Run
 from kanalyze.dynamic.compare import ValueCheck, check_values, same_shape
 from kanalyze.dynamic.harness import Harness
 from kanalyze.dynamic.results import Result, RunView
-from kanalyze.dynamic.tensors import Leaf, as_float64
+from kanalyze.dynamic.sandbox.transport import Leaf, as_float64
 
 CONFIRMED, REFUTED, UNCONFIRMED = "confirmed", "refuted", "unconfirmed"
 

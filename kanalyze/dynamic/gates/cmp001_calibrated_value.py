@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from kanalyze.dynamic.gates.base import REFUTED, UNCONFIRMED, Gate, GateContext, value_failure, witness_arrays
-from kanalyze.dynamic.tensors import as_float64
+from kanalyze.dynamic.sandbox.transport import as_float64
 
 DISTRIBUTIONS = ("given", "normal", "uniform", "heavy_tailed", "large", "mixed_sign")
 

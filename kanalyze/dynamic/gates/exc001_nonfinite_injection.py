@@ -15,7 +15,7 @@ import numpy as np
 
 from kanalyze.dynamic.compare import CLASS_NAMES, classes
 from kanalyze.dynamic.gates.base import REFUTED, UNCONFIRMED, Gate, GateContext, run_problem, witness_arrays
-from kanalyze.dynamic.tensors import as_float64
+from kanalyze.dynamic.sandbox.transport import as_float64
 
 SPECIALS = ("nan", "+inf", "-inf")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from kanalyze.dynamic.gates.base import REFUTED, UNCONFIRMED, Gate, GateContext, run_problem, witness_arrays
-from kanalyze.dynamic.tensors import as_float64
+from kanalyze.dynamic.sandbox.transport import as_float64
 
 
 class SubnormalInputs(Gate):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from kanalyze.dynamic.gates.base import REFUTED, UNCONFIRMED, Gate, GateContext, run_problem
-from kanalyze.dynamic.tensors import as_float64, bits
+from kanalyze.dynamic.sandbox.transport import as_float64, bits
 
 
 class InputHash(Gate):

@@ -1,0 +1,17 @@
+"""The CUDA kernel model: CUDA C++ read with tree-sitter-cuda, wherever it is written.
+
+  sources.py        CudaUnit: one translation unit and the map back to the file the user edits
+  inline.py         CUDA strings inside Python (`load_inline`, cupy, `cpp_extension.load`) via LibCST
+  inline_plain.py   ... the same for plain files, through Python's `ast` (faster, same positions)
+  fold.py           constant folding of the Python expressions that build those strings
+  model.py          CudaModule: the unit's functions, launches, calls, declarations
+  entities.py       its parts (CudaFunction, Variable, CudaCall, CudaLaunch)
+  build.py          reading the tree into those parts
+  types.py          C++ types as far as the rules need them
+  values.py         integer constants, launch dimensions, initialisers
+  facts.py          facts several CUDA rules share (barriers, shared memory, atomics)
+  positions.py      rows and columns, computed for findings only
+  suppressions.py   `// NOLINT`, `// NOLINTNEXTLINE`, file-level
+
+Nothing here compiles or runs what it reads.
+"""

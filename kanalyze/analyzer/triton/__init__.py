@@ -1,0 +1,20 @@
+"""The Triton kernel model: one Python file read with LibCST, never imported.
+
+  model.py          TritonModule: the file's functions, jit functions, launches and calls
+  entities.py       its parts (Function, JitFunction, Param, Launch, CallSite)
+  collect.py        the one walk over the tree that fills a model
+  calls.py          a call's arguments: binding to parameters, `keyword`, literals
+  dataflow.py       def-use graph per function (networkx)
+  reaching.py       ordered reaching definitions
+  dtypes.py         which dtype an expression names
+  pointers.py       which kernel parameter a pointer expression writes through
+  host.py           the host side: reference vs candidate functions, wrappers
+  host_compute.py   where a forward path's work happens (torch ops, fallbacks)
+  shapes.py         constant sizes, shape-derived values
+  grids.py          a launch's grid as arithmetic
+  shape_asserts.py  conditions that pin a shape
+  access_offsets.py the offsets of a load or store
+  nan_tests.py      NaN / ±Inf tests and metadata-only reads
+
+Rules read these facts; they never parse anything themselves.
+"""

@@ -1,0 +1,168 @@
+"""The kernel model of one Python file, read with LibCST (never imported).
+
+`TritonModule.from_source(path, text)` parses the file once and records:
+  - every function (with its class, so `ModelNew.forward` is known),
+  - the jit functions: `@triton.jit`, `@jit` after `from triton import jit`,
+    `f = triton.jit(g)`, stacked under `@triton.autotune` / `@triton.heuristics`,
+    with their parameters, constexpr defaults, autotune configs and the jit
+    helpers each one calls,
+  - the launch sites `kernel[grid](args...)`, with the wrapper that holds them
+    and the binding of each argument to a kernel parameter,
+  - every call with its qualified name and enclosing function,
+  - the parent of every node (for "is this inside a loop / an `if`").
+Rules read this model; they never parse anything themselves.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Iterator
+
+import libcst as cst
+
+from kanalyze.analyzer.names import ImportMap, dotted
+from kanalyze.analyzer.triton.calls import bind_call_args
+from kanalyze.analyzer.triton.collect import Collector
+from kanalyze.analyzer.triton.dataflow import Dataflow
+from kanalyze.analyzer.triton.entities import CallSite, Function, JitFunction, Launch
+
+
+class TritonModule:
+    """Everything the rules need to know about one file."""
+
+    def __init__(self, path: str, text: str, module: cst.Module) -> None:
+        self.path = path
+        self.text = text
+        self.module = module
+        self.imports = ImportMap()
+        self.functions: list[Function] = []
+        self.jit: dict[str, JitFunction] = {}
+        self.launches: list[Launch] = []
+        self.calls: list[CallSite] = []
+        self.parents: dict[int, cst.CSTNode] = {}
+        self.by_type: dict[type, list[cst.CSTNode]] = {}
+        self._function_of: dict[int, Function] = {}
+        self._flows: dict[int, Dataflow] = {}
+        # What the pipeline says about this file's analysis: the proofs' `max-size`,
+        # `max-numel`, and `proofs: False` when they are not wanted (bounds/proofs.py).
+        self.settings: dict = {}
+        Collector(self).collect()
+
+    @classmethod
+    def from_source(cls, path: str, text: str, settings: dict | None = None) -> "TritonModule":
+        model = cls(path, text, cst.parse_module(text))
+        model.settings = dict(settings or {})
+        return model
+
+    # --- names -------------------------------------------------------------
+
+    def qualify(self, expr: cst.BaseExpression) -> str | None:
+        return self.imports.qualify(expr)
+
+    def call_name(self, call: cst.Call) -> str | None:
+        """Qualified name of a call's callee: `tl.dot(...)` → `triton.language.dot`."""
+        return self.imports.qualify(call.func)
+
+    # --- structure ---------------------------------------------------------
+
+    def nodes(self, *types: type) -> list[cst.CSTNode]:
+        """Every node of these exact types in the file, in walk order (no tree walk)."""
+        if len(types) == 1:
+            return self.by_type.get(types[0], [])
+        return [n for t in types for n in self.by_type.get(t, ())]
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self.parents.get(id(node))
+
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        current = self.parents.get(id(node))
+        while current is not None:
+            yield current
+            current = self.parents.get(id(current))
+
+    def function_of(self, node: cst.CSTNode) -> Function | None:
+        """The innermost `def` that contains `node`."""
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, cst.FunctionDef):
+                return self._function_of.get(id(ancestor))
+        return None
+
+    def jit_of(self, node: cst.CSTNode) -> JitFunction | None:
+        function = self.function_of(node)
+        if function is None:
+            return None
+        jit = self.jit.get(function.name)
+        return jit if jit is not None and jit.function is function else None
+
+    def flow(self, function: Function | JitFunction) -> Dataflow:
+        node = function.node
+        if id(node) not in self._flows:
+            self._flows[id(node)] = Dataflow(node)
+        return self._flows[id(node)]
+
+    def calls_in(self, function: Function | JitFunction, *qualnames: str) -> list[CallSite]:
+        node = function.node
+        return [c for c in self.calls if c.function is not None and c.function.node is node
+                and (not qualnames or c.qualname in qualnames)]
+
+    def calls_to(self, *qualnames: str) -> list[CallSite]:
+        wanted = set(qualnames)
+        return [c for c in self.calls if c.qualname in wanted]
+
+    @cached_property
+    def host_functions(self) -> list[Function]:
+        """Functions that are not jit functions: wrappers, forwards, helpers."""
+        jit_nodes = {id(j.node) for j in self.jit.values()}
+        return [f for f in self.functions if id(f.node) not in jit_nodes]
+
+    @cached_property
+    def forward_path(self) -> list[Function]:
+        """Host functions a call of the model can run: every `forward`, every
+        wrapper that launches a kernel, and the module's functions they call."""
+        by_name: dict[str, list[Function]] = {}
+        for f in self.host_functions:
+            by_name.setdefault(f.name, []).append(f)
+        roots = [f for f in self.host_functions if f.name in ("forward", "__call__")]
+        roots += [l.wrapper for l in self.launches if l.wrapper is not None]
+        seen: list[Function] = []
+        stack = list(roots)
+        while stack:
+            f = stack.pop()
+            if any(f is s for s in seen):
+                continue
+            seen.append(f)
+            for call in self.calls_in(f):
+                name = dotted(call.node.func) or ""
+                head, _, rest = name.partition(".")
+                target = rest if head == "self" and rest and "." not in rest else head if not rest else None
+                for candidate in by_name.get(target or "", ()):
+                    if head == "self" and candidate.class_name != f.class_name:
+                        continue
+                    stack.append(candidate)
+        return seen
+
+    # --- interprocedural dataflow ------------------------------------------
+
+    def sources(self, function: Function | JitFunction, expr: cst.BaseExpression,
+                *, depth: int = 4) -> Iterator[tuple[Function, cst.BaseExpression]]:
+        """Every expression whose value can reach `expr`, following jit helper
+        parameters back to the arguments at their call sites."""
+        func = function.function if isinstance(function, JitFunction) else function
+        flow = self.flow(func)
+        yield func, expr
+        upstream = flow.upstream(expr)
+        for d in upstream:
+            if d.value is not None:
+                yield func, d.value
+        if depth <= 0:
+            return
+        jit = self.jit.get(func.name)
+        if jit is None or jit.function is not func:
+            return
+        for d in upstream:
+            if d.kind != "param":
+                continue
+            for caller, call in jit.called_from:
+                arg = bind_call_args(call, jit.params).get(d.name)
+                if arg is not None:
+                    yield from self.sources(caller, arg, depth=depth - 1)

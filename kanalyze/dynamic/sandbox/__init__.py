@@ -1,0 +1,14 @@
+"""Where untrusted code runs: worker processes, their confinement, and what crosses to them.
+
+  process.py        the parent side: start a worker, feed it jobs, read its status, contain its failures
+  zygote_client.py  ... through a zygote of this kanalyze process, one per device mode
+  zygote.py         the process that imports torch and triton once and forks the workers
+  confine.py        what a worker does to itself first: rlimits, namespaces, audit hook
+  worker.py         the worker's main loop: import the problem and candidate, serve cases
+  execute.py        one case in a worker: the reference side, the candidate side
+  extensions.py     CUDA C++ candidates' torch extensions, built once per source
+  transport.py      values across the process boundary
+
+Only the worker side imports torch or triton, and only the worker runs problem or
+candidate code; the parent decides every verdict from what comes back.
+"""

@@ -1,0 +1,235 @@
+"""Running one case in a worker: the reference side and the candidate side (imports torch).
+
+Each side writes `case-N.json` (what happened) and `case-N.npz` (the arrays)
+into the job's output folder; the parent reads both and decides.  Nothing here
+judges a result.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+import traceback
+
+import numpy as np
+import torch
+
+from kanalyze.dynamic import inputs as input_values
+from kanalyze.dynamic.loading import Problem, build_candidate, load_matching_state, move
+from kanalyze.dynamic.results import FATAL_MARKERS
+from kanalyze.dynamic.sandbox.transport import dtype_name, flatten_value, numpy_to_tensor, tensor_to_numpy
+
+
+
+def describe_error(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({exc.code!r})"
+    text = f"{type(exc).__name__}: {exc}"
+    text = " ".join(text.split())
+    return text if len(text) <= 600 else text[:599] + "…"
+
+
+def _tail(exc: BaseException) -> str:
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return "".join(lines)[-3000:]
+
+
+def encode_list(values: list, prefix: str, arrays: dict) -> list[dict]:
+    described = []
+    for i, value in enumerate(values):
+        if isinstance(value, torch.Tensor):
+            key = f"{prefix}{i}"
+            arrays[key] = tensor_to_numpy(value)
+            described.append({"kind": "tensor", "dtype": dtype_name(value.dtype), "key": key})
+        else:
+            try:
+                json.dumps(value)
+            except TypeError:
+                value = repr(value)
+                described.append({"kind": "unsupported", "value": value})
+                continue
+            described.append({"kind": "value", "value": value})
+    return described
+
+
+def decode_list(described: list[dict], arrays, device: str) -> list:
+    out = []
+    for item in described:
+        if item["kind"] == "tensor":
+            out.append(numpy_to_tensor(arrays[item["key"]], item["dtype"], device))
+        elif item["kind"] == "value":
+            out.append(item["value"])
+        else:
+            raise TypeError(f"an input of the problem cannot cross processes: {item['value']}")
+    return out
+
+
+def encode_output(value, prefix: str, arrays: dict) -> dict:
+    structure, leaves = flatten_value(value)
+    dtypes = []
+    for i, leaf in enumerate(leaves):
+        arrays[f"{prefix}{i}"] = tensor_to_numpy(leaf)
+        dtypes.append(dtype_name(leaf.dtype))
+    return {"structure": structure, "dtypes": dtypes, "prefix": prefix}
+
+
+def _synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _seed(seed: int) -> None:
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2 ** 32)
+
+
+# ---------------------------------------------------------------- reference
+
+class ReferenceSide:
+    def __init__(self, harness: dict, device: str, recorder_factory) -> None:
+        self.harness, self.device, self.recorder_factory = harness, device, recorder_factory
+        self._problems: dict[str, Problem] = {}
+        # The reference is IEEE fp32: PRC001 measures TF32 against it.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+    def problem(self, sizes: dict, dtype: str | None) -> Problem:
+        key = json.dumps([sorted(sizes.items()), dtype])
+        if key not in self._problems:
+            self._problems[key] = Problem(self.harness, sizes, dtype)
+        return self._problems[key]
+
+    def run(self, case: dict, out_base: str) -> dict:
+        arrays: dict[str, np.ndarray] = {}
+        result: dict = {"status": "ok"}
+        try:
+            problem = self.problem(case["sizes"], case.get("dtype"))
+            _seed(case["seed"])
+            init_inputs = problem.init_inputs()
+            _seed(case["seed"])
+            model = move(problem.model(init_inputs), self.device)
+            _seed(case["seed"] + 1)
+            values = [v.to(self.device) if isinstance(v, torch.Tensor) else v for v in problem.inputs()]
+            values = input_values.apply(values, case["distribution"], case.get("special"), case["seed"])
+        except BaseException as exc:  # the problem rejects these sizes, or is broken
+            return {"status": "rejected", "error": describe_error(exc), "traceback": _tail(exc)}
+        result["inputs"] = encode_list(values, "in", arrays)
+        result["init_inputs"] = encode_list(init_inputs, "init", arrays)
+        if isinstance(model, torch.nn.Module):
+            state = model.state_dict()
+            result["state"] = list(state)
+            for i, tensor in enumerate(state.values()):
+                arrays[f"state{i}"] = tensor_to_numpy(tensor)
+            result["state_dtypes"] = [dtype_name(t.dtype) for t in state.values()]
+        recorder = self.recorder_factory() if case.get("record_ops") else None
+        try:
+            with torch.no_grad():
+                if recorder is not None:
+                    with recorder:
+                        out = model(*[v.clone() if isinstance(v, torch.Tensor) else v for v in values])
+                    result["ops"] = dict(recorder.calls)
+                else:
+                    out = model(*[v.clone() if isinstance(v, torch.Tensor) else v for v in values])
+            _synchronize(self.device)
+            result["output"] = encode_output(out, "out", arrays)
+        except BaseException as exc:
+            return {"status": "rejected", "error": describe_error(exc), "traceback": _tail(exc)}
+        try:  # the same computation in float64, on upcast inputs
+            model64 = copy.deepcopy(model).to(torch.float64) if isinstance(model, torch.nn.Module) else model
+            values64 = [v.to(torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                        for v in values]
+            with torch.no_grad():
+                out64 = model64(*values64)
+            _synchronize(self.device)
+            result["output64"] = encode_output(out64, "out64_", arrays)
+        except BaseException as exc:
+            result["output64_error"] = describe_error(exc)
+        np.savez(out_base + ".npz", **arrays)
+        return result
+
+
+# ---------------------------------------------------------------- candidate
+
+class CandidateSide:
+    def __init__(self, harness: dict, device: str, module, env) -> None:
+        self.harness, self.device, self.module, self.env = harness, device, module, env
+
+    def run(self, case: dict, reference: dict, reference_arrays, out_base: str) -> dict:
+        arrays: dict[str, np.ndarray] = {}
+        result: dict = {"status": "ok", "runs": []}
+        try:
+            init_inputs = decode_list(reference["init_inputs"], reference_arrays, "cpu")
+            base_inputs = decode_list(reference["inputs"], reference_arrays, self.device)
+            state = {name: numpy_to_tensor(reference_arrays[f"state{i}"], dtype, self.device)
+                     for i, (name, dtype) in enumerate(zip(reference.get("state", []),
+                                                           reference.get("state_dtypes", [])))}
+            _seed(case["seed"])
+            model = move(build_candidate(self.module, self.harness, init_inputs), self.device)
+            result["state_loaded"] = load_matching_state(model, state)
+        except BaseException as exc:
+            result.update(status="error", error=describe_error(exc), traceback=_tail(exc))
+            result["fatal"] = any(m in result["error"] for m in FATAL_MARKERS)
+            return result
+        output_bytes = output_sizes(reference_arrays, reference)
+        for j, run in enumerate(case["runs"]):
+            values = [v.clone() if isinstance(v, torch.Tensor) else v for v in base_inputs]
+            record = self._run_once(case, run, lambda: model(*values), output_bytes, arrays, f"r{j}_out")
+            if case.get("return_inputs"):
+                record["inputs_after"] = encode_list(values, f"r{j}_in", arrays)
+            if self._record(result, record):
+                break
+        np.savez(out_base + ".npz", **arrays)
+        return result
+
+    def run_call(self, case: dict, out_base: str) -> dict:
+        """A kernel harness's case: make the call the case describes; no outputs to compare."""
+        from kanalyze.dynamic import kernel_call
+
+        result: dict = {"status": "ok", "runs": []}
+        try:
+            invoke, result["call"] = kernel_call.prepare(self.module, case["call"], self.device, case["seed"])
+        except BaseException as exc:
+            result.update(status="error", error=describe_error(exc), traceback=_tail(exc))
+            return result
+        for run in case["runs"]:
+            if self._record(result, self._run_once(case, run, invoke, [], None, "")):
+                break
+        np.savez(out_base + ".npz")
+        return result
+
+    def _run_once(self, case: dict, run: dict, invoke, output_bytes: list[int], arrays: dict | None,
+                  prefix: str) -> dict:
+        """One call under the run's knobs; the output is encoded into `arrays` unless that is None."""
+        record = {"status": "ok"}
+        self.env.before_run(run, case, output_bytes)
+        started = time.perf_counter()
+        try:
+            with torch.no_grad(), self.env.recording(case.get("record_ops")):
+                out = invoke()
+            _synchronize(self.device)
+            if arrays is not None:
+                record["output"] = encode_output(out, prefix, arrays)
+        except BaseException as exc:
+            record.update(status="error", error=describe_error(exc), traceback=_tail(exc))
+        record["seconds"] = time.perf_counter() - started
+        record.update(self.env.after_run(case))
+        if record.get("out_of_bounds"):
+            record["status"] = "out_of_bounds"
+            record.pop("output", None)
+        return record
+
+    @staticmethod
+    def _record(result: dict, record: dict) -> bool:
+        """Add a run's record; True when the device is gone and the remaining runs cannot go on."""
+        result["runs"].append(record)
+        if record["status"] == "error" and any(m in record["error"] for m in FATAL_MARKERS):
+            result["fatal"] = True
+            return True
+        return False
+
+
+def output_sizes(reference_arrays, reference: dict) -> list[int]:
+    """Byte sizes of the reference's outputs: the blocks the allocator is poisoned with on a GPU."""
+    output = reference.get("output") or {}
+    return [int(reference_arrays[f"{output['prefix']}{i}"].nbytes) for i in range(len(output.get("dtypes", [])))]

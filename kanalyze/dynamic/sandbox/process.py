@@ -1,0 +1,365 @@
+"""Starting, feeding and containing worker processes (parent side; stdlib and numpy only).
+
+A `Worker` is one process running `kanalyze.dynamic.sandbox.worker` (forked by this
+process's zygote, which has imported torch and triton already; a fresh
+`python` process where there is none: see zygote_client.py) with:
+a scratch working directory of its own, a scrubbed environment (HOME and
+TMPDIR point into the scratch directory; only what Python, CUDA and Triton
+need is passed on), resource limits and no network (applied by the worker to
+itself before any problem or candidate code runs: see confine.py), stdin
+closed, and stdout and stderr drained into a capped buffer (a candidate that
+prints megabytes costs memory of at most `Limits.output_bytes`).  How each
+worker was started goes into the run's environment record (`start` beside the
+confinement); `KANALYZE_NO_ZYGOTE=1` makes every worker a fresh process.
+
+`run_cases` runs a list of cases through workers of one role and returns an
+`Outcome` per case, whatever happens: a case that hangs past its timeout, or
+a worker that dies (a crash, `os._exit`, the OOM killer, a CUDA fault), is
+recorded for that case, and the remaining cases go on in a fresh worker.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+import kanalyze
+from kanalyze.dynamic.sandbox import extensions
+from kanalyze.dynamic.sandbox import zygote_client
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(kanalyze.__file__)))
+BOOTSTRAP = (f"import sys; sys.path.insert(0, {_ROOT!r}); "
+             "from kanalyze.dynamic.sandbox.worker import main; sys.exit(main(sys.argv[1:]))")
+
+# Passed on to the worker as they are; everything else is dropped.
+_KEEP = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES",
+         "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+         # how CUDA C++ candidates are built, as the user set it up (extensions.py keys builds by them)
+         "CC", "CXX", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")
+_KEEP_PREFIXES = ("NVIDIA_", "NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_")
+
+
+@dataclass
+class Limits:
+    case_seconds: float = 120.0        # one case, every run of it
+    start_seconds: float = 120.0       # importing torch, triton and the candidate
+    memory_bytes: int | None = 4 * 2 ** 30   # address space, CPU runs only (a worker peaks near 1 GiB)
+    file_bytes: int = 1 * 2 ** 30
+    output_bytes: int = 64 * 1024      # stdout/stderr kept per worker
+    process_margin: int = 512
+
+    def for_worker(self, mode: str) -> dict:
+        return {"memory_bytes": self.memory_bytes if mode == "cpu" else None,
+                "file_bytes": self.file_bytes, "process_margin": self.process_margin}
+
+
+@dataclass
+class Outcome:
+    """What became of one case."""
+
+    status: str                    # "done" | "timeout" | "crashed" | "not-started"
+    meta: dict = field(default_factory=dict)
+    arrays: str | None = None      # the .npz the worker wrote
+    detail: str = ""               # for anything but "done": what happened, in words
+    output: str = ""               # the tail of the worker's stdout/stderr
+
+
+class _Drain(threading.Thread):
+    """Keeps the first and last bytes of a worker's output, counts the rest."""
+
+    def __init__(self, stream, cap: int) -> None:
+        super().__init__(daemon=True)
+        self.stream, self.cap = stream, cap
+        self.head, self.tail, self.total = b"", b"", 0
+
+    def run(self) -> None:
+        while True:
+            chunk = self.stream.read1(65536) if hasattr(self.stream, "read1") else self.stream.read(65536)
+            if not chunk:
+                return
+            self.total += len(chunk)
+            if len(self.head) < self.cap // 4:
+                self.head += chunk[: self.cap // 4 - len(self.head)]
+            self.tail = (self.tail + chunk)[-(self.cap - self.cap // 4):]
+
+    def text(self) -> str:
+        after_head = self.total - len(self.head)          # bytes that came after the head
+        if after_head <= len(self.tail):                  # nothing was dropped
+            data = self.head + (self.tail[-after_head:] if after_head else b"")
+        else:
+            dropped = after_head - len(self.tail)
+            data = self.head + f"\n… {dropped} bytes left out …\n".encode() + self.tail
+        return data.decode("utf-8", "replace")
+
+
+def scrubbed_environment(scratch: str, mode: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k in _KEEP or k.startswith(_KEEP_PREFIXES)}
+    home = os.path.expanduser("~")
+    env.setdefault("TRITON_CACHE_DIR", os.path.join(home, ".triton", "cache"))
+    env.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(home, ".cache", "torch_extensions"))
+    # CUDA C++ candidates build once per source into kanalyze's cache, shared by all workers.
+    env[extensions.ROOT_VARIABLE] = extensions.cache_root()
+    env.update(HOME=scratch, TMPDIR=scratch, PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1",
+               PYTHONUNBUFFERED="1", PATH=env.get("PATH", "/usr/bin:/bin"))
+    # numpy's OpenBLAS starts one thread per core when imported: a zygote with threads
+    # cannot fork workers (and the workers' numpy does no heavy work).
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    if mode == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+        env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+_job_ids = itertools.count(1)
+
+
+class WorkerGone(Exception):
+    pass
+
+
+class Worker:
+    def __init__(self, role: str, mode: str, spec: dict, limits: Limits, scratch_root: str) -> None:
+        self.role, self.mode, self.limits, self.spec = role, mode, limits, spec
+        self.scratch = tempfile.mkdtemp(prefix=f"{role}-", dir=scratch_root)
+        spec_path = os.path.join(self.scratch, "spec.json")
+        with open(spec_path, "w", encoding="utf-8") as handle:
+            json.dump({**spec, "limits": limits.for_worker(mode)}, handle)
+        control_r, self._control_w = os.pipe()
+        self._status_r, status_w = os.pipe()
+        env = scrubbed_environment(self.scratch, mode)
+        try:
+            self.process = self._fork(spec_path, control_r, status_w, env)
+            self.started_by = "forked from the zygote"
+        except zygote_client.ZygoteUnavailable as exc:
+            self.process = subprocess.Popen(
+                [sys.executable, "-E", "-s", "-B", "-u", "-c", BOOTSTRAP, role, mode, str(control_r), str(status_w),
+                 spec_path],
+                cwd=self.scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, pass_fds=(control_r, status_w), start_new_session=True,
+            )
+            self.started_by = f"fresh process ({exc})"
+        finally:
+            os.close(control_r)
+            os.close(status_w)
+        self._drain = _Drain(self.process.stdout, limits.output_bytes)
+        self._drain.start()
+        self._buffer = b""
+        self._closed = False
+        self.ready: dict | None = None
+
+    def _fork(self, spec_path: str, control_r: int, status_w: int, env: dict[str, str]):
+        """The worker, forked by the zygote; its output comes through a pipe of ours."""
+        output_r, output_w = os.pipe()
+        stdout = os.fdopen(output_r, "rb", buffering=0)
+        try:
+            return zygote_client.fork_worker(
+                self.mode, {"role": self.role, "spec_path": spec_path, "scratch": self.scratch},
+                [control_r, status_w, output_w], stdout, env, self.limits.start_seconds)
+        except BaseException:
+            stdout.close()
+            raise
+        finally:
+            os.close(output_w)
+
+    def output(self) -> str:
+        return self._drain.text()
+
+    def next_event(self, timeout: float) -> dict | None:
+        """The next status line, None on timeout; raises WorkerGone when the worker ended."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            readable, _, _ = select.select([self._status_r], [], [], min(left, 1.0))
+            if not readable:
+                continue
+            chunk = os.read(self._status_r, 65536)
+            if not chunk:
+                raise WorkerGone(self._how_it_ended())
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        try:
+            return json.loads(line)
+        except ValueError:
+            return {"event": "garbled", "line": line[:200].decode("utf-8", "replace")}
+
+    def wait_ready(self) -> dict:
+        if self.ready is None:
+            event = self.next_event(self.limits.start_seconds)
+            if event is None:
+                self.kill()
+                raise WorkerGone(f"the worker did not start within {self.limits.start_seconds:.0f} s")
+            # How it was started goes into the run's environment record, beside the confinement.
+            event["confinement"] = {**(event.get("confinement") or {}), "start": self.started_by}
+            self.ready = event
+        return self.ready
+
+    def send(self, job: dict) -> None:
+        try:
+            os.write(self._control_w, (json.dumps(job) + "\n").encode())
+        except OSError as exc:
+            raise WorkerGone(self._how_it_ended()) from exc
+
+    def _how_it_ended(self) -> str:
+        try:
+            code = self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = self.process.returncode
+        if code is None:
+            if getattr(self.process, "lost", False):
+                return "the worker ended; its exit status was lost with the zygote that forked it"
+            return "the worker stopped answering"
+        if code < 0:
+            name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+            why = {"SIGKILL": " (killed: out of memory?)", "SIGSEGV": " (segmentation fault)",
+                   "SIGXFSZ": " (file size limit)", "SIGABRT": " (aborted)"}.get(name, "")
+            return f"the worker died of {name}{why}"
+        return f"the worker exited with code {code}"
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.process.kill()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def close(self) -> None:
+        """End the worker (it exits when its control pipe closes).  Safe to call twice:
+        the pipe ends are closed once, since another thread may reuse their numbers."""
+        if self._closed:
+            return
+        self._closed = True
+        os.close(self._control_w)
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        self.kill()
+        os.close(self._status_r)
+        self._drain.join(timeout=2)
+
+
+def prestart_zygote(mode: str, limits: Limits | None = None) -> str:
+    """Start this process's zygote for `mode` now rather than on the first worker's request
+    (a long-lived caller, or a benchmark that keeps the one-time start out of its timings).
+    Returns how workers will start: "zygote" or "fresh process (why)"."""
+    scratch = tempfile.mkdtemp(prefix="kanalyze-prestart-")
+    try:
+        zygote_client.start(mode, scrubbed_environment(scratch, mode), (limits or Limits()).start_seconds)
+        return "zygote"
+    except zygote_client.ZygoteUnavailable as exc:
+        return f"fresh process ({exc})"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], limits: Limits,
+              scratch_root: str, job_extra=None, first_worker: Worker | None = None,
+              keep: bool = False) -> tuple[dict[int, Outcome], dict, Worker | None]:
+    """Run every case through workers of `role`; one `Outcome` per case index.
+
+    `job_extra(indices)` adds fields to the job (the candidate side's references).
+    Returns the outcomes, the first worker's `ready` message (versions,
+    confinement), and with `keep` the last worker if it is still alive (the
+    caller closes it), else None.
+    """
+    outcomes: dict[int, Outcome] = {}
+    pending = [index for index, _ in cases]
+    by_index = dict(cases)
+    ready: dict = {}
+    worker = first_worker
+    while pending:
+        worker = worker or Worker(role, mode, spec, limits, scratch_root)
+        try:
+            message = worker.wait_ready()
+        except WorkerGone as exc:
+            detail = f"{exc} while starting"
+            for index in pending:
+                outcomes[index] = Outcome("not-started", detail=detail, output=worker.output())
+            worker.close()
+            break
+        ready = ready or message
+        if message.get("error"):
+            for index in pending:
+                outcomes[index] = Outcome("not-started", detail=message["error"], output=worker.output())
+            worker.close()
+            break
+        job_id = next(_job_ids)
+        job = {"kind": "cases", "id": job_id, "indices": pending, "cases": [by_index[i] for i in pending],
+               "out": worker.scratch}
+        if job_extra:
+            job.update(job_extra(pending))
+        restart = False
+        try:
+            worker.send(job)
+            while pending:
+                event = worker.next_event(limits.case_seconds)
+                if event is None:
+                    index = pending.pop(0)
+                    worker.kill()
+                    outcomes[index] = Outcome("timeout", detail=f"did not finish within {limits.case_seconds:.0f} s",
+                                              output=worker.output())
+                    restart = True
+                    break
+                if event.get("job", job_id) != job_id:
+                    continue  # the end of an earlier job on the same worker
+                if event.get("event") == "case":
+                    index = event["index"]
+                    outcomes[index] = _read_case(worker.scratch, index)
+                    pending.remove(index)
+                elif event.get("event") == "fatal":
+                    restart = True
+                    break
+                elif event.get("event") == "job-done":
+                    break
+        except WorkerGone as exc:
+            index = pending.pop(0)
+            outcomes[index] = Outcome("crashed", detail=str(exc), output=worker.output())
+            restart = True
+        if not restart and keep:
+            return _fill(outcomes, pending), ready, worker
+        worker.close()
+        worker = None
+        if not restart:
+            break
+    return _fill(outcomes, pending), ready, None
+
+
+def _fill(outcomes: dict[int, Outcome], pending: list[int]) -> dict[int, Outcome]:
+    for index in pending:
+        outcomes.setdefault(index, Outcome("not-started", detail="the worker ended before this case"))
+    return outcomes
+
+
+def _read_case(scratch: str, index: int) -> Outcome:
+    base = os.path.join(scratch, f"case-{index}")
+    try:
+        with open(base + ".json", encoding="utf-8") as handle:
+            meta = json.load(handle)
+    except (OSError, ValueError) as exc:
+        return Outcome("crashed", detail=f"the worker's result for this case is unreadable: {exc}")
+    return Outcome("done", meta=meta, arrays=base + ".npz" if os.path.exists(base + ".npz") else None)
+
+
+def new_scratch_root() -> str:
+    return tempfile.mkdtemp(prefix="kanalyze-dynamic-")
+
+
+def remove_scratch_root(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,182 @@
+"""The worker process: where problem and candidate code runs, never in kanalyze's own.
+
+Forked by the zygote (zygote.py), which has done `import_modules` once, or,
+where there is no zygote, started by `sandbox.py` as a fresh process:
+
+    python -E -s -B -u -c BOOTSTRAP ROLE MODE CONTROL_FD STATUS_FD SPEC.json
+
+ROLE is `reference` or `candidate`; MODE is `cpu` (Triton's interpreter, with
+`TRITON_INTERPRET=1` already in the environment the parent gave it) or `cuda`.
+A fresh worker applies its limits, then imports torch and triton; either way
+`serve` then installs the hooks and guards, imports the candidate (candidate
+role), says `ready` on the status pipe, then runs each job that the parent
+sends on the control pipe and reports each case as it is done.
+Case results go to files (`case-N.json` + `case-N.npz`); the status pipe only
+carries short JSON lines.  Candidate output on stdout/stderr is the parent's to
+capture and cap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def _send(status, **message) -> None:
+    status.write(json.dumps(message) + "\n")
+    status.flush()
+
+
+def import_modules(mode: str) -> None:
+    """The imports every worker needs (the zygote does these once for all its workers).
+
+    Imports only: CUDA must not be initialised here, since the zygote forks
+    workers after this and CUDA does not survive a fork."""
+    import numpy  # noqa: F401
+    import torch  # noqa: F401
+    import triton  # noqa: F401  (after TRITON_INTERPRET is set: the parent set it)
+
+    from kanalyze.dynamic import cases
+    from kanalyze.dynamic import environment
+    from kanalyze.dynamic import loading  # noqa: F401
+    from kanalyze.dynamic.sandbox import execute
+
+    if mode == "cpu":
+        from kanalyze.dynamic import devicemap
+        from kanalyze.dynamic import interpreter  # noqa: F401
+
+
+def main(argv: list[str]) -> int:
+    """A fresh worker process: limits first (still single-threaded), then the imports, then `serve`."""
+    role, mode, control_fd, status_fd, spec_path = argv
+    with open(spec_path, encoding="utf-8") as handle:
+        spec = json.load(handle)
+    from kanalyze.dynamic.sandbox.confine import apply_limits
+
+    confinement = apply_limits(spec.get("limits", {}))
+    try:
+        import_modules(mode)
+    except BaseException as exc:
+        with os.fdopen(int(status_fd), "w") as status:
+            _send(status, event="ready", error=f"the worker could not start: {type(exc).__name__}: {exc}")
+        return 3
+    return serve(role, mode, int(control_fd), int(status_fd), spec_path, confinement=confinement)
+
+
+def serve(role: str, mode: str, control_fd: int, status_fd: int, spec_path: str,
+          confinement: dict | None = None) -> int:
+    """Everything a worker does after its imports: limits (unless applied before the imports),
+    device set-up, guards, the candidate's import, `ready`, then the job loop."""
+    status = os.fdopen(status_fd, "w", buffering=1)
+    control = os.fdopen(control_fd, "r")
+    with open(spec_path, encoding="utf-8") as handle:
+        spec = json.load(handle)
+    from kanalyze.dynamic.sandbox.confine import apply_limits, install_guards
+
+    if confinement is None:
+        confinement = apply_limits(spec.get("limits", {}))
+    harness = spec["harness"]
+    try:
+        import numpy as np
+        import torch
+
+        if mode == "cpu":
+            from kanalyze.dynamic import devicemap
+
+            device_map = devicemap.install("cpu")
+        elif not torch.cuda.is_available():
+            raise RuntimeError("no CUDA device is visible to the worker")
+        import triton  # noqa: F401
+
+        from kanalyze.dynamic import cases as case_sizes
+        from kanalyze.dynamic.environment import Environment
+        from kanalyze.dynamic.sandbox.execute import CandidateSide, ReferenceSide, describe_error
+
+        env = Environment(mode)
+    except BaseException as exc:
+        _send(status, event="ready", error=f"the worker could not start: {type(exc).__name__}: {exc}")
+        return 3
+    device = "cpu" if mode == "cpu" else "cuda"
+    install_guards()
+    import_error = None
+    if role == "candidate":
+        from kanalyze.dynamic.loading import load_candidate
+
+        try:
+            module = load_candidate(spec.get("candidate_file") or harness["candidate"])
+        except BaseException as exc:
+            import_error = describe_error(exc)
+        side = CandidateSide(harness, device, None if import_error else module, env)
+    else:
+        side = ReferenceSide(harness, device, env.op_recorder)
+    _send(status, event="ready", error=None, import_error=import_error, confinement=confinement,
+          versions={"torch": torch.__version__, "triton": sys.modules["triton"].__version__,
+                    "device": torch.cuda.get_device_name(0) if mode == "cuda" else "Triton interpreter (CPU)"})
+    for line in control:
+        job = json.loads(line)
+        if job["kind"] == "plan":
+            sizes, shapes = _plan(job, harness, device_map if mode == "cpu" else None, case_sizes)
+            _send(status, event="plan", sizes=sizes, output_shapes=shapes)
+            continue
+        for index, case in zip(job["indices"], job["cases"]):
+            out_base = os.path.join(job["out"], f"case-{index}")
+            if role == "reference":
+                result = side.run(case, out_base)
+            elif import_error:
+                result = {"status": "error", "error": f"the candidate does not import: {import_error}", "runs": []}
+            elif case.get("call"):  # a kernel harness: no reference
+                result = side.run_call(case, out_base)
+            else:
+                reference = job["references"][str(index)]
+                with np.load(reference["arrays"], allow_pickle=False) as reference_arrays:
+                    result = side.run(case, reference["meta"], reference_arrays, out_base)
+            with open(out_base + ".json", "w", encoding="utf-8") as handle:
+                json.dump(result, handle)
+            _send(status, event="case", index=index, job=job.get("id"))
+            if result.get("fatal"):
+                _send(status, event="fatal", index=index, job=job.get("id"))
+                return 4
+        _send(status, event="job-done", job=job.get("id"))
+    return 0
+
+
+def _plan(job: dict, harness: dict, device_map, case_sizes) -> tuple[dict, list | None]:
+    """Scale the knobs down until the inputs hold at most `max_numel` elements.
+
+    Returns the sizes and the reference's output shapes at those sizes (None
+    where they cannot be had cheaply).  Both come from meta tensors: nothing is
+    allocated or computed.
+    """
+    import torch
+
+    from kanalyze.dynamic.loading import Problem
+    from kanalyze.dynamic.sandbox.transport import flatten_value
+
+    def on_meta(work):
+        try:
+            if device_map is not None:
+                device_map.target = "meta"
+            with torch.device("meta"), torch.no_grad():
+                return work()
+        except BaseException:
+            return None
+        finally:
+            if device_map is not None:
+                device_map.target = "cpu"
+
+    def numel_of(sizes):
+        values = on_meta(lambda: Problem(harness, sizes, job.get("dtype")).inputs())
+        return None if values is None else sum(v.numel() for v in values if isinstance(v, torch.Tensor))
+
+    def output_shapes(sizes):
+        problem = Problem(harness, sizes, job.get("dtype"))
+        output = problem.model(problem.init_inputs())(*problem.inputs())
+        return [list(leaf.shape) for leaf in flatten_value(output)[1]]
+
+    sizes = case_sizes.scale_down(job["knobs"], numel_of, job["max_numel"])
+    return sizes, on_meta(lambda: output_shapes(sizes))
+
+
+if __name__ == "__main__":  # pragma: no cover - started through sandbox.BOOTSTRAP
+    sys.exit(main(sys.argv[1:]))
