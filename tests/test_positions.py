@@ -12,7 +12,7 @@ from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.positions import Positions
 
 ROOT = Path(__file__).resolve().parent.parent
-SAMPLES = sorted((ROOT / "fixtures").rglob("*.py")) + [ROOT / "kanalyze" / "analyzer" / "triton.py"]
+SAMPLES = sorted((ROOT / "fixtures").rglob("*.py")) + [ROOT / "kanalyze" / "analyzer" / "triton" / "model.py"]
 
 EDGE_CASES = [
     "x = 1\r\ny = f(\r\n    2)\r\n",

@@ -35,6 +35,11 @@ def _leaves(output: dict | None, arrays: dict) -> list[Leaf] | None:
     return [Leaf(arrays[f"{output['prefix']}{i}"], dtype) for i, dtype in enumerate(output["dtypes"])]
 
 
+def _last_line(output: str) -> str:
+    lines = output.strip().splitlines() if output else []
+    return f" (the worker's last output: {lines[-1][:200]})" if lines else ""
+
+
 @dataclass
 class RunView:
     index: int
@@ -125,6 +130,30 @@ class Result:
             last = f" (last output: {tail[0][:200]})" if tail else ""
             return f"the candidate {self.candidate.status}: {self.candidate.detail}{last}"
         return f"the candidate failed: {self.candidate.meta.get('error')}"
+
+    def kanalyze_failure(self) -> str | None:
+        """Why kanalyze itself could not run this case, or None.  A worker that ended or
+        ran out of time outside the candidate's code, or kanalyze's own code failing
+        inside the worker, is kanalyze's failure: it never confirms a clause."""
+        outcome = self.candidate
+        if outcome is None or outcome.status == "violation":
+            return None
+        tail = _last_line(outcome.output)
+        if outcome.status != "done":
+            if outcome.blame == "candidate":
+                return None
+            return f"kanalyze's worker {outcome.status}: {outcome.detail}{tail}"
+        internal = [outcome.meta] if outcome.meta.get("status") == "internal" else \
+            [run for run in outcome.meta.get("runs", []) if run.get("status") == "internal"]
+        if internal:
+            return f"{internal[0].get('error')}{tail}"
+        return None
+
+    def violation(self) -> str | None:
+        """What the candidate wrote on kanalyze's status channel, or None (INT001)."""
+        if self.candidate is not None and self.candidate.status == "violation":
+            return self.candidate.detail
+        return None
 
     @cached_property
     def candidate_arrays(self) -> dict:

@@ -25,12 +25,13 @@ from dataclasses import dataclass, field, replace
 
 from kanalyze.dynamic.cases import Case
 from kanalyze.dynamic.gates import gates_by_code
-from kanalyze.dynamic.gates.base import CONFIRMED, UNCONFIRMED, GateContext, Verdict, value_failure, witness_arrays
+from kanalyze.dynamic.gates.base import (CONFIRMED, REFUTED, UNCONFIRMED, GateContext, Verdict, value_failure,
+                                         witness_arrays)
 from kanalyze.dynamic.harness import Harness
 from kanalyze.dynamic.reference_cache import REFERENCES
 from kanalyze.dynamic.results import Result
-from kanalyze.dynamic.sandbox.process import (Limits, Outcome, Worker, WorkerGone, new_scratch_root, remove_scratch_root,
-                                      run_cases)
+from kanalyze.dynamic.sandbox.process import (Limits, Outcome, ProtocolViolation, Worker, WorkerGone,
+                                              new_scratch_root, remove_scratch_root, run_cases)
 
 MAX_NUMEL = {"cpu": 2 ** 16, "cuda": 2 ** 26}
 BASELINE = "baseline"
@@ -119,7 +120,7 @@ class Session:
             self.reference.send({"kind": "plan", "knobs": knobs, "max_numel": max_numel,
                                  "dtype": self.harness.dtypes[0] if self.harness.dtypes else None})
             event = self.reference.next_event(self.limits.case_seconds)
-        except WorkerGone:
+        except (WorkerGone, ProtocolViolation):
             return knobs
         if not event or event.get("event") != "plan":
             return knobs
@@ -194,7 +195,8 @@ class Session:
 def _describe_ready(ready: dict, role: str) -> dict:
     if not ready:
         return {}
-    out = {"versions": ready.get("versions", {}), f"{role}_confinement": ready.get("confinement", {})}
+    out = {"versions": ready.get("versions", {}), f"{role}_confinement": ready.get("confinement", {}),
+           f"{role}_numerics": ready.get("numerics", {})}
     if role == "candidate" and ready.get("import_error"):
         out["candidate_import_error"] = ready["import_error"]
     return out
@@ -274,12 +276,17 @@ def _judge(results: list[Result], codes, contexts, gates, replay: bool, flags_by
     """Each gate's verdict.  A candidate that fails on the problem's own inputs blocks every
     gate (reported once, as CMP001); one whose values are wrong there blocks the value gates
     that no static flag asked for (they would all fail for that one reason)."""
+    violation = next((r for r in results if r.violation()), None)
+    if violation is not None:
+        return _protocol_violation(violation, codes, gates)
     verdicts: list[Verdict] = []
     baseline = next((r for r in results if r.case.id == BASELINE), None)
     blocked, wrong = None, None
     if baseline is not None:
         if not baseline.reference_ok:
             blocked = f"{baseline.reference_failure()} (at the base sizes)"
+        elif baseline.kanalyze_failure():
+            blocked = f"kanalyze could not run the candidate on the problem's own inputs: {baseline.kanalyze_failure()}"
         elif not baseline.candidate_ok or not baseline.runs or not baseline.runs[0].ok:
             found = _baseline_verdict(baseline)
             if found:
@@ -293,8 +300,14 @@ def _judge(results: list[Result], codes, contexts, gates, replay: bool, flags_by
                 if "CMP001" not in codes:
                     verdicts.append(found)
     for code in codes:
-        own = [r for r in results if r.case.gate == code]
-        if blocked and code != "CMP001":
+        ran = [r for r in results if r.case.gate == code]
+        own = [r for r in ran if not r.kanalyze_failure()]
+        lost = [r for r in ran if r.kanalyze_failure()]
+        if lost and not own:
+            verdicts.append(Verdict(code, UNCONFIRMED, f"kanalyze could not run this gate: {lost[0].kanalyze_failure()}",
+                                    [r.case for r in lost], gate=gates[code].name))
+            continue
+        if blocked and (code != "CMP001" or not own):
             verdicts.append(Verdict(code, UNCONFIRMED, blocked, [r.case for r in own], gate=gates[code].name))
             continue
         if wrong and code in VALUE_GATES and not flags_by_code.get(code):
@@ -305,7 +318,7 @@ def _judge(results: list[Result], codes, contexts, gates, replay: bool, flags_by
             continue
         try:
             judged = gates[code].judge(contexts[code], own)
-            verdicts.extend(judged if isinstance(judged, list) else [judged])
+            verdicts.extend(_without_lost_power(v, lost) for v in (judged if isinstance(judged, list) else [judged]))
         except Exception as exc:  # a bug in one gate must not hide the others
             verdicts.append(Verdict(code, UNCONFIRMED, f"the gate failed: {type(exc).__name__}: {exc}",
                                     [r.case for r in own], gate=gates[code].name))
@@ -314,10 +327,31 @@ def _judge(results: list[Result], codes, contexts, gates, replay: bool, flags_by
     return verdicts
 
 
+def _without_lost_power(verdict: Verdict, lost: list[Result]) -> Verdict:
+    """A refutation needs every case its gate planned: with some lost to kanalyze's own
+    failures, it becomes unconfirmed.  A confirmation stands (the candidate did it)."""
+    if not lost or verdict.status != REFUTED:
+        return verdict
+    why = (f"{len(lost)} of the gate's cases did not run ({lost[0].kanalyze_failure()}); "
+           f"the rest: {verdict.summary}")
+    return replace(verdict, status=UNCONFIRMED, summary=why)
+
+
+def _protocol_violation(result: Result, codes: list[str], gates: dict) -> list[Verdict]:
+    """The candidate wrote on kanalyze's status channel: INT001, with what it sent; no
+    other verdict of the run can be trusted."""
+    sent = result.violation()
+    verdicts = [Verdict("INT001", CONFIRMED, f"the candidate wrote to kanalyze's worker channel: {sent}",
+                        [result.case], {"sent": sent}, gate="worker-protocol")]
+    why = "the candidate broke kanalyze's worker protocol (INT001), so no other result of this run is trusted"
+    verdicts += [Verdict(code, UNCONFIRMED, why, gate=gates[code].name) for code in codes if code != "INT001"]
+    return verdicts
+
+
 @dataclass
 class SizeOutcome:
     sizes: dict[str, int]
-    status: str          # ok | rejected | out_of_bounds | crashed | wrong
+    status: str          # ok | rejected | out_of_bounds | crashed | wrong | internal (kanalyze's own failure)
     detail: str
     out_of_bounds: dict | None = None
 
@@ -338,6 +372,9 @@ def run_at_sizes(harness: Harness, sizes_list: list[dict[str, int]], options: Op
     out = []
     try:
         for result in session.execute(cases):  # judged before the session's files go
+            if result.kanalyze_failure():
+                out.append(SizeOutcome(result.case.sizes, "internal", result.kanalyze_failure()))
+                continue
             status, detail, details = size_outcome(result)
             out.append(SizeOutcome(result.case.sizes, status, detail, details.get("out_of_bounds")))
     finally:

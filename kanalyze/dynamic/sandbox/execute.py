@@ -66,7 +66,10 @@ def decode_list(described: list[dict], arrays, device: str) -> list:
 
 
 def encode_output(value, prefix: str, arrays: dict) -> dict:
-    structure, leaves = flatten_value(value)
+    return encode_leaves(*flatten_value(value), prefix, arrays)
+
+
+def encode_leaves(structure: str, leaves: list, prefix: str, arrays: dict) -> dict:
     dtypes = []
     for i, leaf in enumerate(leaves):
         arrays[f"{prefix}{i}"] = tensor_to_numpy(leaf)
@@ -90,9 +93,6 @@ class ReferenceSide:
     def __init__(self, harness: dict, device: str, recorder_factory) -> None:
         self.harness, self.device, self.recorder_factory = harness, device, recorder_factory
         self._problems: dict[str, Problem] = {}
-        # The reference is IEEE fp32: PRC001 measures TF32 against it.
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
 
     def problem(self, sizes: dict, dtype: str | None) -> Problem:
         key = json.dumps([sorted(sizes.items()), dtype])
@@ -152,8 +152,13 @@ class ReferenceSide:
 # ---------------------------------------------------------------- candidate
 
 class CandidateSide:
-    def __init__(self, harness: dict, device: str, module, env) -> None:
+    """The candidate's model, built once per case, called once per run.  `phase` tells the
+    parent whose code runs: the candidate's (building the model, the call and the device
+    work it queued) or kanalyze's (everything else, encoding the outputs included)."""
+
+    def __init__(self, harness: dict, device: str, module, env, phase=lambda name: None) -> None:
         self.harness, self.device, self.module, self.env = harness, device, module, env
+        self.phase = phase
 
     def run(self, case: dict, reference: dict, reference_arrays, out_base: str) -> dict:
         arrays: dict[str, np.ndarray] = {}
@@ -164,13 +169,21 @@ class CandidateSide:
             state = {name: numpy_to_tensor(reference_arrays[f"state{i}"], dtype, self.device)
                      for i, (name, dtype) in enumerate(zip(reference.get("state", []),
                                                            reference.get("state_dtypes", [])))}
-            _seed(case["seed"])
+        except BaseException as exc:  # kanalyze's own side: never the candidate's failure
+            result.update(status="internal", error=f"kanalyze could not prepare the inputs: {describe_error(exc)}",
+                          traceback=_tail(exc))
+            return result
+        _seed(case["seed"])
+        self.phase("candidate")
+        try:
             model = move(build_candidate(self.module, self.harness, init_inputs), self.device)
             result["state_loaded"] = load_matching_state(model, state)
         except BaseException as exc:
             result.update(status="error", error=describe_error(exc), traceback=_tail(exc))
             result["fatal"] = any(m in result["error"] for m in FATAL_MARKERS)
             return result
+        finally:
+            self.phase("kanalyze")
         output_bytes = output_sizes(reference_arrays, reference)
         for j, run in enumerate(case["runs"]):
             values = [v.clone() if isinstance(v, torch.Tensor) else v for v in base_inputs]
@@ -204,15 +217,28 @@ class CandidateSide:
         record = {"status": "ok"}
         self.env.before_run(run, case, output_bytes)
         started = time.perf_counter()
+        flat = None
+        self.phase("candidate")
         try:
             with torch.no_grad(), self.env.recording(case.get("record_ops")):
                 out = invoke()
             _synchronize(self.device)
             if arrays is not None:
-                record["output"] = encode_output(out, prefix, arrays)
+                flat = flatten_value(out)  # what it returned: tensors, or its error (TypeError)
         except BaseException as exc:
             record.update(status="error", error=describe_error(exc), traceback=_tail(exc))
+        finally:
+            self.phase("kanalyze")
         record["seconds"] = time.perf_counter() - started
+        if flat is not None:
+            try:
+                record["output"] = encode_leaves(*flat, prefix, arrays)
+            except (MemoryError, OSError) as exc:  # kanalyze's own resources ran out
+                record.update(status="internal", error=f"kanalyze could not read the output: {describe_error(exc)}",
+                              traceback=_tail(exc))
+            except BaseException as exc:  # not a plain tensor kanalyze can read: the candidate's answer
+                record.update(status="error", error=f"returned an output that is not a plain tensor: "
+                                                    f"{describe_error(exc)}", traceback=_tail(exc))
         record.update(self.env.after_run(case))
         if record.get("out_of_bounds"):
             record["status"] = "out_of_bounds"

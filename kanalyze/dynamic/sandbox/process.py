@@ -67,11 +67,15 @@ class Limits:
 class Outcome:
     """What became of one case."""
 
-    status: str                    # "done" | "timeout" | "crashed" | "not-started"
+    status: str                    # "done" | "timeout" | "crashed" | "not-started" | "violation"
     meta: dict = field(default_factory=dict)
     arrays: str | None = None      # the .npz the worker wrote
     detail: str = ""               # for anything but "done": what happened, in words
     output: str = ""               # the tail of the worker's stdout/stderr
+    # Whose code was running when a worker timed out or ended: "candidate" (its import,
+    # its model's construction, its call) or "kanalyze" (everything else).  Only the
+    # candidate's failures can confirm a clause (DESIGN.md, "What a verdict must mean").
+    blame: str = ""
 
 
 class _Drain(threading.Thread):
@@ -123,8 +127,18 @@ def scrubbed_environment(scratch: str, mode: str) -> dict[str, str]:
 _job_ids = itertools.count(1)
 
 
+# The longest status line a worker may send; the candidate shares the worker's process, so
+# the parent reads that channel as it reads anything the candidate controls: bounded.
+MAX_STATUS_LINE = 1 << 20
+
+
 class WorkerGone(Exception):
     pass
+
+
+class ProtocolViolation(Exception):
+    """Something on a worker's status channel that kanalyze's worker code never sends:
+    the candidate wrote to it (INT001)."""
 
 
 class Worker:
@@ -156,6 +170,7 @@ class Worker:
         self._buffer = b""
         self._closed = False
         self.ready: dict | None = None
+        self.phase = "kanalyze"           # whose code the worker is running (its "phase" events)
 
     def _fork(self, spec_path: str, control_r: int, status_w: int, env: dict[str, str]):
         """The worker, forked by the zygote; its output comes through a pipe of ours."""
@@ -175,24 +190,29 @@ class Worker:
         return self._drain.text()
 
     def next_event(self, timeout: float) -> dict | None:
-        """The next status line, None on timeout; raises WorkerGone when the worker ended."""
+        """The next status event, None on timeout; raises WorkerGone when the worker ended and
+        ProtocolViolation on anything the worker's own code never writes.  "phase" events
+        (whose code runs now) are consumed here: they set `self.phase`."""
         deadline = time.monotonic() + timeout
-        while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            readable, _, _ = select.select([self._status_r], [], [], min(left, 1.0))
-            if not readable:
-                continue
-            chunk = os.read(self._status_r, 65536)
-            if not chunk:
-                raise WorkerGone(self._how_it_ended())
-            self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        try:
-            return json.loads(line)
-        except ValueError:
-            return {"event": "garbled", "line": line[:200].decode("utf-8", "replace")}
+        while True:
+            while b"\n" not in self._buffer:
+                if len(self._buffer) > MAX_STATUS_LINE:
+                    raise ProtocolViolation(f"a status line of over {MAX_STATUS_LINE} bytes")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                readable, _, _ = select.select([self._status_r], [], [], min(left, 1.0))
+                if not readable:
+                    continue
+                chunk = os.read(self._status_r, 65536)
+                if not chunk:
+                    raise WorkerGone(self._how_it_ended())
+                self._buffer += chunk
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            event = _parse_event(line)
+            if event.get("event") != "phase":
+                return event
+            self.phase = "candidate" if event.get("phase") == "candidate" else "kanalyze"
 
     def wait_ready(self) -> dict:
         if self.ready is None:
@@ -226,7 +246,9 @@ class Worker:
             why = {"SIGKILL": " (killed: out of memory?)", "SIGSEGV": " (segmentation fault)",
                    "SIGXFSZ": " (file size limit)", "SIGABRT": " (aborted)"}.get(name, "")
             return f"the worker died of {name}{why}"
-        return f"the worker exited with code {code}"
+        why = {3: " (it could not start)", 4: " (the device faulted)",
+               70: " (an exception escaped kanalyze's worker code)"}.get(code, "")
+        return f"the worker exited with code {code}{why}"
 
     def kill(self) -> None:
         if self.process.poll() is None:
@@ -288,10 +310,12 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
         worker = worker or Worker(role, mode, spec, limits, scratch_root)
         try:
             message = worker.wait_ready()
-        except WorkerGone as exc:
+        except (WorkerGone, ProtocolViolation) as exc:
+            status = "violation" if isinstance(exc, ProtocolViolation) else "not-started"
+            blame = "candidate" if status == "violation" else worker.phase
             detail = f"{exc} while starting"
             for index in pending:
-                outcomes[index] = Outcome("not-started", detail=detail, output=worker.output())
+                outcomes[index] = Outcome(status, detail=detail, output=worker.output(), blame=blame)
             worker.close()
             break
         ready = ready or message
@@ -312,15 +336,18 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
                 event = worker.next_event(limits.case_seconds)
                 if event is None:
                     index = pending.pop(0)
+                    blame = worker.phase
                     worker.kill()
                     outcomes[index] = Outcome("timeout", detail=f"did not finish within {limits.case_seconds:.0f} s",
-                                              output=worker.output())
+                                              output=worker.output(), blame=blame)
                     restart = True
                     break
                 if event.get("job", job_id) != job_id:
                     continue  # the end of an earlier job on the same worker
                 if event.get("event") == "case":
-                    index = event["index"]
+                    index = event.get("index")
+                    if index not in pending:
+                        raise ProtocolViolation(f"a result for case {index!r}, which was not asked for")
                     outcomes[index] = _read_case(worker.scratch, index)
                     pending.remove(index)
                 elif event.get("event") == "fatal":
@@ -330,7 +357,12 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
                     break
         except WorkerGone as exc:
             index = pending.pop(0)
-            outcomes[index] = Outcome("crashed", detail=str(exc), output=worker.output())
+            outcomes[index] = Outcome("crashed", detail=str(exc), output=worker.output(), blame=worker.phase)
+            restart = True
+        except ProtocolViolation as exc:
+            index = pending.pop(0)
+            worker.kill()
+            outcomes[index] = Outcome("violation", detail=str(exc), output=worker.output(), blame="candidate")
             restart = True
         if not restart and keep:
             return _fill(outcomes, pending), ready, worker
@@ -339,6 +371,21 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
         if not restart:
             break
     return _fill(outcomes, pending), ready, None
+
+
+KNOWN_EVENTS = {"ready", "plan", "case", "fatal", "job-done", "phase"}
+
+
+def _parse_event(line: bytes) -> dict:
+    """One status line as the worker's code writes it: a JSON object with a known "event"."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        event = None
+    if not isinstance(event, dict) or event.get("event") not in KNOWN_EVENTS:
+        shown = line[:200].decode("utf-8", "replace")
+        raise ProtocolViolation(f"an unknown status line: {shown!r}")
+    return event
 
 
 def _fill(outcomes: dict[int, Outcome], pending: list[int]) -> dict[int, Outcome]:

@@ -1,7 +1,7 @@
 """The worker process: where problem and candidate code runs, never in kanalyze's own.
 
 Forked by the zygote (zygote.py), which has done `import_modules` once, or,
-where there is no zygote, started by `sandbox.py` as a fresh process:
+where there is no zygote, started by `process.py` as a fresh process:
 
     python -E -s -B -u -c BOOTSTRAP ROLE MODE CONTROL_FD STATUS_FD SPEC.json
 
@@ -12,7 +12,10 @@ A fresh worker applies its limits, then imports torch and triton; either way
 role), says `ready` on the status pipe, then runs each job that the parent
 sends on the control pipe and reports each case as it is done.
 Case results go to files (`case-N.json` + `case-N.npz`); the status pipe only
-carries short JSON lines.  Candidate output on stdout/stderr is the parent's to
+carries short JSON lines, among them `phase` events around every stretch of the
+candidate's own code (import, model construction, call), so that the parent
+blames a crash or a timeout on whoever was running.  The parent treats any line
+it does not expect as the candidate's doing (a protocol violation, INT001).  Candidate output on stdout/stderr is the parent's to
 capture and cap.
 """
 
@@ -26,6 +29,12 @@ import sys
 def _send(status, **message) -> None:
     status.write(json.dumps(message) + "\n")
     status.flush()
+
+
+def phase_reporter(status):
+    """`phase("candidate")` before the candidate's code runs, `phase("kanalyze")` after: the
+    parent blames a crash or a timeout on whoever was running (process.py, `Outcome.blame`)."""
+    return lambda name: _send(status, event="phase", phase=name)
 
 
 def import_modules(mode: str) -> None:
@@ -98,19 +107,27 @@ def serve(role: str, mode: str, control_fd: int, status_fd: int, spec_path: str,
         _send(status, event="ready", error=f"the worker could not start: {type(exc).__name__}: {exc}")
         return 3
     device = "cpu" if mode == "cpu" else "cuda"
+    from kanalyze.dynamic import numerics
+
+    policy = numerics.apply()   # the same on both sides, before any problem or candidate code
     install_guards()
     import_error = None
+    phase = phase_reporter(status)
     if role == "candidate":
         from kanalyze.dynamic.loading import load_candidate
 
+        phase("candidate")
         try:
             module = load_candidate(spec.get("candidate_file") or harness["candidate"])
         except BaseException as exc:
             import_error = describe_error(exc)
-        side = CandidateSide(harness, device, None if import_error else module, env)
+        phase("kanalyze")
+        side = CandidateSide(harness, device, None if import_error else module, env, phase)
     else:
         side = ReferenceSide(harness, device, env.op_recorder)
+    in_force = numerics.current()   # what the candidate's import left, if it changed anything
     _send(status, event="ready", error=None, import_error=import_error, confinement=confinement,
+          numerics={"policy": policy, **({"changed_by_import": in_force} if in_force != policy else {})},
           versions={"torch": torch.__version__, "triton": sys.modules["triton"].__version__,
                     "device": torch.cuda.get_device_name(0) if mode == "cuda" else "Triton interpreter (CPU)"})
     for line in control:

@@ -1,0 +1,104 @@
+"""Only what the candidate did decides a verdict (DESIGN.md, "What a verdict must mean").
+
+- a worker that ends or runs out of time outside the candidate's code is kanalyze's
+  failure: `unconfirmed` with the cause, never a confirmation;
+- a refutation that lost cases to kanalyze's failures is `unconfirmed`;
+- a line on kanalyze's status channel that its worker code never writes is the
+  candidate's doing: INT001 confirmed, with what it sent;
+- reference and candidate run under one numerics policy, recorded in the environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kanalyze.dynamic.cases import Case
+from kanalyze.dynamic.gates import gates_by_code
+from kanalyze.dynamic.gates.base import CONFIRMED, REFUTED, UNCONFIRMED, Gate, Verdict
+from kanalyze.dynamic.harness import find_harness
+from kanalyze.dynamic.results import Result
+from kanalyze.dynamic.runner import BASELINE, Options, _judge, run_gates
+from kanalyze.dynamic.sandbox.process import Limits, Outcome, ProtocolViolation, _parse_event
+
+KB = Path(__file__).resolve().parent.parent / "fixtures" / "kernelbench"
+REFERENCE_OK = Outcome("done", meta={"status": "ok", "inputs": [], "init_inputs": []})
+
+
+def _baseline(candidate: Outcome) -> Result:
+    return Result(Case(BASELINE, "", {"N": 8}), REFERENCE_OK, candidate)
+
+
+def _by_code(verdicts: list[Verdict]) -> dict[str, Verdict]:
+    return {v.code: v for v in verdicts}
+
+
+def test_a_worker_that_dies_in_kanalyze_code_confirms_nothing() -> None:
+    crash = Outcome("crashed", detail="the worker exited with code 70 (an exception escaped kanalyze's worker code)",
+                    output="OSError: [Errno 28] No space left on device", blame="kanalyze")
+    verdicts = _by_code(_judge([_baseline(crash)], ["CMP001", "MEM002"], {}, gates_by_code(), False, {}))
+    assert all(v.status == UNCONFIRMED for v in verdicts.values()), verdicts
+    assert "kanalyze could not run the candidate" in verdicts["CMP001"].summary
+    assert "kanalyze could not run the candidate" in verdicts["MEM002"].summary
+    assert "No space left on device" in verdicts["MEM002"].summary   # the worker's last output says why
+
+
+def test_the_same_crash_inside_the_candidate_is_its_own() -> None:
+    crash = Outcome("crashed", detail="the worker died of SIGSEGV (segmentation fault)", blame="candidate")
+    verdicts = _by_code(_judge([_baseline(crash)], ["MEM002"], {}, gates_by_code(), False, {}))
+    assert verdicts["CMP001"].status == CONFIRMED and "SIGSEGV" in verdicts["CMP001"].summary
+    assert verdicts["MEM002"].status == UNCONFIRMED
+
+
+def test_kanalyze_failing_to_read_inputs_is_internal() -> None:
+    internal = Outcome("done", meta={"status": "internal", "error": "kanalyze could not prepare the inputs: "
+                                                                      "MemoryError", "runs": []})
+    verdicts = _by_code(_judge([_baseline(internal)], ["MEM002"], {}, gates_by_code(), False, {}))
+    assert "CMP001" not in verdicts
+    assert verdicts["MEM002"].status == UNCONFIRMED and "MemoryError" in verdicts["MEM002"].summary
+
+
+class _AlwaysRefutes(Gate):
+    code, name = "MEM002", "always-refutes"
+
+    def judge(self, ctx, results):
+        return self.verdict(REFUTED, f"{len(results)} cases ran and showed nothing")
+
+
+def test_a_refutation_that_lost_cases_to_kanalyze_is_unconfirmed() -> None:
+    gates = {**gates_by_code(), "MEM002": _AlwaysRefutes()}
+    ran = Result(Case("MEM002/a", "MEM002", {"N": 8}), REFERENCE_OK, Outcome("done", meta={"status": "ok", "runs": []}))
+    lost = Result(Case("MEM002/b", "MEM002", {"N": 8}), REFERENCE_OK,
+                  Outcome("timeout", detail="did not finish within 8 s", blame="kanalyze"))
+    [verdict] = _judge([ran, lost], ["MEM002"], {"MEM002": None}, gates, False, {})
+    assert verdict.status == UNCONFIRMED and "1 of the gate's cases did not run" in verdict.summary
+    [alone] = _judge([ran], ["MEM002"], {"MEM002": None}, gates, False, {})
+    assert alone.status == REFUTED                                  # with every case, the gate's own verdict
+
+
+def test_only_the_worker_codes_events_pass() -> None:
+    assert _parse_event(b'{"event": "case", "index": 3, "job": 1}')["index"] == 3
+    for line in (b"hello", b'{"event": "answer"}', b"[1, 2]", b'"case"'):
+        try:
+            _parse_event(line)
+        except ProtocolViolation as exc:
+            assert "unknown status line" in str(exc)
+        else:
+            raise AssertionError(f"accepted {line!r}")
+
+
+def test_a_candidate_that_forges_a_result_line_is_int001() -> None:
+    harness = find_harness(str(KB / "hostile" / "level1_problem6_status_forgery.py"), kernelbench=str(KB))
+    run = run_gates(harness, ["CMP001", "MEM002"], options=Options(mode="cpu", limits=Limits(case_seconds=30)))
+    verdicts = _by_code(run.verdicts)
+    assert verdicts["INT001"].status == CONFIRMED, verdicts["INT001"].summary
+    assert "12345" in verdicts["INT001"].summary                   # what it sent
+    assert verdicts["CMP001"].status == UNCONFIRMED and verdicts["MEM002"].status == UNCONFIRMED
+
+
+def test_both_sides_run_under_one_numerics_policy() -> None:
+    twin = KB / "candidates" / "level1_problem6_leaky_relu.py"
+    run = run_gates(find_harness(str(twin), kernelbench=str(KB)), ["MEM002"], options=Options(mode="cpu"))
+    reference, candidate = run.environment["reference_numerics"], run.environment["candidate_numerics"]
+    assert reference["policy"] == candidate["policy"]
+    assert candidate["policy"] == {"matmul_allow_tf32": False, "cudnn_allow_tf32": False,
+                                   "float32_matmul_precision": "highest"}
