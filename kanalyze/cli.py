@@ -101,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay = sub.add_parser("replay", help="re-run a witness: exit 1 while it still fails, 0 once fixed")
     replay.add_argument("witness", metavar="WITNESS.json")
     replay.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    replay.add_argument("--trust", action="store_true",
+                        help="replay without checking the witness's signature (one written on another machine "
+                             "or by another user): only for a file whose origin you trust")
     return parser
 
 
@@ -207,11 +210,16 @@ def _run_dynamic(args: argparse.Namespace, paths: list[str], config, result):
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
+    """Exit 1 while the witness still fails, 0 once fixed; 2 (never 0) for a witness
+    that cannot be replayed, among them one changed after it was written."""
     from kanalyze.dynamic.runner import Options
     from kanalyze.dynamic.witness import WitnessError, replay
 
+    if args.trust:
+        sys.stderr.write(f"kanalyze: warning: --trust: replaying {args.witness} without checking its signature; "
+                         "its verdict is only as trustworthy as where the file came from\n")
     try:
-        verdict = replay(args.witness, Options(mode=args.device))
+        verdict = replay(args.witness, Options(mode=args.device), trust=args.trust)
     except WitnessError as exc:
         raise UsageError(str(exc)) from exc
     sys.stdout.write(f"{verdict.code} {verdict.status}: {verdict.summary}\n")

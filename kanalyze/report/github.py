@@ -1,8 +1,16 @@
-"""GitHub Actions workflow commands: one `::error ...::` line per finding."""
+"""GitHub Actions workflow commands: one `::error ...::` line per finding.
+
+The runner reads every line of a step's output as a possible command, and the
+log shows ANSI colours, so the path and message (which can hold text from the
+checked files) are made `printable` first, then escaped as GitHub's toolkit
+does (`escapeData` / `escapeProperty`): a `%`, `\\r` or `\\n` cannot end the
+line and start a second command, nor a `:` or `,` end a property.
+"""
 
 from __future__ import annotations
 
 from kanalyze.findings import Finding
+from kanalyze.report.escape import printable
 
 
 def _escape_data(text: str) -> str:
@@ -18,10 +26,10 @@ def render_github(findings: list[Finding]) -> str:
     for f in findings:
         loc = f.location
         props = ",".join([
-            f"title={_escape_property(f'kanalyze ({f.code})')}",
-            f"file={_escape_property(loc.file)}",
+            f"title={_escape_property(printable(f'kanalyze ({f.code})'))}",
+            f"file={_escape_property(printable(loc.file))}",
             f"line={loc.row}", f"col={loc.column}",
             f"endLine={loc.end_row}", f"endColumn={loc.end_column}",
         ])
-        lines.append(f"::error {props}::{_escape_data(f'{f.code} [{f.status}] {f.message}')}")
+        lines.append(f"::error {props}::{_escape_data(printable(f'{f.code} [{f.status}] {f.message}'))}")
     return "\n".join(lines) + ("\n" if lines else "")
