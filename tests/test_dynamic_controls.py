@@ -189,3 +189,39 @@ def test_kanalyze_itself_never_imports_torch(tmp_path) -> None:
             "print('RC', rc, 'torch' in sys.modules, 'triton' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.stdout.strip().splitlines()[-1] == "RC 0 False False", done.stdout + done.stderr[-2000:]
+
+
+POWER = {code: entry["power"] for code, entry in CONTROLS.items() if "power" in entry}
+
+
+@pytest.mark.parametrize("code", sorted(POWER))
+def test_power_plants_are_confirmed_through_the_scaling(code) -> None:
+    """Plants whose violation needs the problem's own size of one knob (ORD001: at least three
+    blocks adding to a row; PRC002: the full K): on the CPU the gate keeps that knob whole."""
+    flags = {code: [{"row": None}]}
+    plant = run_gates(_harness("candidates", POWER[code]["plant"]), [code], flags, Options(mode="cpu"))
+    twin = run_gates(_harness("candidates", POWER[code]["twin"]), [code], flags, Options(mode="cpu"))
+    plant_verdict, twin_verdict = ({v.code: v for v in run.verdicts}[code] for run in (plant, twin))
+    assert plant_verdict.status == "confirmed", plant_verdict.summary
+    assert twin_verdict.status == "refuted", twin_verdict.summary
+
+
+def test_a_gate_without_power_at_the_sizes_it_ran_does_not_refute() -> None:
+    """Replaying only the scaled-down case: a row of one block (ORD001), a K far below the
+    problem's (PRC002).  Neither can show the violation: `unconfirmed`, saying why."""
+    from kanalyze.dynamic.cases import Case, Run
+
+    ord_plant = _harness("candidates", POWER["ORD001"]["plant"])
+    runs = [Run(order_seed=None)] + [Run(order_seed=s) for s in range(1, 5)]
+    scaled = Case("ORD001/runs", "ORD001", {"batch_size": 128, "dim": 512}, runs=runs)
+    [verdict] = [v for v in run_gates(ord_plant, ["ORD001"], options=Options(mode="cpu"), cases=[scaled]).verdicts
+                 if v.code == "ORD001"]
+    assert verdict.status == "unconfirmed" and "at most 1 programs add to any one address" in verdict.summary
+
+    prc_twin = _harness("candidates", POWER["PRC002"]["twin"])
+    short = Case("PRC002/base/original", "PRC002", {"M": 128, "K": 256, "N": 128}, seed=9,
+                 distribution="common_mean")
+    [verdict] = [v for v in run_gates(prc_twin, ["PRC002"], options=Options(mode="cpu"), cases=[short]).verdicts
+                 if v.code == "PRC002"]
+    assert verdict.status == "unconfirmed" and "no case ran the reduction at the problem's own length" in verdict.summary
+    assert "K=2048" in verdict.summary

@@ -93,6 +93,33 @@ def scale_down(knobs: dict[str, int], numel_of, max_numel: int) -> dict[str, int
     return sizes
 
 
+def keeping_whole(base: dict[str, int], original: dict[str, int], name: str, budget: int) -> dict[str, int]:
+    """The base sizes with knob `name` back at its original (unscaled) value, and the other
+    scalable knobs halved, largest first, until the knobs' product fits `budget` again (or
+    none can shrink further).  For a gate whose power depends on one size (a reduction's
+    length, the number of programs adding to one address): scaling must not remove it."""
+    sizes = {**base, name: original[name]}
+
+    def product(values: dict[str, int]) -> int:
+        total = 1
+        for v in values.values():
+            total *= v if v >= SCALABLE_MIN else 1
+        return total
+
+    for _ in range(64):
+        others = {k: v for k, v in sizes.items() if k != name and v >= SCALABLE_MIN}
+        if product(sizes) <= budget or not others:
+            break
+        largest = max(others, key=lambda k: (others[k], k))
+        sizes[largest] = max(SCALABLE_MIN // 2, others[largest] // 2)
+    return sizes
+
+
+def scaled_knobs(base: dict[str, int], original: dict[str, int]) -> list[str]:
+    """The knobs that scaling made smaller than the problem's own."""
+    return [k for k, v in base.items() if k in original and v < original[k]]
+
+
 def _is_prime(n: int) -> bool:
     return n >= 2 and all(n % d for d in range(2, int(n ** 0.5) + 1))
 

@@ -94,6 +94,7 @@ class Environment:
             out["ops"] = dict(self._ops.calls)
         if self.driver is not None:
             out["tf32_dots"] = self.driver.tf32_dots
+            out["atomic_programs"] = self.driver.atomics.most
             if self.driver.out_of_bounds:
                 out["out_of_bounds"] = self.driver.out_of_bounds
             if self.driver.violations:

@@ -25,7 +25,8 @@ Two kinds of problem, one protocol (DESIGN.md, "How the dynamic pass calls a ker
       def get_inputs(dtype=torch.float32):
           return [torch.randn(ROWS, COLS, dtype=dtype)]
 
-The module-level integers of a problem are its size knobs: the harness scales
+The module-level integers of a problem (constant expressions included: knobs.py)
+are its size knobs: the harness scales
 them down for the interpreter and perturbs them for CMP003.  Nothing here
 imports or runs the problem: it is read with `ast`, and runs only in a worker.
 """
@@ -38,6 +39,8 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from kanalyze.dynamic.knobs import read_knobs
 
 HOW_TO_ADD = ("add one with `--reference PROBLEM.py`, a `[tool.kanalyze.harness]` entry "
               "(\"candidate.py\" = \"problem.py\"), or `--kernelbench DIR`")
@@ -87,21 +90,6 @@ def _parse(path: str) -> ast.Module | str:
         return f"cannot read {path}: {exc}"
     except (SyntaxError, ValueError) as exc:
         return f"cannot parse {path}: {exc}"
-
-
-def read_knobs(tree: ast.Module) -> dict[str, int]:
-    """Module-level `NAME = <int>` assignments: the problem's size knobs."""
-    knobs: dict[str, int] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            target, value = node.targets[0].id, node.value
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
-            target, value = node.target.id, node.value
-        else:
-            continue
-        if isinstance(value, ast.Constant) and type(value.value) is int and not target.startswith("_"):
-            knobs[target] = value.value
-    return knobs
 
 
 def _top_level_names(tree: ast.Module) -> set[str]:

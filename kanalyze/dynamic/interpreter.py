@@ -16,10 +16,16 @@ copying Triton code) gives:
   and every access that leaves its tensor is reported, not only the first;
 * TF32 emulated in `tl.dot` where the kernel asks for TF32 (the default): the
   fp32 operands are rounded to TF32's 10-bit mantissa, as the tensor cores do.
-  The interpreter otherwise ignores `input_precision` and computes in full fp32.
+  The interpreter otherwise ignores `input_precision` and computes in full fp32;
+* float atomics counted: how many programs of one launch add to the same
+  address (ORD001's power: with two, 0+a+b equals 0+b+a and order cannot show).
 
-The hook points were checked on the Triton versions in `CHECKED_TRITON`;
-`check_hooks()` fails loudly when a version lacks one of them.
+The hooks take the arguments they read by position and pass the rest on as they
+came, since Triton's versions differ in the trailing ones (3.2 to 3.6 give
+`create_masked_load` six, `(ptrs, mask, other, cache_modifier, eviction_policy,
+is_volatile)`; 3.9 gives five).  The hook points were checked on the Triton
+versions in `CHECKED_TRITON`; `check_hooks()` fails loudly when a version lacks
+one of them.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import triton
 import triton.language as tl
 from triton.runtime import interpreter as _interp
 
-CHECKED_TRITON = ("3.9",)
+CHECKED_TRITON = ("3.6", "3.9")
 _BUILDER_HOOKS = ("set_grid_idx", "set_grid_dim", "create_masked_load", "create_masked_store",
                   "create_atomic_rmw", "create_atomic_cas", "create_dot")
 
@@ -80,6 +86,37 @@ def round_to_tf32(values: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(values), rounded, values).astype(np.float32)
 
 
+def element_type(ptrs):
+    """The pointee type of a pointer handle (`get_element_ty()` from Triton 3.7, `dtype.element_ty` before)."""
+    getter = getattr(ptrs, "get_element_ty", None)
+    return getter() if getter is not None else ptrs.dtype.element_ty
+
+
+class AtomicCount:
+    """How many programs of one launch add floats to the same address.
+
+    Programs run one after another, so a program's atomics on an address are
+    counted once: the count rises when the address's last contributor changes."""
+
+    def __init__(self) -> None:
+        self.most = 0                                   # the largest count over every address
+        self._last: dict[tuple[int, int], tuple] = {}   # (launch, address) → last program
+        self._count: dict[tuple[int, int], int] = {}
+
+    def add(self, launch: int, program: tuple, ptrs, mask) -> None:
+        if not element_type(ptrs).is_floating():
+            return
+        addresses = np.asarray(ptrs.data)
+        if mask is not None:
+            addresses = addresses[np.broadcast_to(np.asarray(mask.data, dtype=bool), addresses.shape)]
+        for address in np.unique(addresses).tolist():
+            key = (launch, address)
+            if self._last.get(key) != program:
+                self._last[key] = program
+                self._count[key] = count = self._count.get(key, 0) + 1
+                self.most = max(self.most, count)
+
+
 class InterpreterDriver:
     """Installs the hooks once per process; the worker sets the knobs before each run."""
 
@@ -96,11 +133,13 @@ class InterpreterDriver:
         self._launch = 0
         self._kernel = ""
         self._program = (0, 0, 0)
+        self.atomics = AtomicCount()
         self._install()
 
     def reset(self, order_seed: int | None, emulate_tf32: bool, collect: bool = False) -> None:
         self.order_seed, self.emulate_tf32, self.collect = order_seed, emulate_tf32, collect
         self.tf32_dots, self.out_of_bounds, self._launch, self.violations = 0, None, 0, []
+        self.atomics = AtomicCount()
 
     # -------------------------------------------------------------- hooks
 
@@ -128,29 +167,30 @@ class InterpreterDriver:
             driver._program = (x, y, z)
             return set_grid_idx(x, y, z)
 
-        def load(ptrs, mask, other, cache_policy, is_volatile):
+        def load(ptrs, mask, *rest, **options):
             mask = driver._check(ptrs, mask, "load")
-            return masked_load(ptrs, mask, other, cache_policy, is_volatile)
+            return masked_load(ptrs, mask, *rest, **options)
 
-        def store(ptrs, value, mask, cache_policy):
+        def store(ptrs, value, mask, *rest, **options):
             mask = driver._check(ptrs, mask, "store")
-            return masked_store(ptrs, value, mask, cache_policy)
+            return masked_store(ptrs, value, mask, *rest, **options)
 
-        def rmw(op, ptr, val, mask, sem, scope):
+        def rmw(op, ptr, val, mask, *rest, **options):
             mask = driver._check(ptr, mask, "atomic")
-            return atomic_rmw(op, ptr, val, mask, sem, scope)
+            driver.atomics.add(driver._launch, driver._program, ptr, mask)
+            return atomic_rmw(op, ptr, val, mask, *rest, **options)
 
-        def cas(ptr, cmp, val, sem, scope):
+        def cas(ptr, cmp, val, *rest, **options):
             driver._check(ptr, None, "atomic_cas", can_mask=False)
-            return atomic_cas(ptr, cmp, val, sem, scope)
+            return atomic_cas(ptr, cmp, val, *rest, **options)
 
-        def dot(a, b, d, input_precision, max_num_imprecise_acc):
+        def dot(a, b, d, input_precision, *rest, **options):
             if driver.emulate_tf32 and input_precision == _interp._ir.INPUT_PRECISION.TF32 \
                     and a.dtype.scalar == tl.float32 and b.dtype.scalar == tl.float32:
                 driver.tf32_dots += 1
                 a = _interp.TensorHandle(round_to_tf32(a.data), a.dtype.scalar)
                 b = _interp.TensorHandle(round_to_tf32(b.data), b.dtype.scalar)
-            return create_dot(a, b, d, input_precision, max_num_imprecise_acc)
+            return create_dot(a, b, d, input_precision, *rest, **options)
 
         builder.set_grid_dim, builder.set_grid_idx = grid_dim, grid_idx
         builder.create_masked_load, builder.create_masked_store = load, store
@@ -185,7 +225,7 @@ class InterpreterDriver:
             active, selected = None, addresses.ravel()
         if selected.size == 0:
             return mask
-        itemsize = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
+        itemsize = max(1, element_type(ptrs).primitive_bitwidth // 8)
         low, high = int(selected.min()), int(selected.max()) + itemsize
         if any(r.lo <= low and high <= r.hi for r in self._ranges):
             return mask

@@ -18,6 +18,7 @@ import types
 
 import torch
 
+from kanalyze.dynamic.knobs import set_knobs
 from kanalyze.dynamic.sandbox import extensions
 
 _counter = 0
@@ -32,14 +33,7 @@ def _fresh_name(stem: str) -> str:
 def load_problem(path: str, sizes: dict[str, int]) -> types.ModuleType:
     source = open(path, encoding="utf-8").read()
     tree = ast.parse(source, filename=path)
-    for node in tree.body:
-        target = None
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            target = node.targets[0].id
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            target = node.target.id
-        if target in sizes and isinstance(node.value, ast.Constant) and type(node.value.value) is int:
-            node.value = ast.copy_location(ast.Constant(int(sizes[target])), node.value)
+    set_knobs(tree, sizes)
     name = _fresh_name("problem")
     module = types.ModuleType(name)
     module.__file__ = os.path.abspath(path)

@@ -3,15 +3,23 @@
 On the CPU the interpreter runs the grid once in launch order and then in
 seeded permutations of it; on a GPU the same launch is repeated (the hardware
 picks the order).  Every run must give the same bits (NaNs count as equal).
+
+Power: a float sum's order shows only where at least three programs add to
+one address (0+a+b equals 0+b+a).  The interpreter counts them; where float
+atomics ran but no address got three, the gate could not have seen the
+violation at these sizes and says so (`unconfirmed`), never `refuted`.
 """
 
 from __future__ import annotations
 
+from kanalyze.dynamic.cases import keeping_whole, scaled_knobs
 from kanalyze.dynamic.compare import bitwise_differences, fmt
 from kanalyze.dynamic.gates.base import REFUTED, UNCONFIRMED, Gate, GateContext, Run, run_problem
 
 PERMUTATIONS = 4
+MIN_CONTRIBUTIONS = 3   # programs adding to one address before their order can change a float sum
 GPU_LAUNCHES = 10   # cheap on a GPU; the hardware's order differs from launch to launch only now and then
+CPU_BUDGET = 2 ** 16   # the knobs' product for a case that keeps one knob at the problem's size
 
 
 def compare_runs(results, describe_runs: str):
@@ -57,20 +65,43 @@ class PermutedOrder(Gate):
     summary = "permuted program order (interpreter) or repeated launches (GPU), bitwise compare"
 
     def plan(self, ctx: GateContext):
-        if ctx.mode == "cpu":
-            runs = [Run(order_seed=None)] + [Run(order_seed=s) for s in range(1, PERMUTATIONS + 1)]
-        else:
-            runs = [Run() for _ in range(GPU_LAUNCHES)]
-        return [ctx.case(self, "runs", runs=runs)]
+        if ctx.mode != "cpu":
+            return [ctx.case(self, "runs", runs=[Run() for _ in range(GPU_LAUNCHES)])]
+        # Scaled down, a row may keep too few blocks for order to matter: each scaled knob
+        # is also tried at the problem's own size, the others shrunk to make room.
+        runs = [Run(order_seed=None)] + [Run(order_seed=s) for s in range(1, PERMUTATIONS + 1)]
+        cases = [ctx.case(self, "runs", runs=runs)]
+        original = ctx.harness.knobs
+        for name in scaled_knobs(ctx.sizes, original):
+            sizes = keeping_whole(ctx.sizes, original, name, CPU_BUDGET)
+            cases.append(ctx.case(self, f"runs/{name}={sizes[name]}", sizes=sizes, runs=runs))
+        return cases
 
     def judge(self, ctx: GateContext, results):
-        result = results[0]
-        problem = run_problem(result) if not result.candidate_ok else None
+        problem = next((run_problem(r) for r in results if not r.candidate_ok), None)
         if problem:
-            return self.verdict(UNCONFIRMED, f"the candidate did not run: {problem}", [result.case])
+            return self.verdict(UNCONFIRMED, f"the candidate did not run: {problem}", [r.case for r in results])
         how = f"launch order and {PERMUTATIONS} permutations" if ctx.mode == "cpu" else "repeated launches"
-        found = compare_runs(results, f"{len(result.runs)} runs ({how})")
+        found = compare_runs(results, f"{len(results[0].runs)} runs ({how})")
         if found:
             summary, details, arrays, failing = found
-            return self.confirmed(summary, failing, arrays=arrays, **details)
-        return self.verdict(REFUTED, f"{len(result.runs)} runs ({how}) gave the same bits", [result.case])
+            where = f" at {_sizes(failing.case.sizes)}" if len(results) > 1 else ""
+            return self.confirmed(summary + where, failing, arrays=arrays, **details)
+        same = f"{len(results[0].runs)} runs ({how}) gave the same bits"
+        cases = [r.case for r in results]
+        if ctx.mode != "cpu":
+            return self.verdict(REFUTED, same, cases)
+        counts = {r.case.id: max((run.meta.get("atomic_programs", 0) for run in r.runs), default=0) for r in results}
+        most = max(counts.values(), default=0)
+        if 0 < most < MIN_CONTRIBUTIONS:
+            tried = "; ".join(_sizes(r.case.sizes) for r in results)
+            return self.verdict(UNCONFIRMED, f"{same}, but at most {most} programs add to any one address at the "
+                                f"sizes run ({tried}): a float sum of two terms does not depend on their order, so "
+                                f"these runs could not show the violation; run at the problem's sizes on a GPU",
+                                cases, atomic_programs=most)
+        power = f"; up to {most} programs add to one address" if most else "; no float atomics ran"
+        return self.verdict(REFUTED, same + power, cases, atomic_programs=most)
+
+
+def _sizes(sizes: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sizes.items()) or "the base sizes"

@@ -1,0 +1,46 @@
+"""A problem's size knobs: module-level integers, constant expressions included (dynamic/knobs.py)."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+from kanalyze.dynamic.cases import keeping_whole, scaled_knobs
+from kanalyze.dynamic.knobs import constant_int, read_knobs, set_knobs
+
+PROBLEM = textwrap.dedent("""
+    batch_size = 8192 * 2
+    dim = 2 ** 20
+    M: int = 1024 * 16 - 1
+    dim2 = dim * 2          # follows `dim`: not a knob of its own
+    scale = 0.5
+    _private = 7
+    huge = 10 ** 400
+    shift = 1 << 100
+""")
+
+
+def test_constant_expressions_are_knobs() -> None:
+    assert read_knobs(ast.parse(PROBLEM)) == {"batch_size": 16384, "dim": 1048576, "M": 16383}
+
+
+def test_no_expression_is_evaluated_beyond_sizes() -> None:
+    for text in ("2 ** 10000", "1 << 10000", "1 // 0", "4 % 0", "x + 1", "len('abc')", "2.0 * 3", "-(2 ** 64)"):
+        assert constant_int(ast.parse(text, mode="eval").body) is None, text
+    assert constant_int(ast.parse("-(3 - 5) * 4", mode="eval").body) == 8
+
+
+def test_set_knobs_rewrites_expressions_and_the_module_runs_with_them() -> None:
+    tree = ast.parse(PROBLEM)
+    set_knobs(tree, {"batch_size": 16, "dim": 32})
+    namespace: dict = {}
+    exec(compile(tree, "problem.py", "exec"), namespace)
+    assert (namespace["batch_size"], namespace["dim"], namespace["dim2"], namespace["M"]) == (16, 32, 64, 16383)
+
+
+def test_keeping_one_knob_whole_shrinks_the_others() -> None:
+    original = {"batch_size": 128, "dim": 8192}
+    base = {"batch_size": 128, "dim": 512}
+    assert scaled_knobs(base, original) == ["dim"]
+    whole = keeping_whole(base, original, "dim", 2 ** 16)
+    assert whole == {"batch_size": 8, "dim": 8192}
