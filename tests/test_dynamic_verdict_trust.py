@@ -102,3 +102,13 @@ def test_both_sides_run_under_one_numerics_policy() -> None:
     assert reference["policy"] == candidate["policy"]
     assert candidate["policy"] == {"matmul_allow_tf32": False, "cudnn_allow_tf32": False,
                                    "float32_matmul_precision": "highest"}
+
+
+def test_the_reference_own_nonfinite_error_is_not_the_candidate_s() -> None:
+    """torch's float32 gelu(+inf) is NaN on the CPU, float64's is +inf: a correct GELU that
+    gives +inf is judged where the two references agree, and the verdict says what was left out."""
+    gelu = KB / "candidates" / "level1_problem13_gelu_erf.py"
+    run = run_gates(find_harness(str(gelu), kernelbench=str(KB)), ["EXC001"], options=Options(mode="cpu"))
+    [verdict] = [v for v in run.verdicts if v.code == "EXC001"]
+    assert verdict.status == REFUTED, verdict.summary
+    assert "with +inf injected" in verdict.summary and "disagree were left out" in verdict.summary

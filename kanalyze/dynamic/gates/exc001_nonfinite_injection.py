@@ -7,6 +7,12 @@ element: NaN where NaN, +Inf where +Inf, −Inf where −Inf, finite where finit
 A kernel that propagates NaN correctly passes; one that drops it (a
 `tl.maximum` without `propagate_nan`) or turns an Inf into NaN (a tanh
 written as a ratio of exponentials) fails.  Tolerance-free.
+
+The reference is judged too: where its working-dtype output and its float64
+output disagree on the class (torch's own fp32 `gelu(+inf)` is NaN on the CPU,
+while float64 gives +Inf), the element is left out and the verdict says how
+many were.  Power: a class can only be refuted where the injected values reach
+the reference's output; when none does, the verdict is `unconfirmed`.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ class NonfiniteInjection(Gate):
         return [ctx.case(self, special, special=special, seed=ctx.seed + 3) for special in SPECIALS]
 
     def judge(self, ctx: GateContext, results):
-        ran = []
+        ran, unreached, left_out = [], [], {}
         for result in results:
             special = result.case.special
             if not result.reference_ok:
@@ -40,11 +46,16 @@ class NonfiniteInjection(Gate):
                     return self.verdict(UNCONFIRMED, f"the candidate did not run: {problem}", [result.case])
                 return self.confirmed(f"with {special} injected: {problem}", result)
             run = result.runs[0]
-            for i, (observed, expected) in enumerate(zip(run.outputs, result.expected)):
+            exact = result.expected64 or result.expected
+            reached = False
+            for i, (observed, expected, expected64) in enumerate(zip(run.outputs, result.expected, exact)):
                 if not expected.is_float:
                     continue
                 got, want = classes(as_float64(observed)), classes(as_float64(expected))
-                wrong = got != want
+                agree = want == classes(as_float64(expected64))   # where the reference itself is right
+                left_out[special] = left_out.get(special, 0) + int((~agree).sum())
+                reached = reached or bool((want[agree] != 0).any())
+                wrong = (got != want) & agree
                 if not wrong.any():
                     continue
                 pairs = {}
@@ -58,13 +69,25 @@ class NonfiniteInjection(Gate):
                 summary = (f"with {special} injected: {which}{int(wrong.sum())} of {wrong.size} elements in the "
                            f"wrong class, e.g. {observed_name} where the reference has {expected_name} "
                            f"(first at index {list(first)})")
+                if left_out[special]:
+                    summary += (f"; {left_out[special]} elements where the reference's working dtype and float64 "
+                                f"disagree were left out")
                 return self.confirmed(summary, result, arrays=witness_arrays(run.outputs, result.expected),
                                       special=special, mismatches=pairs, first_index=list(first),
                                       observed=float(as_float64(observed)[first]),
-                                      expected=float(as_float64(expected)[first]))
-            ran.append(special)
+                                      expected=float(as_float64(expected)[first]),
+                                      reference_disagreements=left_out[special])
+            (ran if reached else unreached).append(special)
+        cases = [r.case for r in results]
         if not ran:
             reasons = "; ".join(r.reference_failure() for r in results if not r.reference_ok)
-            return self.verdict(UNCONFIRMED, f"no case ran: {reasons}", [r.case for r in results])
-        return self.verdict(REFUTED, f"non-finite classes match the reference with {', '.join(ran)} injected",
-                            [r.case for r in results])
+            if unreached:
+                reasons = (f"the injected {', '.join(unreached)} never reach the reference's output (where float64 "
+                           f"agrees), so a swallowed value could not show")
+            return self.verdict(UNCONFIRMED, f"no case could show the violation: {reasons}", cases)
+        note = "".join(f"; with {s} injected, {n} elements where the reference's working dtype and float64 disagree "
+                       f"were left out" for s, n in left_out.items() if n)
+        if unreached:
+            note += f"; {', '.join(unreached)} never reached the output"
+        return self.verdict(REFUTED, f"non-finite classes match the reference with {', '.join(ran)} injected{note}",
+                            cases, reference_disagreements=left_out)
