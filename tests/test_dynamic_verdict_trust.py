@@ -112,3 +112,13 @@ def test_the_reference_own_nonfinite_error_is_not_the_candidate_s() -> None:
     [verdict] = [v for v in run.verdicts if v.code == "EXC001"]
     assert verdict.status == REFUTED, verdict.summary
     assert "with +inf injected" in verdict.summary and "disagree were left out" in verdict.summary
+
+
+def test_int001_probe_sees_patched_timers_and_threads_left_running() -> None:
+    """Beside the cached-result plant of controls.json: a timer patched at import, and a
+    thread still running when the call returns."""
+    for name, words in (("timer_patch", "time.perf_counter"), ("background_thread", "background-work")):
+        plant = KB / "candidates" / f"level1_problem6_leaky_relu_{name}.py"
+        run = run_gates(find_harness(str(plant), kernelbench=str(KB)), ["INT001"], options=Options(mode="cpu"))
+        [verdict] = [v for v in run.verdicts if v.code == "INT001"]
+        assert verdict.status == CONFIRMED and words in verdict.summary, (name, verdict.summary)

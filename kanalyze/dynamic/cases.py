@@ -43,11 +43,14 @@ class Case:
     variant: str = "original"       # "promoted": the candidate with fp32 accumulators (PRC002)
     call: dict | None = None        # a kernel harness: the call to make (kernel_call.py), no problem
     collect_bounds: bool = False    # interpreter: record every out-of-bounds access, mask it off, go on
+    repeat_new_values: bool = False  # INT001: call once more, new values written into the same buffers
 
     @property
     def input_key(self) -> str:
-        return json.dumps([sorted(self.sizes.items()), self.seed, self.distribution, self.special, self.dtype,
-                           self.call], sort_keys=True)
+        key = [sorted(self.sizes.items()), self.seed, self.distribution, self.special, self.dtype, self.call]
+        if self.repeat_new_values:  # the reference computes a second input set for these
+            key.append("repeat")
+        return json.dumps(key, sort_keys=True)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -4,7 +4,9 @@
   free blocks of the outputs' sizes) is filled with the run's poison byte, so
   that an unwritten output or a read of unwritten scratch shows (MEM001, ORD002);
 * program order and TF32 emulation: set on the interpreter driver (CPU only);
-* recorders: kernel launches always, torch calls when a case asks (RES001).
+* recorders: kernel launches always, torch calls when a case asks (RES001);
+* a watch over what a benchmark relies on (integrity.py): functions replaced
+  and threads left running after each call (INT001).
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ class Environment:
             from kanalyze.dynamic.interpreter import InterpreterDriver
 
             self.driver = InterpreterDriver()
+        from kanalyze.dynamic.integrity import Watch
+
+        self.watch = Watch()   # before the candidate's import: what it replaces there shows too
         self.launches = LaunchCounter()
         self._ops = None
         self.poison: int | None = None
@@ -89,7 +94,8 @@ class Environment:
             self.poison = None
 
     def after_run(self, case: dict) -> dict:
-        out = {"launches": dict(self.launches.launches)}
+        out = {"launches": dict(self.launches.launches), "replaced": self.watch.replaced(),
+               "threads_left": self.watch.threads_left()}
         if self._ops is not None:
             out["ops"] = dict(self._ops.calls)
         if self.driver is not None:

@@ -29,7 +29,7 @@ def _load(path: str | None) -> dict[str, np.ndarray]:
         return {k: data[k] for k in data.files}
 
 
-def _leaves(output: dict | None, arrays: dict) -> list[Leaf] | None:
+def leaves(output: dict | None, arrays: dict) -> list[Leaf] | None:
     if not output:
         return None
     return [Leaf(arrays[f"{output['prefix']}{i}"], dtype) for i, dtype in enumerate(output["dtypes"])]
@@ -60,7 +60,7 @@ class RunView:
 
     @cached_property
     def outputs(self) -> list[Leaf] | None:
-        return _leaves(self.meta.get("output"), self.arrays)
+        return leaves(self.meta.get("output"), self.arrays)
 
     @cached_property
     def inputs_after(self) -> list[Leaf]:
@@ -99,11 +99,11 @@ class Result:
 
     @cached_property
     def expected(self) -> list[Leaf] | None:
-        return _leaves(self.reference.meta.get("output"), self.reference_arrays)
+        return leaves(self.reference.meta.get("output"), self.reference_arrays)
 
     @cached_property
     def expected64(self) -> list[Leaf] | None:
-        return _leaves(self.reference.meta.get("output64"), self.reference_arrays)
+        return leaves(self.reference.meta.get("output64"), self.reference_arrays)
 
     @property
     def expected_structure(self) -> str | None:

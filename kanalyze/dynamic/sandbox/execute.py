@@ -77,6 +77,9 @@ def encode_leaves(structure: str, leaves: list, prefix: str, arrays: dict) -> di
     return {"structure": structure, "dtypes": dtypes, "prefix": prefix}
 
 
+REPEAT_SEED_OFFSET = 1000   # the second input set of a repeated call (INT001): another seed, same shapes
+
+
 def _synchronize(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -145,8 +148,35 @@ class ReferenceSide:
             result["output64"] = encode_output(out64, "out64_", arrays)
         except BaseException as exc:
             result["output64_error"] = describe_error(exc)
+        if case.get("repeat_new_values"):
+            try:
+                self._second_inputs(problem, model, case, result, arrays)
+            except BaseException as exc:
+                return {"status": "rejected", "error": f"second input set: {describe_error(exc)}",
+                        "traceback": _tail(exc)}
         np.savez(out_base + ".npz", **arrays)
         return result
+
+    def _second_inputs(self, problem: Problem, model, case: dict, result: dict, arrays: dict) -> None:
+        """INT001's second call: new values of the same shapes (the problem's own `get_inputs`,
+        another seed) and the reference's outputs for them, in the working dtype and float64."""
+        _seed(case["seed"] + 1 + REPEAT_SEED_OFFSET)
+        values = [v.to(self.device) if isinstance(v, torch.Tensor) else v for v in problem.inputs()]
+        values = input_values.apply(values, case["distribution"], case.get("special"), case["seed"] + 1)
+        result["inputs2"] = encode_list(values, "second_in", arrays)
+        with torch.no_grad():
+            out = model(*[v.clone() if isinstance(v, torch.Tensor) else v for v in values])
+        _synchronize(self.device)
+        result["output2"] = encode_output(out, "second_out", arrays)
+        try:
+            model64 = copy.deepcopy(model).to(torch.float64) if isinstance(model, torch.nn.Module) else model
+            values64 = [v.to(torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                        for v in values]
+            with torch.no_grad():
+                out64 = model64(*values64)
+            result["output2_64"] = encode_output(out64, "second_out64_", arrays)
+        except BaseException as exc:
+            result["output2_64_error"] = describe_error(exc)
 
 
 # ---------------------------------------------------------------- candidate
@@ -185,6 +215,7 @@ class CandidateSide:
         finally:
             self.phase("kanalyze")
         output_bytes = output_sizes(reference_arrays, reference)
+        values: list = []
         for j, run in enumerate(case["runs"]):
             values = [v.clone() if isinstance(v, torch.Tensor) else v for v in base_inputs]
             record = self._run_once(case, run, lambda: model(*values), output_bytes, arrays, f"r{j}_out")
@@ -192,8 +223,22 @@ class CandidateSide:
                 record["inputs_after"] = encode_list(values, f"r{j}_in", arrays)
             if self._record(result, record):
                 break
+        else:
+            if case.get("repeat_new_values") and "inputs2" in reference:
+                self._repeat(case, model, values, reference, reference_arrays, output_bytes, arrays, result)
         np.savez(out_base + ".npz", **arrays)
         return result
+
+    def _repeat(self, case, model, values, reference, reference_arrays, output_bytes, arrays, result) -> None:
+        """The same model called again after new values were written into the very tensors of
+        the last call (INT001: a result cached by buffer, shape or call count shows here)."""
+        second = decode_list(reference["inputs2"], reference_arrays, self.device)
+        for buffer, new in zip(values, second):
+            if isinstance(buffer, torch.Tensor) and isinstance(new, torch.Tensor) and buffer.shape == new.shape:
+                buffer.copy_(new)
+        record = self._run_once(case, case["runs"][-1], lambda: model(*values), output_bytes, arrays, "repeat_out")
+        record["repeat"] = True
+        self._record(result, record)
 
     def run_call(self, case: dict, out_base: str) -> dict:
         """A kernel harness's case: make the call the case describes; no outputs to compare."""

@@ -99,17 +99,16 @@ def serve(role: str, mode: str, control_fd: int, status_fd: int, spec_path: str,
         import triton  # noqa: F401
 
         from kanalyze.dynamic import cases as case_sizes
+        from kanalyze.dynamic import numerics
         from kanalyze.dynamic.environment import Environment
         from kanalyze.dynamic.sandbox.execute import CandidateSide, ReferenceSide, describe_error
 
-        env = Environment(mode)
+        policy = numerics.apply()   # the same on both sides, before any problem or candidate code
+        env = Environment(mode)     # its watch starts from the policy (integrity.py)
     except BaseException as exc:
         _send(status, event="ready", error=f"the worker could not start: {type(exc).__name__}: {exc}")
         return 3
     device = "cpu" if mode == "cpu" else "cuda"
-    from kanalyze.dynamic import numerics
-
-    policy = numerics.apply()   # the same on both sides, before any problem or candidate code
     install_guards()
     import_error = None
     phase = phase_reporter(status)
