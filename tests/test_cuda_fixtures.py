@@ -36,9 +36,15 @@ CUDA_FIXTURES = sorted(p for p in fixture_files(CUDA_DIR, "*") if p.suffix in ("
 NVCC = shutil.which("nvcc")
 
 
+def _read(path: Path) -> str:
+    """A fixture's text as kanalyze reads it: line endings kept (`read_text` would turn
+    the lone "\r"s of exc001_cr_line_endings.cu into "\n" and test another file)."""
+    return path.read_bytes().decode("utf-8")
+
+
 @pytest.mark.parametrize("path", CUDA_FIXTURES, ids=lambda p: str(p.relative_to(FIXTURES)))
 def test_cuda_fixture_expectations(path: Path) -> None:
-    text = path.read_text(encoding="utf-8")
+    text = _read(path)
     expected, forbidden = parse_expectations(text)
     findings, _ = analyze_source(str(path), text)
     found = {(f.location.row, f.code) for f in findings}
@@ -58,7 +64,7 @@ def test_every_cuda_detector_has_flagged_and_clean_fixtures() -> None:
     ok_codes: set[str] = set()
     kinds: dict[str, set[str]] = {}
     for path in CUDA_FIXTURES:
-        expected, forbidden = parse_expectations(path.read_text(encoding="utf-8"))
+        expected, forbidden = parse_expectations(_read(path))
         expected_codes |= {code for _, code in expected}
         ok_codes |= {code for _, code in forbidden}
         for _, code in expected:
@@ -79,7 +85,7 @@ def _units():
     from kanalyze.analyzer.triton.model import TritonModule
 
     for path in CUDA_FIXTURES:
-        text = path.read_text(encoding="utf-8")
+        text = _read(path)
         if path.suffix != ".py":
             yield path, CudaUnit(str(path), text, "file"), 1
             continue

@@ -5,7 +5,10 @@ for every node (about twice the cost of parsing).  Code generation alone is
 cheap, so this state tracks a single character offset instead, records the
 same syntactic spans as PositionProvider (leading whitespace and comments
 excluded), and converts only the requested nodes' offsets to rows and columns.
-LibCST round-trips source exactly, so offsets index the original text.
+LibCST round-trips source exactly, so offsets index the text it parsed.  That
+is the user's text with identifiers folded to NFKC (spelling.py); where a
+folding changed the length, offsets are mapped back to the user's text, so
+rows, columns and `# noqa` lines are always the user's.
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
+
+from kanalyze.analyzer.spelling import python_spelling
 
 
 _LINE_END = re.compile(r"\r\n?|\n")
@@ -66,6 +71,7 @@ class Positions:
         state = _OffsetState(module)
         module._codegen(state)
         self._spans = state.spans
+        self._to_user = _offset_map(text, module)
         # LibCST ends lines at "\r\n", "\n" or a lone "\r".
         self._line_starts = [0] + [m.end() for m in _LINE_END.finditer(text)]
 
@@ -74,8 +80,11 @@ class Positions:
         return row, offset - self._line_starts[row - 1] + 1
 
     def offsets(self, node: cst.CSTNode) -> tuple[int, int] | None:
-        """(start, end) character offsets of `node` in the text, None if it has no span."""
-        return self._spans.get(id(node))
+        """(start, end) character offsets of `node` in the user's text, None if it has no span."""
+        span = self._spans.get(id(node))
+        if span is None or self._to_user is None:
+            return span
+        return self._to_user(span[0]), self._to_user(span[1])
 
     def row_column(self, offset: int) -> tuple[int, int]:
         """1-based (row, column) of a character offset."""
@@ -83,7 +92,19 @@ class Positions:
 
     def span(self, node: cst.CSTNode) -> tuple[int, int, int, int]:
         """(row, column, end_row, end_column), rows and columns 1-based."""
-        span = self._spans.get(id(node))
+        span = self.offsets(node)
         if span is None:
             return (1, 1, 1, 1)
         return (*self._row_column(span[0]), *self._row_column(span[1]))
+
+
+def _offset_map(text: str, module: cst.Module) -> Callable[[int], int] | None:
+    """Parsed offset → offset in `text`, or None when they are the same.
+
+    A module parsed from `text` with identifiers folded to a different length
+    needs the map; one parsed from `text` itself does not (rare: the extra
+    code generation runs only for such files)."""
+    spelling = python_spelling(text)
+    if not spelling.resized or module.code != spelling.text:
+        return None
+    return spelling.to_user

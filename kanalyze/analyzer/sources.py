@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from kanalyze.analyzer.cuda.sources import CUDA_SUFFIXES
+from kanalyze.analyzer.spelling import folded_text
 
 PYTHON_SUFFIXES = (".py", ".pyi")
 
@@ -70,8 +71,14 @@ def too_deeply_nested(text: str, limit: int = MAX_NESTING) -> bool:
 
 
 def may_contain_triton(text: str) -> bool:
-    """Cheap prefilter: no `triton` and `jit` in the text, no kernel to analyze."""
-    return _TRITON_HINT.search(text) is not None and _JIT_HINT.search(text) is not None
+    """Cheap prefilter: no `triton` and `jit` in the text, no kernel to analyze.
+
+    Python reads `@triton.ｊｉｔ` (fullwidth letters) as `@triton.jit`, so a text
+    that is not ASCII is also searched folded the way Python folds names."""
+    if _TRITON_HINT.search(text) is not None and _JIT_HINT.search(text) is not None:
+        return True
+    folded = folded_text(text)
+    return folded is not text and _TRITON_HINT.search(folded) is not None and _JIT_HINT.search(folded) is not None
 
 
 def read_source(path: str, *, explicit: bool = False) -> SourceText | SourceError | None:

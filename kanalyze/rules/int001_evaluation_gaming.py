@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Iterator
 
 import libcst as cst
@@ -49,7 +50,8 @@ class EvaluationGaming(Rule):
     functions (`torch.cuda.synchronize = ...`, `time.perf_counter = ...`,
     `setattr(torch, ...)`) and reads of the checker's state (`gc.get_objects()`,
     `inspect.currentframe()`, `sys._getframe`, `f_back` / `f_locals` / `f_globals`,
-    `sys.modules["__main__"]`, `import __main__`).
+    `sys.modules["__main__"]`, `import __main__`), and names spelled with
+    characters Python folds to others (`ｔｌ.ｍａｘｉｍｕｍ` runs as `tl.maximum`).
 
     ## Why is this bad
     Each one makes the benchmark measure or compare something other than the
@@ -57,7 +59,9 @@ class EvaluationGaming(Rule):
     current stream; a cached output is returned without computing (the checker
     writes new values into the same buffers and still gets the old answer); a
     patched `synchronize` or `allclose` forges the timing or the verdict; a frame
-    or gc walk can find the reference output and return it.
+    or gc walk can find the reference output and return it.  Python reads every
+    name in its NFKC form, so a fullwidth or ligature spelling runs as the plain
+    name while tools and reviewers that read the text see another name.
 
     ## Example
     ```python
@@ -100,11 +104,28 @@ class EvaluationGaming(Rule):
 
         params = inspect.signature(ModelNew.forward).parameters
         """),
+        source("""
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def scale_kernel(x_ptr, α):
+            café = tl.load(x_ptr)
+            tl.store(x_ptr, café * α)
+        """),
     ]
     INVALID = [
         source("""
         import torch
         torch.cuda.synchronize = lambda: None
+        """),
+        source("""
+        import triton
+        import triton.language as ｔｌ
+
+        @triton.jit
+        def zero_kernel(x_ptr):
+            ｔｌ.store(x_ptr, 0.0)
         """),
         source("""
         import torch
@@ -145,6 +166,7 @@ class EvaluationGaming(Rule):
         yield from self._patches(model)
         yield from self._checker_reads(model)
         yield from self._cached_results(model, path)
+        yield from self._respelled_names(model)
 
     # -- side streams and threads -------------------------------------------
 
@@ -214,6 +236,15 @@ class EvaluationGaming(Rule):
             yield self.report(node, f"`{text}` reads the checker's frames, heap or module, where it keeps the "
                                     f"reference inputs and outputs; a kernel must compute from its arguments only",
                               expression=text)
+
+    # -- names spelled apart from how Python reads them -----------------------
+
+    def _respelled_names(self, model: TritonModule) -> Iterator[Report]:
+        """`ｔｌ` runs as `tl` (Python folds names to NFKC) but reads as another name."""
+        for node, raw, folded in model.respelled_names():
+            kind = "combining" if unicodedata.normalize("NFC", raw) == folded else "compatibility"
+            yield self.report(node, f"`{raw}` is spelled with {kind} characters; Python reads it as `{folded}`: "
+                                    f"write it as `{folded}`", expression=raw, reads_as=folded)
 
     # -- results cached across calls ----------------------------------------
 

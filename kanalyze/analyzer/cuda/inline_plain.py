@@ -35,6 +35,7 @@ from kanalyze.analyzer.cuda.inline import FLAG_KEYWORDS
 from kanalyze.analyzer.cuda.sources import (
     LOAD_INLINE_CPP_PRELUDE, LOAD_INLINE_CUDA_PRELUDE, CudaUnit, Extension, Flag, SourceMap, Span, line_starts,
 )
+from kanalyze.analyzer.spelling import python_spelling
 
 _MODULES = frozenset({"torch", "torch.nn", "torch.nn.functional", "torch.utils.cpp_extension", "os", "math"})
 _FROM = {"torch": frozenset({"nn"}), "torch.utils": frozenset({"cpp_extension"}),
@@ -62,6 +63,8 @@ def read_plain(path: str, text: str) -> tuple[list[Extension], dict[str, int]] |
     file; None when the file is not plain (or does not parse: LibCST says why)."""
     if "\r" in text and _LONE_CR.search(text):
         return None  # Python and LibCST split lines alike except for a lone "\r": leave it to LibCST
+    if python_spelling(text).respellings:
+        return None  # a name Python folds (`ｔｏｒｃｈ` is `torch`) is an INT001 finding: LibCST's path reports it
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # invalid escapes in CUDA strings warn; LibCST says nothing either

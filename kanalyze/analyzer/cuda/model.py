@@ -27,7 +27,7 @@ import tree_sitter_cuda
 
 from kanalyze.analyzer.cuda import build as reader
 from kanalyze.analyzer.cuda.entities import CudaCall, CudaFunction, CudaLaunch, Variable
-from kanalyze.analyzer.cuda.sources import CudaUnit
+from kanalyze.analyzer.cuda.sources import CudaUnit, compiler_lines
 from kanalyze.analyzer.cuda.values import CudaValues, walk
 
 # What `nodes_in` indexes in a function body.
@@ -77,7 +77,7 @@ class CudaModule(CudaValues):
 
     @classmethod
     def parse(cls, unit: CudaUnit) -> "CudaModule":
-        source = unit.text.encode("utf-8", "surrogatepass")
+        source = compiler_lines(unit.text).encode("utf-8", "surrogatepass")  # a lone "\r" ends a line
         return cls(unit, parse_cuda(source), source)
 
     # --- what a function declares (read on first use) --------------------------
@@ -97,7 +97,7 @@ class CudaModule(CudaValues):
         if node is None:
             return ""
         text = self.source[node.start_byte: node.end_byte].decode("utf-8", "replace")
-        if "\n" in text or "  " in text or "\t" in text:
+        if "\n" in text or "\r" in text or "  " in text or "\t" in text:
             text = " ".join(text.split())
         return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 

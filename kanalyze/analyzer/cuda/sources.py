@@ -19,6 +19,8 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from kanalyze.analyzer.spelling import folded_text
+
 CUDA_SUFFIXES = (".cu", ".cuh", ".cuda")
 
 # A Python file can only build CUDA through one of these names.
@@ -33,6 +35,7 @@ LOAD_INLINE_CPP_PRELUDE = "#include <torch/extension.h>"
 LOAD_INLINE_CUDA_PRELUDE = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>"
 
 _LINE_END = re.compile(r"\r\n?|\n")
+_LONE_CR = re.compile(r"\r(?!\n)")
 
 
 def is_cuda_path(path: str) -> bool:
@@ -40,15 +43,19 @@ def is_cuda_path(path: str) -> bool:
 
 
 def may_contain_inline_cuda(text: str) -> bool:
-    """Cheap prefilter for Python files: no builder name, no inline CUDA."""
-    return _INLINE_HINT.search(text) is not None
+    """Cheap prefilter for Python files: no builder name, no inline CUDA (names
+    searched as Python reads them too: `ｌｏａｄ_ｉｎｌｉｎｅ` is `load_inline`)."""
+    if _INLINE_HINT.search(text) is not None:
+        return True
+    folded = folded_text(text)
+    return folded is not text and _INLINE_HINT.search(folded) is not None
 
 
 def cuda_files_named_in(path: str, text: str) -> list[str]:
     """Existing CUDA files that a Python file building extensions names in a
     string literal (`load(sources=[os.path.join(here, "k.cu")])`), resolved
     against the Python file's directory.  Text only: nothing is run."""
-    if "cpp_extension" not in text:
+    if "cpp_extension" not in text and "cpp_extension" not in folded_text(text):
         return []
     here = os.path.dirname(path)
     found: list[str] = []
@@ -60,6 +67,16 @@ def cuda_files_named_in(path: str, text: str) -> list[str]:
                 found.append(candidate)
                 break
     return found
+
+
+def compiler_lines(text: str) -> str:
+    """`text` with each lone "\r" made a "\n", for tree-sitter and line-anchored regexes.
+
+    nvcc, like any C compiler, ends a line at "\r\n", "\n" or a lone "\r"
+    (old Mac line endings); tree-sitter only at "\n", so in a file with lone
+    "\r"s the first `//` comment or `#include` would run to the end of the file
+    and hide every kernel.  One character for one: lengths and offsets stay."""
+    return _LONE_CR.sub("\n", text) if "\r" in text else text
 
 
 def line_starts(text: str) -> list[int]:

@@ -16,6 +16,8 @@ import fnmatch
 import re
 from dataclasses import dataclass, field
 
+from kanalyze.analyzer.cuda.sources import compiler_lines
+
 _NOLINT = re.compile(r"//\s*NOLINT(?P<kind>NEXTLINE|BEGIN|END)?\b(?:\((?P<codes>[^)]*)\))?")
 _FILE_NOQA = re.compile(r"^\s*//\s*kanalyze:\s*noqa(?::\s*(?P<codes>[A-Za-z0-9*,\s]+))?\s*$",
                         re.IGNORECASE | re.MULTILINE)
@@ -44,6 +46,7 @@ class CudaSuppressions:
 
     @classmethod
     def parse(cls, text: str) -> "CudaSuppressions":
+        text = compiler_lines(text)  # `^...$` of a file-wide noqa: a lone "\r" ends a line too
         lines = text.splitlines()
         file_codes = [_codes(m.group("codes")) for m in _FILE_NOQA.finditer(text)] if "kanalyze" in text else []
         blocks: list[tuple[int, int, frozenset[str] | None]] = []

@@ -1,6 +1,7 @@
 """The kernel model of one Python file, read with LibCST (never imported).
 
-`TritonModule.from_source(path, text)` parses the file once and records:
+`TritonModule.from_source(path, text)` parses the file once, with every name
+as Python reads it (`ｔｌ.ｍａｘｉｍｕｍ` is `tl.maximum`: spelling.py), and records:
   - every function (with its class, so `ModelNew.forward` is known),
   - the jit functions: `@triton.jit`, `@jit` after `from triton import jit`,
     `f = triton.jit(g)`, stacked under `@triton.autotune` / `@triton.heuristics`,
@@ -15,12 +16,15 @@ Rules read this model; they never parse anything themselves.
 
 from __future__ import annotations
 
+import unicodedata
 from functools import cached_property
 from typing import Iterator
 
 import libcst as cst
 
 from kanalyze.analyzer.names import ImportMap, dotted
+from kanalyze.analyzer.positions import Positions
+from kanalyze.analyzer.spelling import python_spelling
 from kanalyze.analyzer.triton.calls import bind_call_args
 from kanalyze.analyzer.triton.collect import Collector
 from kanalyze.analyzer.triton.dataflow import Dataflow
@@ -50,9 +54,33 @@ class TritonModule:
 
     @classmethod
     def from_source(cls, path: str, text: str, settings: dict | None = None) -> "TritonModule":
-        model = cls(path, text, cst.parse_module(text))
+        """Parse `text` as Python reads it (identifiers folded to NFKC, `_parse_as_python`);
+        `model.text` stays the user's text, which positions and `# noqa` read."""
+        model = cls(path, text, _parse_as_python(text))
         model.settings = dict(settings or {})
         return model
+
+    def respelled_names(self) -> list[tuple[cst.Name, str, str]]:
+        """(node, raw spelling, what Python reads) of every name written with characters
+        that Python folds to others (`ｔｌ` is `tl`): INT001 reports each one.
+
+        The parsed tree holds the folded names, so the rewritten ones are found by
+        where they are; a name the rewrite left raw (one that folds to a keyword, or
+        one inside an f-string that the tokenizer reads as a string) by its value."""
+        spelling = python_spelling(self.text)
+        if spelling.normal:
+            return []
+        positions = Positions(self.module, self.text)
+        by_start = {r.start: r for r in spelling.respellings}
+        found = []
+        for node in self.nodes(cst.Name):
+            offsets = positions.offsets(node)
+            respelling = by_start.get(offsets[0]) if offsets else None
+            if respelling is not None:
+                found.append((node, respelling.raw, respelling.folded))
+            elif not unicodedata.is_normalized("NFKC", node.value):
+                found.append((node, node.value, unicodedata.normalize("NFKC", node.value)))
+        return found
 
     # --- names -------------------------------------------------------------
 
@@ -166,3 +194,18 @@ class TritonModule:
                 arg = bind_call_args(call, jit.params).get(d.name)
                 if arg is not None:
                     yield from self.sources(caller, arg, depth=depth - 1)
+
+
+def _parse_as_python(text: str) -> cst.Module:
+    """The tree of `text` with every identifier as Python reads it (spelling.py).
+
+    When the folded text does not parse, the user's own text is parsed instead:
+    its error (or its tree) is the one the pipeline reported before folding,
+    at the user's rows and columns."""
+    spelling = python_spelling(text)
+    if spelling.text == text:
+        return cst.parse_module(text)
+    try:
+        return cst.parse_module(spelling.text)
+    except Exception:  # LibCST raises more than ParserSyntaxError; the user's text says what, where
+        return cst.parse_module(text)
