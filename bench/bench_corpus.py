@@ -1,0 +1,157 @@
+"""The dynamic pass over a corpus of real pairs, beside KernelBench's own check, one pair at a time.
+
+For each line of a corpus's `pairs.jsonl` (bench/corpus/fetch_corpus.py builds one), in
+this one run, side by side:
+
+  kernelbench  a KernelBench-style check: a fresh `python` process imports the problem and
+               the candidate, builds both models from one seed, and runs 5 trials of
+               `get_inputs()` and `torch.allclose(ref, out, atol=1e-2, rtol=1e-2)`;
+  targeted     `kanalyze check CAND --dynamic --reference PROBLEM` as a user runs it (the
+               gates the static flags call for), JSON output;
+  all          with `--all`, the same with `--gates all`.
+
+Prints per pair the times and the verdicts, then the medians and their ratios, the count of
+verdicts per status, and the verdicts that blame kanalyze itself (an `unconfirmed` whose
+reason is kanalyze's worker); `--json` keeps every number.
+
+    python3 bench/bench_corpus.py --corpus /tmp/kb_corpus/pairs.jsonl --device cuda --language triton \\
+        --limit 20 --json results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+KERNELBENCH_CHECK = r"""
+import importlib.util, sys, torch
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module); return module
+problem, candidate = load(sys.argv[1], "problem"), load(sys.argv[2], "candidate")
+device = sys.argv[3]
+torch.manual_seed(42); init = problem.get_init_inputs()
+torch.manual_seed(42); reference = problem.Model(*init).to(device)
+torch.manual_seed(42); model = candidate.ModelNew(*init).to(device)
+ok = True
+with torch.no_grad():
+    for trial in range(5):
+        torch.manual_seed(trial)
+        inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in problem.get_inputs()]
+        expected, observed = reference(*inputs), model(*inputs)
+        if device == "cuda": torch.cuda.synchronize()
+        ok = ok and observed.shape == expected.shape and torch.allclose(expected, observed, atol=1e-2, rtol=1e-2)
+print("PASS" if ok else "FAIL")
+"""
+
+
+def kernelbench(problem: str, candidate: str, device: str, timeout: float) -> dict:
+    started = time.perf_counter()
+    try:
+        done = subprocess.run([sys.executable, "-c", KERNELBENCH_CHECK, problem, candidate, device],
+                              capture_output=True, text=True, timeout=timeout)
+        verdict = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "ERROR"
+        if verdict not in ("PASS", "FAIL"):
+            verdict = "ERROR"
+    except subprocess.TimeoutExpired:
+        verdict = "TIMEOUT"
+    return {"seconds": time.perf_counter() - started, "verdict": verdict}
+
+
+def kanalyze(problem: str, candidate: str, device: str, timeout: float, gates: str | None) -> dict:
+    command = [sys.executable, "-m", "kanalyze", "check", candidate, "--dynamic", "--reference", problem,
+               "--device", device, "--output-format", "json", "--isolated", "--no-cache", "--exit-zero",
+               "--witness-dir", os.path.join(os.environ.get("TMPDIR", "/tmp"), "kanalyze-bench-witnesses")]
+    if gates:
+        command += ["--gates", gates]
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        findings = json.loads(done.stdout) if done.stdout.strip().startswith(("[", "{")) else None
+        error = None if findings is not None else (done.stderr.strip().splitlines() or ["no output"])[-1]
+    except subprocess.TimeoutExpired:
+        findings, error = None, f"kanalyze ran past {timeout:.0f} s"
+    findings = findings["findings"] if isinstance(findings, dict) else findings
+    verdicts = [{"code": f["code"], "status": f.get("status"), "result": (f.get("evidence") or {}).get("gate_result")}
+                for f in findings or [] if f.get("status") != "flagged"]
+    return {"seconds": time.perf_counter() - started, "error": error, "verdicts": verdicts}
+
+
+def blames_kanalyze(verdict: dict) -> bool:
+    text = verdict.get("result") or ""
+    return verdict["status"] == "unconfirmed" and ("kanalyze could not" in text or "kanalyze's worker" in text)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", required=True, help="pairs.jsonl")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
+    parser.add_argument("--language", choices=("triton", "cuda", "both"), default="both")
+    parser.add_argument("--offset", type=int, default=0)
+    parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--timeout", type=float, default=300.0, help="per pair and column")
+    parser.add_argument("--all", action="store_true", help="also every gate")
+    parser.add_argument("--json", help="write every number here")
+    args = parser.parse_args()
+
+    base = Path(args.corpus).resolve().parent
+    pairs = [json.loads(line) for line in Path(args.corpus).read_text().splitlines() if line.strip()]
+    pairs = [p for p in pairs if args.language == "both" or p.get("language") == args.language]
+    pairs = pairs[args.offset:][:args.limit]
+    rows = []
+    for n, pair in enumerate(pairs, 1):
+        problem, candidate = str(base / pair["problem"]), str(base / pair["candidate"])
+        row = {"pair": pair, "kernelbench": kernelbench(problem, candidate, args.device, args.timeout),
+               "targeted": kanalyze(problem, candidate, args.device, args.timeout, None)}
+        if args.all:
+            row["all"] = kanalyze(problem, candidate, args.device, args.timeout, "all")
+        rows.append(row)
+        shown = ", ".join(f"{v['code']} {v['status']}" for v in row["targeted"]["verdicts"]) or "no verdict"
+        print(f"[{n}/{len(pairs)}] {Path(candidate).name}: kb {row['kernelbench']['verdict']} "
+              f"{row['kernelbench']['seconds']:.1f} s, targeted {row['targeted']['seconds']:.1f} s: {shown}"
+              + (f" ({row['targeted']['error']})" if row["targeted"]["error"] else ""), flush=True)
+        for v in row["targeted"]["verdicts"]:
+            print(f"    {(v['result'] or '')[:220]}", flush=True)
+        if args.json:  # after every pair: a run cut short keeps what it measured
+            Path(args.json).write_text(json.dumps(rows, indent=1))
+    summarize(rows, args.all)
+    return 0
+
+
+def summarize(rows: list[dict], with_all: bool) -> None:
+    if not rows:
+        print("no pairs")
+        return
+    kb = statistics.median(r["kernelbench"]["seconds"] for r in rows)
+    print(f"\n{len(rows)} pairs; median seconds: kernelbench {kb:.2f}", end="")
+    for column in ("targeted", "all") if with_all else ("targeted",):
+        median = statistics.median(r[column]["seconds"] for r in rows)
+        print(f", {column} {median:.2f} ({median / kb:.2f}x)", end="")
+    print()
+    for column in ("targeted", "all") if with_all else ("targeted",):
+        statuses: dict[str, int] = {}
+        for r in rows:
+            for v in r[column]["verdicts"]:
+                statuses[v["status"]] = statuses.get(v["status"], 0) + 1
+        own = [(r["pair"]["candidate"], v) for r in rows for v in r[column]["verdicts"] if blames_kanalyze(v)]
+        errors = [r for r in rows if r[column]["error"]]
+        print(f"{column}: verdicts {statuses}; kanalyze's own failures {len(own)}; runs without a report "
+              f"{len(errors)}")
+        for candidate, v in own[:10]:
+            print(f"  {Path(candidate).name}: {v['code']}: {(v['result'] or '')[:200]}")
+    kb_verdicts: dict[str, int] = {}
+    for r in rows:
+        kb_verdicts[r["kernelbench"]["verdict"]] = kb_verdicts.get(r["kernelbench"]["verdict"], 0) + 1
+    print(f"kernelbench: {kb_verdicts}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
