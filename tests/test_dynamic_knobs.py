@@ -44,3 +44,20 @@ def test_keeping_one_knob_whole_shrinks_the_others() -> None:
     assert scaled_knobs(base, original) == ["dim"]
     whole = keeping_whole(base, original, "dim", 2 ** 16)
     assert whole == {"batch_size": 8, "dim": 8192}
+
+
+def test_new_values_keep_the_structure_the_problem_built() -> None:
+    import torch
+
+    from kanalyze.dynamic.inputs import apply
+
+    torch.manual_seed(0)
+    lower = torch.tril(torch.randn(6, 6))
+    symmetric = torch.randn(5, 5)
+    symmetric = symmetric + symmetric.T
+    masked = torch.randn(4, 8) * (torch.rand(4, 8) > 0.5)
+    for distribution in ("normal", "large", "mixed_sign", "common_mean", "subnormal"):
+        new_lower, new_symmetric, new_masked = apply([lower, symmetric, masked], distribution, None, seed=3)
+        assert torch.equal(new_lower, torch.tril(new_lower)) and not torch.equal(new_lower, lower)
+        assert torch.equal(new_symmetric, new_symmetric.T) and not torch.equal(new_symmetric, symmetric)
+        assert torch.equal(new_masked == 0, masked == 0)

@@ -2,7 +2,10 @@
 
 The problem's `get_inputs()` gives shapes, dtypes and its own values
 ("given"); a distribution replaces the values of every floating input, keeping
-shape and dtype.  Integer inputs (indices, labels) are never touched.
+shape and dtype, and the structure the problem built into them: an element
+that is exactly zero stays zero (a `torch.tril` input stays lower-triangular,
+a mask keeps its holes), and a square matrix equal to its transpose stays
+symmetric.  Integer inputs (indices, labels) are never touched.
 
 * normal        standard normal
 * uniform       uniform on [0, 1), what most KernelBench `get_inputs` use
@@ -54,6 +57,15 @@ def _draw(distribution: str, shape, dtype, generator: torch.Generator) -> torch.
     return values.to(dtype)
 
 
+def keep_structure(given: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
+    """`drawn` with the zeros of `given` and, where `given` is symmetric, made symmetric."""
+    out = torch.where(given == 0, torch.zeros((), dtype=drawn.dtype, device=drawn.device), drawn)
+    if given.dim() >= 2 and given.shape[-1] == given.shape[-2] and given.shape[-1] > 1 \
+            and torch.equal(given, given.transpose(-1, -2)):
+        out = torch.tril(out) + torch.tril(out, -1).transpose(-1, -2)
+    return out
+
+
 def apply(inputs: list, distribution: str, special: str | None, seed: int) -> list:
     """The inputs with new values for every floating tensor; specials injected."""
     generator = torch.Generator().manual_seed(seed * 7919 + 17)
@@ -64,7 +76,8 @@ def apply(inputs: list, distribution: str, special: str | None, seed: int) -> li
             continue
         tensor = value
         if distribution != "given":
-            tensor = _draw(distribution, tuple(value.shape), value.dtype, generator).to(value.device)
+            drawn = _draw(distribution, tuple(value.shape), value.dtype, generator).to(value.device)
+            tensor = keep_structure(value, drawn)
         if special is not None and tensor.numel() > 0:
             tensor = tensor.clone()
             flat = tensor.view(-1) if tensor.is_contiguous() else tensor.reshape(-1)
