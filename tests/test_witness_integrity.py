@@ -279,3 +279,15 @@ def test_the_attack_for_real(tmp_path, keys, capsys) -> None:
     assert code == 2 and "the witness was changed after it was written" in err
     code, out, err = _replay(path, capsys, "--trust")                  # what the edit was after
     assert code == 0 and out.startswith("EXC001 refuted"), out + err
+
+
+def test_a_large_array_keeps_the_window_around_the_failure() -> None:
+    big = np.arange(1000 * 1000, dtype=np.float32).reshape(1000, 1000)
+    kept, slices = witness.failing_slices({"observed0": big, "small": np.zeros(3)}, [500, 7])
+    window = kept["observed0"]
+    assert window.size == witness.MAX_WITNESS_ELEMENTS and kept["small"].size == 3
+    info = slices["observed0"]
+    assert info["shape"] == [1000, 1000] and "small" not in slices
+    flat = 500 * 1000 + 7
+    assert info["offset"] <= flat < info["offset"] + info["count"]
+    assert window[flat - info["offset"]] == big[500, 7]

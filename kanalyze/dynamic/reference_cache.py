@@ -12,14 +12,13 @@ edited problem is recomputed.
 
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
-import tempfile
 import threading
 import uuid
 
 from kanalyze.dynamic.harness import Harness
+from kanalyze.dynamic.sandbox import rundir
 from kanalyze.dynamic.sandbox.process import Outcome
 
 
@@ -46,8 +45,7 @@ class ReferenceCache:
 
     def _folder(self) -> str:
         if self._root is None:
-            self._root = tempfile.mkdtemp(prefix="kanalyze-references-")
-            atexit.register(shutil.rmtree, self._root, True)
+            self._root = rundir.scratch("references-")
         return self._root
 
     # ------------------------------------------------------------ plans

@@ -30,6 +30,7 @@ from kanalyze.dynamic.gates.base import (CONFIRMED, REFUTED, UNCONFIRMED, GateCo
 from kanalyze.dynamic.harness import Harness
 from kanalyze.dynamic.reference_cache import REFERENCES
 from kanalyze.dynamic.results import Result
+from kanalyze.dynamic.sandbox import rundir
 from kanalyze.dynamic.sandbox.process import (Limits, Outcome, ProtocolViolation, Worker, WorkerGone,
                                               new_scratch_root, remove_scratch_root, run_cases)
 
@@ -230,6 +231,10 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
         mode = next((gates[c].device for c in codes if gates[c].device), mode)
     with open(harness.candidate, encoding="utf-8", errors="replace") as handle:
         cuda_cpp = bool(CUDA_CPP.search(handle.read()))
+    no_room = rundir.free_space_problem()
+    if no_room:
+        return GateRun([Verdict(c, UNCONFIRMED, f"kanalyze could not run: {no_room}", gate=gates[c].name)
+                        for c in codes], {"mode": mode}, dict(harness.knobs), time.perf_counter() - started)
     if cuda_cpp and mode == "cpu":
         why = "the candidate builds CUDA C++ (load_inline / cpp_extension), which runs only on a GPU; none is here"
         return GateRun([Verdict(c, UNCONFIRMED, why, gate=gates[c].name) for c in codes], {"mode": mode},

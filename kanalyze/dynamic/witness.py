@@ -99,9 +99,11 @@ def write(verdict: Verdict, harness: Harness, environment: dict, directory: str,
         "replay": f"kanalyze replay {base}.json",
     }
     if verdict.arrays:
-        # Uncompressed: float data compresses by a few percent at 10-20x the time
-        # (seconds for a GPU-sized witness).
-        np.savez(base + ".npz", **verdict.arrays)
+        # Uncompressed: float data compresses by a few percent at 10-20x the time.  A
+        # large array keeps a window around the first failing element: replay
+        # regenerates the inputs from the seeds, the arrays are there to be looked at.
+        arrays, record["slices"] = failing_slices(verdict.arrays, _first_index(verdict.details))
+        np.savez(base + ".npz", **arrays)
     # Sign what a reader will load: the record after a trip through JSON
     # (tuples become lists, keys strings), so that both sides hash the same text.
     record = json.loads(json.dumps(record))
@@ -110,6 +112,33 @@ def write(verdict: Verdict, harness: Harness, environment: dict, directory: str,
         json.dump(record, handle, indent=2)
         handle.write("\n")
     return base + ".json"
+
+
+MAX_WITNESS_ELEMENTS = 1 << 16   # per array: 256 KiB of float32
+
+
+def _first_index(details: dict) -> list[int] | None:
+    index = details.get("index") or details.get("first_index")
+    return list(index) if isinstance(index, (list, tuple)) and index else None
+
+
+def failing_slices(arrays: dict[str, np.ndarray], index: list[int] | None) -> tuple[dict, dict]:
+    """Arrays of at most MAX_WITNESS_ELEMENTS elements: a larger one keeps the flat window
+    around `index` (its start when there is none); returns them and, per trimmed array,
+    its shape and the window (`offset`, `count`) so that a reader can place the values."""
+    kept, slices = {}, {}
+    for name, array in arrays.items():
+        array = np.asarray(array)
+        if array.size <= MAX_WITNESS_ELEMENTS:
+            kept[name] = array
+            continue
+        center = 0
+        if index is not None and len(index) == array.ndim and all(0 <= i < n for i, n in zip(index, array.shape)):
+            center = int(np.ravel_multi_index(tuple(index), array.shape))
+        start = max(0, min(center - MAX_WITNESS_ELEMENTS // 2, array.size - MAX_WITNESS_ELEMENTS))
+        kept[name] = np.ascontiguousarray(array.reshape(-1)[start:start + MAX_WITNESS_ELEMENTS])
+        slices[name] = {"shape": list(array.shape), "offset": start, "count": MAX_WITNESS_ELEMENTS}
+    return kept, slices
 
 
 class WitnessError(Exception):

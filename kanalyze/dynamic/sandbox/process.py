@@ -34,8 +34,7 @@ import time
 from dataclasses import dataclass, field
 
 import kanalyze
-from kanalyze.dynamic.sandbox import extensions
-from kanalyze.dynamic.sandbox import zygote_client
+from kanalyze.dynamic.sandbox import extensions, rundir, zygote_client
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(kanalyze.__file__)))
 BOOTSTRAP = (f"import sys; sys.path.insert(0, {_ROOT!r}); "
@@ -54,13 +53,17 @@ class Limits:
     case_seconds: float = 120.0        # one case, every run of it
     start_seconds: float = 120.0       # importing torch, triton and the candidate
     memory_bytes: int | None = 4 * 2 ** 30   # address space, CPU runs only (a worker peaks near 1 GiB)
-    file_bytes: int = 1 * 2 ** 30
+    file_bytes: int = 1 * 2 ** 30      # the candidate's worker: what it may write to one file
     output_bytes: int = 64 * 1024      # stdout/stderr kept per worker
     process_margin: int = 512
 
-    def for_worker(self, mode: str) -> dict:
+    def for_worker(self, mode: str, role: str = "candidate") -> dict:
+        """The limits a worker applies to itself.  The reference worker runs the problem,
+        not the candidate: its arrays (inputs near 2^31 elements, their float64 copies)
+        are not held to the candidate's file-size limit."""
         return {"memory_bytes": self.memory_bytes if mode == "cpu" else None,
-                "file_bytes": self.file_bytes, "process_margin": self.process_margin}
+                "file_bytes": self.file_bytes if role == "candidate" else None,
+                "process_margin": self.process_margin}
 
 
 @dataclass
@@ -147,7 +150,7 @@ class Worker:
         self.scratch = tempfile.mkdtemp(prefix=f"{role}-", dir=scratch_root)
         spec_path = os.path.join(self.scratch, "spec.json")
         with open(spec_path, "w", encoding="utf-8") as handle:
-            json.dump({**spec, "limits": limits.for_worker(mode)}, handle)
+            json.dump({**spec, "limits": limits.for_worker(mode, role)}, handle)
         control_r, self._control_w = os.pipe()
         self._status_r, status_w = os.pipe()
         env = scrubbed_environment(self.scratch, mode)
@@ -281,7 +284,7 @@ def prestart_zygote(mode: str, limits: Limits | None = None) -> str:
     """Start this process's zygote for `mode` now rather than on the first worker's request
     (a long-lived caller, or a benchmark that keeps the one-time start out of its timings).
     Returns how workers will start: "zygote" or "fresh process (why)"."""
-    scratch = tempfile.mkdtemp(prefix="kanalyze-prestart-")
+    scratch = rundir.scratch("prestart-")
     try:
         zygote_client.start(mode, scrubbed_environment(scratch, mode), (limits or Limits()).start_seconds)
         return "zygote"
@@ -405,7 +408,7 @@ def _read_case(scratch: str, index: int) -> Outcome:
 
 
 def new_scratch_root() -> str:
-    return tempfile.mkdtemp(prefix="kanalyze-dynamic-")
+    return rundir.scratch("session-")
 
 
 def remove_scratch_root(path: str) -> None:

@@ -26,11 +26,11 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 import kanalyze
+from kanalyze.dynamic.sandbox import rundir
 
 DISABLE = "KANALYZE_NO_ZYGOTE"
 MAX_DEATHS = 3
@@ -112,7 +112,7 @@ class Zygote:
 
     def __init__(self, mode: str, env: dict[str, str], start_seconds: float) -> None:
         self.mode, self.imported_with = mode, _imported_with(env)
-        self.home = tempfile.mkdtemp(prefix=f"kanalyze-zygote-{mode}-")
+        self.home = rundir.scratch(f"zygote-{mode}-")
         self.log = os.path.join(self.home, "zygote.log")
         self.dead: str | None = None
         self._ids = itertools.count(1)

@@ -1,0 +1,35 @@
+"""The dynamic pass's temporary files: one run directory per process, reaped after a crash."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from kanalyze.dynamic.sandbox import rundir
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_a_run_directory_left_by_a_killed_process_is_reaped(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    # A kanalyze process that makes its run directory and is then killed with SIGKILL.
+    code = ("import os, signal; from kanalyze.dynamic.sandbox import rundir; "
+            "open(os.path.join(rundir.scratch('session-'), 'case-0.npz'), 'wb').write(b'x' * 1000); "
+            "os.kill(os.getpid(), signal.SIGKILL)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert done.returncode == -9
+    left = [p for p in tmp_path.iterdir() if p.name.startswith(rundir.PREFIX)]
+    assert len(left) == 1                                      # what the crash left behind
+    mine = tmp_path / f"{rundir.PREFIX}{os.getpid()}-alive"    # a live process's: kept
+    mine.mkdir()
+    assert rundir.reap() == [str(left[0])]
+    assert not left[0].exists() and mine.exists()
+
+
+def test_too_little_room_is_a_stated_reason(monkeypatch) -> None:
+    monkeypatch.setattr(rundir, "MIN_FREE_BYTES", 1 << 62)
+    assert "set TMPDIR to a larger disk" in rundir.free_space_problem()
