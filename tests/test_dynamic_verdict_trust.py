@@ -122,3 +122,14 @@ def test_int001_probe_sees_patched_timers_and_threads_left_running() -> None:
         run = run_gates(find_harness(str(plant), kernelbench=str(KB)), ["INT001"], options=Options(mode="cpu"))
         [verdict] = [v for v in run.verdicts if v.code == "INT001"]
         assert verdict.status == CONFIRMED and words in verdict.summary, (name, verdict.summary)
+
+
+def test_a_wrong_value_is_not_called_a_precision_loss() -> None:
+    """A matmul that leaves whole blocks at zero: CMP001 on the problem's own inputs, and PRC001
+    does not claim the error for reduced precision."""
+    wrong = KB / "candidates" / "level1_problem3_matmul_skips_blocks.py"
+    run = run_gates(find_harness(str(wrong), kernelbench=str(KB)), ["PRC001"], {"PRC001": [{"row": None}]},
+                    Options(mode="cpu"))
+    verdicts = _by_code(run.verdicts)
+    assert verdicts["CMP001"].status == CONFIRMED
+    assert verdicts["PRC001"].status == UNCONFIRMED and "not the arithmetic's precision" in verdicts["PRC001"].summary

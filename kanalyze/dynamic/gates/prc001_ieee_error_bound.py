@@ -10,13 +10,22 @@ the witness says so.  On a GPU the tensor cores do it for real.
 
 The inputs are the problem's own (`get_inputs` under another seed): whatever
 structure they carry (a lower-triangular matrix the candidate exploits) stays,
-so that an error can only come from the arithmetic.
+so that an error can only come from the arithmetic.  An error larger than any
+reduced precision gives (over 2^-5 of the output's largest magnitude: TF32,
+fp16 and bf16 stay well below) is a wrong value, not a precision: CMP001's, and
+`unconfirmed` here.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
+from kanalyze.dynamic.compare import fmt
 from kanalyze.dynamic.gates.base import REFUTED, UNCONFIRMED, Gate, GateContext, run_problem, value_failure, \
     witness_arrays
+from kanalyze.dynamic.sandbox.transport import as_float64
+
+GROSS = 2.0 ** -5   # an error this large, relative to the output's magnitude, is no precision effect
 
 
 class IeeeErrorBound(Gate):
@@ -46,9 +55,24 @@ class IeeeErrorBound(Gate):
                                 "bound cannot be checked", [result.case])
         failure, details = value_failure(result)
         dtypes = sorted({leaf.dtype for leaf in result.expected})
+        relative = _relative(details, result.expected64)
+        if failure and relative > GROSS:
+            return self.verdict(UNCONFIRMED, f"{failure}: {fmt(relative)} of the output's largest magnitude, more "
+                                f"than any reduced precision gives: a wrong value (CMP001), not the arithmetic's "
+                                f"precision", [result.case], relative_error=relative)
         if failure:
             return self.confirmed(f"{failure} (the {'/'.join(dtypes)} reference's own error sets the bound; {note})",
                                   result, arrays=witness_arrays(run.outputs, result.expected64),
                                   tf32_emulated=bool(tf32), tf32_dots=tf32, **details)
         return self.verdict(REFUTED, f"dtypes match and the error is within the {'/'.join(dtypes)} bound ({note})",
                             [result.case], tf32_emulated=bool(tf32))
+
+
+def _relative(details: dict, expected64) -> float:
+    """The largest error over the largest expected magnitude (0 when unknown)."""
+    error = (details.get("metric") or {}).get("max_abs_error")
+    if error is None or not expected64:
+        return 0.0
+    scale = max((float(np.max(np.abs(values[np.isfinite(values)]), initial=0.0))
+                 for values in (as_float64(leaf) for leaf in expected64)), default=0.0)
+    return float(error) / scale if scale > 0 else 0.0
