@@ -143,11 +143,12 @@ HOSTILE = {
     "wrong_shape": ("CMP001", "confirmed", "float32[16, 999]"),
     "import_error": ("CMP001", "confirmed", "does not import"),
     "huge_print": ("MEM002", "refuted", "unchanged"),
+    "import_sleep": ("CMP001", "confirmed", "the candidate's import did not finish within 5 s"),
 }
 
 
 def test_hostile_candidates_are_contained() -> None:
-    limits = Limits(case_seconds=8, memory_bytes=2 * 2 ** 30)
+    limits = Limits(case_seconds=8, memory_bytes=2 * 2 ** 30, import_seconds=5)
 
     def run(name):
         gate_run = run_gates(_harness("hostile", f"level1_problem6_{name}.py"), ["MEM002"],

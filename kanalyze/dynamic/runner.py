@@ -241,7 +241,8 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
                        dict(harness.knobs), time.perf_counter() - started)
     limits = options.limits
     if cuda_cpp:  # its workers compile the extension while they start (once per source: extensions.py)
-        limits = replace(limits, start_seconds=max(limits.start_seconds, BUILD_SECONDS))
+        limits = replace(limits, start_seconds=max(limits.start_seconds, BUILD_SECONDS),
+                         import_seconds=max(limits.import_seconds, BUILD_SECONDS))
     promoted_source, promotion = None, None
     if "PRC002" in codes and (cases is None or any(c.variant == "promoted" for c in cases)):
         rows = [f["row"] for f in flags.get("PRC002", []) if f.get("row")] or None

@@ -52,6 +52,7 @@ _KEEP_PREFIXES = ("NVIDIA_", "NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_")
 class Limits:
     case_seconds: float = 120.0        # one case, every run of it
     start_seconds: float = 120.0       # importing torch, triton and the candidate
+    import_seconds: float = 30.0       # of that, the candidate's own import (its CUDA C++ build: more)
     memory_bytes: int | None = 4 * 2 ** 30   # address space, CPU runs only (a worker peaks near 1 GiB)
     file_bytes: int = 1 * 2 ** 30      # the candidate's worker: what it may write to one file
     output_bytes: int = 64 * 1024      # stdout/stderr kept per worker
@@ -174,6 +175,7 @@ class Worker:
         self._closed = False
         self.ready: dict | None = None
         self.phase = "kanalyze"           # whose code the worker is running (its "phase" events)
+        self._phase_since = time.monotonic()
 
     def _fork(self, spec_path: str, control_r: int, status_w: int, env: dict[str, str]):
         """The worker, forked by the zygote; its output comes through a pipe of ours."""
@@ -216,13 +218,27 @@ class Worker:
             if event.get("event") != "phase":
                 return event
             self.phase = "candidate" if event.get("phase") == "candidate" else "kanalyze"
+            self._phase_since = time.monotonic()
 
     def wait_ready(self) -> dict:
+        """The worker's `ready` message.  Its start has `start_seconds`; the candidate's own
+        import, once the worker says it began, has `import_seconds` of that."""
         if self.ready is None:
-            event = self.next_event(self.limits.start_seconds)
-            if event is None:
-                self.kill()
-                raise WorkerGone(f"the worker did not start within {self.limits.start_seconds:.0f} s")
+            started = time.monotonic()
+            while True:
+                deadline = started + self.limits.start_seconds
+                if self.phase == "candidate":
+                    deadline = min(deadline, self._phase_since + self.limits.import_seconds)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.kill()
+                    if self.phase == "candidate":
+                        raise WorkerGone(f"the candidate's import did not finish within "
+                                         f"{self.limits.import_seconds:.0f} s")
+                    raise WorkerGone(f"the worker did not start within {self.limits.start_seconds:.0f} s")
+                event = self.next_event(min(left, 0.5))
+                if event is not None:
+                    break
             # How it was started goes into the run's environment record, beside the confinement.
             event["confinement"] = {**(event.get("confinement") or {}), "start": self.started_by}
             self.ready = event
