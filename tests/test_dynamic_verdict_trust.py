@@ -133,3 +133,14 @@ def test_a_wrong_value_is_not_called_a_precision_loss() -> None:
     verdicts = _by_code(run.verdicts)
     assert verdicts["CMP001"].status == CONFIRMED
     assert verdicts["PRC001"].status == UNCONFIRMED and "not the arithmetic's precision" in verdicts["PRC001"].summary
+
+
+def test_work_done_in_pytorch_beside_a_decoy_or_failed_launch_is_res001() -> None:
+    for name, words in (("decoy_launch", "torch leaky_relu"), ("failed_launch_fallback", "no custom kernel ran")):
+        plant = KB / "candidates" / f"level1_problem6_leaky_relu_{name}.py"
+        run = run_gates(find_harness(str(plant), kernelbench=str(KB)), ["RES001"], options=Options(mode="cpu"))
+        [verdict] = [v for v in run.verdicts if v.code == "RES001"]
+        assert verdict.status == CONFIRMED and words in verdict.summary, (name, verdict.summary)
+    twin = KB / "candidates" / "level1_problem6_leaky_relu.py"
+    run = run_gates(find_harness(str(twin), kernelbench=str(KB)), ["RES001"], options=Options(mode="cpu"))
+    assert [v.status for v in run.verdicts if v.code == "RES001"] == [REFUTED]

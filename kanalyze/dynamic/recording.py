@@ -34,13 +34,15 @@ class LaunchCounter:
         @functools.wraps(original)
         def run(fn, *args, **kwargs):
             name = getattr(getattr(fn, "fn", None), "__name__", None) or getattr(fn, "__name__", "kernel")
-            if not kwargs.get("warmup"):
-                counter.launches[name] += 1
             counter.depth += 1
             try:
-                return original(fn, *args, **kwargs)
+                launched = original(fn, *args, **kwargs)
             finally:
                 counter.depth -= 1
+            # Counted once it returned: a launch that raised (a fallback's decoy) did no work.
+            if not kwargs.get("warmup"):
+                counter.launches[name] += 1
+            return launched
 
         cls.run = run
 
