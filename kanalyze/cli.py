@@ -6,12 +6,17 @@
     kanalyze lsp                 the language server for editors (stdio)
 
 Exit codes, as ruff's: 0 no findings, 1 findings, 2 usage or internal error.
+A finding counts when it stands (flagged or confirmed) or is unconfirmed; a
+refuted flag and an informational line do not (report/summary.py).  What would
+make a pass mean nothing is a usage error, never a green run: a code or prefix
+that names no clause, or a pass asked for whose packages are not installed.
 This module (with the LSP server) is the only place that prints.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from typing import Sequence
@@ -36,6 +41,43 @@ def _codes(value: str) -> list[str]:
     return [code.strip().upper() for code in value.split(",") if code.strip()]
 
 
+def _selectors(value: str) -> list[str]:
+    """`--select PRC,ORD001`: codes or prefixes, each naming a known clause (or ALL, DEFAULT)."""
+    from kanalyze.config import selector_problems
+
+    codes = _codes(value)
+    if not codes:
+        raise argparse.ArgumentTypeError("no code given (`kanalyze rules` lists every code)")
+    problems = selector_problems(codes)
+    if problems:
+        raise argparse.ArgumentTypeError("; ".join(problems))
+    return codes
+
+
+def _gates(value: str) -> str | list[str]:
+    """`--gates all`, or the clauses whose gates run: codes or prefixes (`--gates PRC`),
+    each naming at least one clause that has a gate."""
+    from kanalyze.config import closest_selector, is_known_selector
+    from kanalyze.dynamic.gates import gates_by_code  # the gates' catalog: no torch, no triton
+
+    selectors = _codes(value)
+    if "ALL" in selectors:
+        return "all"
+    gated = sorted(gates_by_code())
+    codes: list[str] = []
+    for selector in selectors:
+        chosen = [code for code in gated if code.startswith(selector)]
+        if not chosen:
+            closest = closest_selector(selector)
+            why = "has no gate" if is_known_selector(selector) else \
+                f"is no code ({f'did you mean `{closest}`?' if closest else '`kanalyze rules` lists every code'})"
+            raise argparse.ArgumentTypeError(f"`{selector}` {why}; the clauses with gates are {', '.join(gated)}")
+        codes += [code for code in chosen if code not in codes]
+    if not codes:
+        raise argparse.ArgumentTypeError(f"no code given; `all`, or some of {', '.join(gated)}")
+    return codes
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="kanalyze",
@@ -47,10 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="check files for contract violations (the default)")
     check.add_argument("paths", nargs="*", metavar="PATH", help="files or directories (default: .)")
-    check.add_argument("--select", type=_codes, help="comma-separated codes or prefixes to report (ALL for all)")
-    check.add_argument("--ignore", type=_codes, help="comma-separated codes or prefixes to leave out")
-    check.add_argument("--extend-select", type=_codes, default=[], help="add to the selection of the config file")
-    check.add_argument("--extend-ignore", type=_codes, default=[], help="add to the ignores of the config file")
+    check.add_argument("--select", type=_selectors, help="comma-separated codes or prefixes to report (ALL for all)")
+    check.add_argument("--ignore", type=_selectors, help="comma-separated codes or prefixes to leave out")
+    check.add_argument("--extend-select", type=_selectors, default=[], help="add to the selection of the config file")
+    check.add_argument("--extend-ignore", type=_selectors, default=[], help="add to the ignores of the config file")
     check.add_argument("--output-format", choices=("text", "json", "sarif", "github"), default=None,
                        help="report format (default: text; KANALYZE_OUTPUT_FORMAT overrides)")
     check.add_argument("-o", "--output-file", help="write the report to this file instead of stdout")
@@ -75,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     dynamic = check.add_argument_group("dynamic gates (need torch and triton: kanalyze[dynamic])")
     dynamic.add_argument("--dynamic", action="store_true",
                          help="run the gate of each flagged clause and confirm or refute the flag with a witness")
-    dynamic.add_argument("--gates", type=_codes, metavar="all|CODES",
+    dynamic.add_argument("--gates", type=_gates, metavar="all|CODES",
                          help="run every gate (`all`) or these clauses' gates, flagged or not (implies --dynamic)")
     dynamic.add_argument("--reference", metavar="PROBLEM.py",
                          help="the KernelBench problem (or kanalyze contract) that the checked candidates solve")
@@ -131,19 +173,25 @@ def _rule_metadata() -> list[dict]:
 def _cmd_check(args: argparse.Namespace) -> int:
     from kanalyze.check import run_static
     from kanalyze.config import load_config
-    from kanalyze.report import render_github, render_json, render_sarif, render_statistics, render_text
+    from kanalyze.report import Summary, render_github, render_json, render_sarif, render_statistics, render_text
 
     paths = args.paths or ["."]
     missing = [p for p in paths if not os.path.exists(p)]
     if missing:
         raise UsageError(f"path not found: {', '.join(missing)}")
+    fmt = args.output_format or os.environ.get("KANALYZE_OUTPUT_FORMAT") or "text"
+    if fmt not in ("text", "json", "sarif", "github"):
+        raise UsageError(f"unknown output format: {fmt}")
     config = load_config(
         paths, config_file=args.config, select=args.select, ignore=args.ignore,
         extend_select=args.extend_select, extend_ignore=args.extend_ignore, isolated=args.isolated,
     )
+    wants_ir = bool(args.ir or args.target or args.show_resources)
+    _check_the_passes_can_run(args, paths, config, wants_ir)
     result = run_static(paths, config, force_exclude=args.force_exclude,
                         use_cache=not args.no_cache, jobs=args.jobs)
-    if args.ir or args.target or args.show_resources:
+    _warn_about_unknown_noqa_codes(paths, config, args.force_exclude)
+    if wants_ir:
         from kanalyze.check import run_ir
 
         result = run_ir(paths, config, result, targets=args.target, show_resources=args.show_resources,
@@ -154,9 +202,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if args.dynamic or args.gates:
         result = _run_dynamic(args, paths, config, result)
     findings = result.findings
-    fmt = args.output_format or os.environ.get("KANALYZE_OUTPUT_FORMAT") or "text"
-    if fmt not in ("text", "json", "sarif", "github"):
-        raise UsageError(f"unknown output format: {fmt}")
 
     # Rule metadata imports every rule (and LibCST): only SARIF and --statistics
     # need more than the findings carry, so a warm text run stays fast.
@@ -169,11 +214,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     else:
         to_tty = args.output_file is None and sys.stdout.isatty()
         color = args.color == "always" or (args.color == "auto" and to_tty and not os.environ.get("NO_COLOR"))
-        report = render_text(findings, color=color, suppressed=result.suppressed)
-        if args.quiet:  # each finding's line, and the dynamic pass's verdict line under it
-            shown = len(findings) + sum(1 for f in findings
-                                        if f.evidence.get("gate_result") or (f.witness and f.witness.path))
-            report = "".join(line + "\n" for line in report.splitlines()[:shown])
+        # -q: each finding's line (and the dynamic pass's verdict under it), no summary
+        report = render_text(findings, color=color, suppressed=result.suppressed, summary=not args.quiet)
         if args.statistics:
             report += render_statistics(findings, {f.code: f.name for f in findings})
 
@@ -183,11 +225,62 @@ def _cmd_check(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(report)
     # `--show-resources` numbers within budget are information, not findings to fail on;
-    # neither are flags that a gate refuted.
-    if any(not f.evidence.get("informational") and str(f.status) != "refuted" for f in findings) \
-            and not args.exit_zero:
+    # neither are flags that a gate refuted (report/summary.py).
+    if Summary.of(findings).failed and not args.exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _importable(module: str) -> bool:
+    """Whether `module` is installed, without importing it (the static path never loads torch or triton)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _check_the_passes_can_run(args: argparse.Namespace, paths: list[str], config, wants_ir: bool) -> None:
+    """A pass that was asked for but cannot run here is a usage error that says what to
+    install: a run that skipped it would look like a pass."""
+    if args.dynamic or args.gates:
+        missing = [module for module in ("torch", "triton") if not _importable(module)]
+        if missing:
+            flag = "--gates" if args.gates else "--dynamic"
+            raise UsageError(f"{flag} runs the gates with {' and '.join(missing)}, which "
+                             f"{'is' if len(missing) == 1 else 'are'} not installed here: "
+                             f'pip install "kanalyze[dynamic]" (or leave out {flag} for the static pass alone)')
+    if wants_ir and not _importable("triton") and _has_triton_kernels(paths, config, args.force_exclude):
+        raise UsageError('--ir compiles Triton kernels with triton, which is not installed here: '
+                         'pip install "kanalyze[ir]" (or leave out --ir for the static pass alone)')
+
+
+def _has_triton_kernels(paths: list[str], config, force_exclude: bool) -> bool:
+    """Whether a checked Python file may hold a Triton kernel (the static pass's own prefilter)."""
+    from kanalyze.analyzer.cuda.sources import is_cuda_path
+    from kanalyze.analyzer.sources import SourceText, discover, may_contain_triton, read_source
+
+    for path, explicit in discover(paths, config.exclude, force_exclude=force_exclude, root=config.root):
+        if not is_cuda_path(path):
+            source = read_source(path, explicit=explicit)
+            if isinstance(source, SourceText) and may_contain_triton(source.text):
+                return True
+    return False
+
+
+def _warn_about_unknown_noqa_codes(paths: list[str], config, force_exclude: bool) -> None:
+    """A misspelt code in a `# noqa` comment suppresses nothing: say so on stderr, as ruff does, and go on."""
+    from kanalyze.analyzer.cuda.sources import is_cuda_path
+    from kanalyze.analyzer.cuda.suppressions import unknown_cuda_codes
+    from kanalyze.analyzer.sources import SourceText, discover, read_source
+    from kanalyze.analyzer.suppressions import unknown_codes
+
+    for path, explicit in discover(paths, config.exclude, force_exclude=force_exclude, root=config.root):
+        source = read_source(path, explicit=explicit)
+        if not isinstance(source, SourceText):
+            continue
+        unknown = unknown_cuda_codes(source.text) if is_cuda_path(path) else unknown_codes(source.text)
+        for code in unknown:
+            sys.stderr.write(f"kanalyze: warning: {code.warning(path)}\n")
 
 
 def _run_dynamic(args: argparse.Namespace, paths: list[str], config, result):
@@ -197,7 +290,7 @@ def _run_dynamic(args: argparse.Namespace, paths: list[str], config, result):
     for option, path in (("--reference", args.reference), ("--kernelbench", args.kernelbench)):
         if path and not os.path.exists(path):
             raise UsageError(f"{option}: path not found: {path}")
-    gates = "targeted" if not args.gates else ("all" if args.gates == ["ALL"] else args.gates)
+    gates = args.gates or "targeted"
     mapping = config.raw.get("harness", {})
     if not isinstance(mapping, dict):
         raise UsageError("[tool.kanalyze.harness] must be a table of \"candidate glob\" = \"problem.py\"")

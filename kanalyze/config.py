@@ -2,22 +2,28 @@
 
 Keys (kebab-case, as ruff's):
     select = ["PRC", "ORD001"]          # codes or prefixes; "ALL" for everything
-                                        # (the default leaves out MEM003/MEM004, the z3 proofs)
+                                        # (the default, "DEFAULT", leaves out MEM003/MEM004, the z3 proofs)
     ignore = ["INT001"]
     extend-select = [...]  extend-ignore = [...]
     per-file-ignores = { "tests/*" = ["CMP003"] }
     exclude = ["third_party"]           # replaces nothing: added to the defaults
     extend-exclude = [...]
 The file is found from the first checked path upwards.  Command-line options
-override the file.  This module imports nothing of kanalyze.
+override the file.  A selector that names no code (`PRC01`, `XYZ123`) is an
+error wherever it is written, never a selection of nothing that passes:
+`selector_problems` says what is wrong and the closest known selector.
+This module imports nothing of kanalyze.
 """
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import os
+import re
 import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -82,6 +88,65 @@ def _prefix_matches(code: str, prefix: str) -> bool:
     return prefix == "ALL" or code.startswith(prefix)
 
 
+# --- what a selector may name ----------------------------------------------------
+
+SPECIAL_SELECTORS = ("ALL", "DEFAULT")
+_RULE_MODULE = re.compile(r"^([a-z]{3}[0-9]{3})_\w+\.py$")   # kanalyze/rules/prc001_precision_downgrade.py
+
+
+@lru_cache(maxsize=None)
+def known_codes() -> tuple[str, ...]:
+    """Every clause code (PRC001, ..., KAN000), sorted.
+
+    Read from the names of the rule modules (one per clause, `kanalyze/rules/<code>_<name>.py`),
+    so that checking a selector imports no rule: a cached `kanalyze check` stays fast.
+    """
+    rules = Path(__file__).resolve().parent / "rules"
+    return tuple(sorted({m.group(1).upper() for p in rules.iterdir() if (m := _RULE_MODULE.match(p.name))}))
+
+
+def known_families() -> tuple[str, ...]:
+    """The three-letter families of the codes: CMP, EXC, ..., PRC, RES."""
+    return tuple(sorted({code[:3] for code in known_codes()}))
+
+
+def is_known_selector(selector: str) -> bool:
+    """ALL, DEFAULT, or a code or a prefix of one (`PRC001`, `PRC`, `PRC00`); any case."""
+    selector = selector.strip().upper()
+    return selector in SPECIAL_SELECTORS or (bool(selector) and any(c.startswith(selector) for c in known_codes()))
+
+
+def closest_selector(selector: str) -> str | None:
+    """The known code (else family, ALL or DEFAULT) that `selector` most likely meant."""
+    selector = selector.strip().upper()
+    for candidates in (known_codes(), (*SPECIAL_SELECTORS, *known_families())):
+        close = difflib.get_close_matches(selector, candidates, n=1)
+        if close:
+            return close[0]
+    return None
+
+
+def selector_problems(selectors: Iterable[str]) -> list[str]:
+    """What is wrong with each selector that names no code, with the closest known one."""
+    problems = []
+    for selector in selectors:
+        if is_known_selector(selector):
+            continue
+        if not selector.strip():
+            problems.append("an empty code")
+            continue
+        closest = closest_selector(selector)
+        hint = f"did you mean `{closest}`?" if closest else "`kanalyze rules` lists every code"
+        problems.append(f"unknown code or prefix `{selector}` ({hint})")
+    return problems
+
+
+def _check_selectors(selectors: Iterable[str], where: str) -> None:
+    problems = selector_problems(selectors)
+    if problems:
+        raise ConfigError(f"{where}: {'; '.join(problems)}")
+
+
 def _relative(filename: str, root: str) -> str:
     try:
         return os.path.relpath(os.path.abspath(filename), os.path.abspath(root)).replace(os.sep, "/")
@@ -117,6 +182,13 @@ def _string_list(table: dict[str, Any], key: str, where: str) -> list[str]:
     return list(value)
 
 
+def _code_list(table: dict[str, Any], key: str, where: str) -> list[str]:
+    """A list of selectors, each naming a known code or prefix."""
+    codes = _string_list(table, key, where)
+    _check_selectors(codes, f"{where} `{key}`")
+    return codes
+
+
 def load_config(
     paths: Iterable[str] = (),
     *,
@@ -150,15 +222,15 @@ def load_config(
         config.path = str(pyproject)
         config.raw = table
         if "select" in table:
-            config.select = _string_list(table, "select", where)
-        config.select += _string_list(table, "extend-select", where)
-        config.ignore = _string_list(table, "ignore", where) + _string_list(table, "extend-ignore", where)
+            config.select = _code_list(table, "select", where)
+        config.select += _code_list(table, "extend-select", where)
+        config.ignore = _code_list(table, "ignore", where) + _code_list(table, "extend-ignore", where)
         config.exclude = _string_list(table, "exclude", where) + _string_list(table, "extend-exclude", where)
         pfi = table.get("per-file-ignores", {})
         if not isinstance(pfi, dict):
             raise ConfigError(f"{where}: `per-file-ignores` must be a table of glob = [codes]")
         for pattern in pfi:
-            config.per_file_ignores[pattern] = _string_list(pfi, pattern, f"{where} per-file-ignores")
+            config.per_file_ignores[pattern] = _code_list(pfi, pattern, f"{where} per-file-ignores")
         # max-size / max-numel: the ranges the MEM003 / MEM004 proofs assume;
         # gate-numel: the input elements a dynamic gate's case may use.
         for key in ("max-size", "max-numel", "gate-numel"):
@@ -173,4 +245,8 @@ def load_config(
         config.ignore = list(ignore)
     config.select += list(extend_select)
     config.ignore += list(extend_ignore)
+    if not config.select:
+        # `select = []` reports nothing and passes every file: a green that means nothing.
+        raise ConfigError(f"{config.path or 'the configuration'}: `select` is empty, so nothing would be "
+                          "checked; name the codes to check, or leave `select` out for the default selection")
     return config

@@ -4,7 +4,13 @@ A Finding is `(clause, location, message, evidence, status, witness?)`.  The
 static pass creates findings with status `flagged`; the dynamic pass moves them
 to `confirmed` (with a witness), `refuted` or `unconfirmed`.  Every report
 format (text, json, sarif, github) and the editor read this model and nothing
-else.
+else, and take a finding's severity from `Finding.severity` alone, so that
+they never disagree:
+
+    flagged, confirmed           error     the finding stands: a violation as far as kanalyze knows
+    unconfirmed                  warning   no gate could decide it: not refuted, so not passed either
+    refuted, informational       note      a gate ran and could not make it fail; or a number
+                                           reported for information (RES002 "within budget")
 
 This module imports nothing of kanalyze.
 """
@@ -29,6 +35,17 @@ class Status(str, enum.Enum):
     CONFIRMED = "confirmed"      # the gate ran and the property failed
     REFUTED = "refuted"          # the gate ran and could not make it fail
     UNCONFIRMED = "unconfirmed"  # no harness or no runtime to run the gate
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Severity(str, enum.Enum):
+    """How a finding is shown, in every format; the names are SARIF's levels."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    NOTE = "note"
 
     def __str__(self) -> str:
         return self.value
@@ -85,6 +102,25 @@ class Finding:
     # the gate that would confirm it, ...  Values must be JSON-serialisable.
     evidence: dict[str, Any] = field(default_factory=dict)
     witness: Witness | None = None
+
+    @property
+    def informational(self) -> bool:
+        """A number reported for information (`--show-resources`: RES002 "within budget"), not a violation."""
+        return bool(self.evidence.get("informational"))
+
+    @property
+    def stands(self) -> bool:
+        """Flagged by the static pass or confirmed by a gate, and not merely informational."""
+        return self.status in (Status.FLAGGED, Status.CONFIRMED) and not self.informational
+
+    @property
+    def severity(self) -> Severity:
+        """How every format shows this finding (the table at the top of this module)."""
+        if self.stands:
+            return Severity.ERROR
+        if self.status is Status.UNCONFIRMED and not self.informational:
+            return Severity.WARNING
+        return Severity.NOTE
 
     @property
     def sort_key(self) -> tuple:

@@ -31,8 +31,9 @@ from kanalyze.dynamic.harness import Harness
 from kanalyze.dynamic.reference_cache import REFERENCES
 from kanalyze.dynamic.results import Result
 from kanalyze.dynamic.sandbox import rundir
+from kanalyze.dynamic.sandbox.dispatch import run_cases
 from kanalyze.dynamic.sandbox.process import (Limits, Outcome, ProtocolViolation, Worker, WorkerGone,
-                                              new_scratch_root, remove_scratch_root, run_cases)
+                                              new_scratch_root, remove_scratch_root)
 
 MAX_NUMEL = {"cpu": 2 ** 16, "cuda": 2 ** 26}
 BASELINE = "baseline"

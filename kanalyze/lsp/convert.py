@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from lsprotocol import types
 
-from kanalyze.findings import Finding
+from kanalyze.findings import Finding, Severity
 from kanalyze.lsp.analysis import CUDA
 from kanalyze.rules import explanation, rules_by_code
 
@@ -30,7 +30,9 @@ SOURCE = "kanalyze"
 WITNESS_DIR = Path(".kanalyze") / "witnesses"
 
 _LINE_END = re.compile(r"\r\n|\r|\n")
-_SEVERITY = {"error": types.DiagnosticSeverity.Error, "warning": types.DiagnosticSeverity.Warning}
+# A finding's severity, as every report shows it (findings.py, `Finding.severity`).
+_SEVERITY = {Severity.ERROR: types.DiagnosticSeverity.Error, Severity.WARNING: types.DiagnosticSeverity.Warning,
+             Severity.NOTE: types.DiagnosticSeverity.Information}
 
 
 def split_lines(text: str) -> list[str]:
@@ -156,11 +158,6 @@ def _load_witness(path: str, root: str) -> WitnessRef | None:
 
 # --- diagnostics --------------------------------------------------------------
 
-def severity(code: str) -> types.DiagnosticSeverity:
-    rule = rules_by_code().get(code)
-    return _SEVERITY.get(rule.severity if rule else "error", types.DiagnosticSeverity.Error)
-
-
 def help_uri(code: str) -> str | None:
     rule = rules_by_code().get(code)
     return rule.help_uri() if rule else None
@@ -204,7 +201,7 @@ def to_diagnostic(finding: Finding, uri: str, lines: list[str], units: Units,
     return types.Diagnostic(
         range=rng,
         message=message,
-        severity=severity(finding.code),
+        severity=_SEVERITY[finding.severity],  # a witness only confirms a flag: it stands either way
         code=finding.code,
         code_description=types.CodeDescription(href=href) if href else None,
         source=SOURCE,

@@ -1,7 +1,9 @@
 """The client's settings (section "kanalyze"): what they may hold and how a
 client's object, in whichever wrapping it comes, updates them.
 
-    select, ignore   codes or prefixes; replace [tool.kanalyze]'s, as on the command line
+    select, ignore   codes or prefixes; replace [tool.kanalyze]'s, as on the command line.
+                     A list with a code that names no clause (`PRC01`) is not applied:
+                     the server shows why (window/showMessage) and keeps what it had.
     ir               accepted; the IR pass is not part of this version
     debounce         milliseconds (default 150; 0 analyzes every change)
 """
@@ -10,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from typing import Any
+
+from kanalyze.config import selector_problems
 
 DEFAULT_DEBOUNCE_MS = 150
 
@@ -40,12 +44,19 @@ class Settings:
         for key in ("select", "ignore"):
             if key not in raw:
                 continue
+            codes = _codes(raw[key])
+            unknown = selector_problems(codes or ())  # codes that name no clause, with the closest known one
             if raw[key] is None:
                 values[key] = None  # back to [tool.kanalyze]'s
-            elif (codes := _codes(raw[key])) is not None:
-                values[key] = codes
-            else:
+            elif codes is None:
                 problems.append(f"`{key}` must be a list of codes or a comma-separated string")
+            elif unknown:
+                problems.append(f"`{key}`: {'; '.join(unknown)}")
+            elif key == "select" and not codes:
+                problems.append("`select` is empty, so nothing would be checked; name the codes to check, "
+                                "or set it to null for [tool.kanalyze]'s selection")
+            else:
+                values[key] = codes
         if "ir" in raw:
             if isinstance(raw["ir"], bool):
                 values["ir"] = raw["ir"]

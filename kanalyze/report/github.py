@@ -1,4 +1,8 @@
-"""GitHub Actions workflow commands: one `::error ...::` line per finding.
+"""GitHub Actions workflow commands: one annotation line per finding.
+
+The command is the finding's severity (`Finding.severity`, as every format):
+`::error` for a finding that stands, `::warning` for an unconfirmed flag,
+`::notice` for a refuted flag or an informational line.
 
 The runner reads every line of a step's output as a possible command, and the
 log shows ANSI colours, so the path and message (which can hold text from the
@@ -9,8 +13,10 @@ line and start a second command, nor a `:` or `,` end a property.
 
 from __future__ import annotations
 
-from kanalyze.findings import Finding
+from kanalyze.findings import Finding, Severity
 from kanalyze.report.escape import printable
+
+COMMAND = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.NOTE: "notice"}
 
 
 def _escape_data(text: str) -> str:
@@ -31,5 +37,7 @@ def render_github(findings: list[Finding]) -> str:
             f"line={loc.row}", f"col={loc.column}",
             f"endLine={loc.end_row}", f"endColumn={loc.end_column}",
         ])
-        lines.append(f"::error {props}::{_escape_data(printable(f'{f.code} [{f.status}] {f.message}'))}")
+        status = "info" if f.informational else f.status
+        text = _escape_data(printable(f"{f.code} [{status}] {f.message}"))
+        lines.append(f"::{COMMAND[f.severity]} {props}::{text}")
     return "\n".join(lines) + ("\n" if lines else "")

@@ -2,6 +2,9 @@
 
 Rules carry their docs (`help.markdown`) and stable ids (the clause codes);
 each result carries the finding's status, kernel and evidence in `properties`.
+A result's `level` is the finding's severity, as in every format
+(`Finding.severity`): `error` for a finding that stands, `warning` for an
+unconfirmed flag, `note` for a refuted flag or an informational line.
 """
 
 from __future__ import annotations
@@ -10,10 +13,9 @@ import json
 import os
 from typing import Any
 
-from kanalyze.findings import Finding, Status
+from kanalyze.findings import Finding, Severity
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
-_LEVEL = {Status.CONFIRMED: "error", Status.FLAGGED: "warning", Status.UNCONFIRMED: "warning", Status.REFUTED: "note"}
 
 
 def _uri(path: str) -> str:
@@ -32,7 +34,7 @@ def render_sarif(findings: list[Finding], rules: list[dict[str, Any]], version: 
         "fullDescription": {"text": rule["summary"]},
         "help": {"text": rule["docs"], "markdown": rule["docs"]},
         "helpUri": rule["help_uri"],
-        "defaultConfiguration": {"level": "warning"},
+        "defaultConfiguration": {"level": str(Severity.ERROR)},  # what a flag of the clause is
         "properties": {"gate": rule["gate"], "tags": [rule["code"][:3]]},
     } for rule in rules]
     results = []
@@ -40,7 +42,7 @@ def render_sarif(findings: list[Finding], rules: list[dict[str, Any]], version: 
         loc = f.location
         result: dict[str, Any] = {
             "ruleId": f.code,
-            "level": _LEVEL[f.status],
+            "level": str(f.severity),
             "kind": "fail",
             "message": {"text": f.message},
             "locations": [{

@@ -8,6 +8,10 @@
   `// kanalyze: noqa: ORD001` one code in the whole file (as `# kanalyze: noqa`).
 In a Python file these work on the lines of an inline CUDA string, next to
 `# noqa` on the Python line.
+
+`unknown_cuda_codes` finds the codes such comments name that are no clause, as
+`unknown_codes` does for `# noqa` (../suppressions.py): a `NOLINT` is shared with
+clang-tidy (`NOLINT(bugprone-*)`), so there only codes of kanalyze's families are judged.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import re
 from dataclasses import dataclass, field
 
 from kanalyze.analyzer.cuda.sources import compiler_lines
+from kanalyze.analyzer.suppressions import UnknownCode, judge
+from kanalyze.config import known_codes
 
 _NOLINT = re.compile(r"//\s*NOLINT(?P<kind>NEXTLINE|BEGIN|END)?\b(?:\((?P<codes>[^)]*)\))?")
 _FILE_NOQA = re.compile(r"^\s*//\s*kanalyze:\s*noqa(?::\s*(?P<codes>[A-Za-z0-9*,\s]+))?\s*$",
@@ -80,3 +86,25 @@ class CudaSuppressions:
             return False
         return any(match.group("kind") == kind and _matches(code, _codes(match.group("codes")))
                    for match in _NOLINT.finditer(line))
+
+
+def unknown_cuda_codes(text: str) -> list[UnknownCode]:
+    """The codes of this CUDA text's `NOLINT` and `// kanalyze: noqa` comments that name no clause."""
+    if "NOLINT" not in text and "noqa" not in text.lower():
+        return []
+    found = []
+    for row, line in enumerate(compiler_lines(text).splitlines(), start=1):
+        whole_file = _FILE_NOQA.match(line)
+        if whole_file:
+            found += [judge(row, code, "// kanalyze: noqa", True) for code in _codes(whole_file.group("codes")) or ()
+                      if not _glob_matches_a_code(code)]
+            continue
+        for match in _NOLINT.finditer(line):
+            comment = f"// NOLINT{match.group('kind') or ''}"
+            found += [judge(row, code, comment, False) for code in _codes(match.group("codes")) or ()
+                      if not _glob_matches_a_code(code)]
+    return [unknown for unknown in found if unknown is not None]
+
+
+def _glob_matches_a_code(code: str) -> bool:
+    return any(c in code for c in "*?[") and any(fnmatch.fnmatchcase(known, code) for known in known_codes())

@@ -1,6 +1,8 @@
 """Where untrusted code runs: worker processes, their confinement, and what crosses to them.
 
-  process.py        the parent side: start a worker, feed it jobs, read its status, contain its failures
+  process.py        the parent side: start a worker, feed it jobs, read its status (bounded, checked)
+  dispatch.py       ... run a list of cases through workers, a fresh one after each failure, with its blame
+  rundir.py         the one run directory per process, reaped after a crash; the disk check
   zygote_client.py  ... through a zygote of this kanalyze process, one per device mode
   zygote.py         the process that imports torch and triton once and forks the workers
   confine.py        what a worker does to itself first: rlimits, namespaces, audit hook

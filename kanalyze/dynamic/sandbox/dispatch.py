@@ -1,0 +1,116 @@
+"""Running a list of cases through workers of one role (parent side; stdlib only).
+
+`run_cases` sends the cases to a worker as one job and reads their outcomes as
+they come.  A case that outlives its time limit, a worker that dies, or a line
+on the status channel that kanalyze's worker code never writes ends that
+worker: the case gets its outcome (with whose code was running: `blame`) and
+the remaining cases go on in a fresh worker.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+
+from kanalyze.dynamic.sandbox.process import Limits, Outcome, ProtocolViolation, Worker, WorkerGone
+
+_job_ids = itertools.count(1)
+
+
+def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], limits: Limits,
+              scratch_root: str, job_extra=None, first_worker: Worker | None = None,
+              keep: bool = False) -> tuple[dict[int, Outcome], dict, Worker | None]:
+    """Run every case through workers of `role`; one `Outcome` per case index.
+
+    `job_extra(indices)` adds fields to the job (the candidate side's references).
+    Returns the outcomes, the first worker's `ready` message (versions,
+    confinement), and with `keep` the last worker if it is still alive (the
+    caller closes it), else None.
+    """
+    outcomes: dict[int, Outcome] = {}
+    pending = [index for index, _ in cases]
+    by_index = dict(cases)
+    ready: dict = {}
+    worker = first_worker
+    while pending:
+        worker = worker or Worker(role, mode, spec, limits, scratch_root)
+        try:
+            message = worker.wait_ready()
+        except (WorkerGone, ProtocolViolation) as exc:
+            status = "violation" if isinstance(exc, ProtocolViolation) else "not-started"
+            blame = "candidate" if status == "violation" else worker.phase
+            detail = f"{exc} while starting"
+            for index in pending:
+                outcomes[index] = Outcome(status, detail=detail, output=worker.output(), blame=blame)
+            worker.close()
+            break
+        ready = ready or message
+        if message.get("error"):
+            for index in pending:
+                outcomes[index] = Outcome("not-started", detail=message["error"], output=worker.output())
+            worker.close()
+            break
+        job_id = next(_job_ids)
+        job = {"kind": "cases", "id": job_id, "indices": pending, "cases": [by_index[i] for i in pending],
+               "out": worker.scratch}
+        if job_extra:
+            job.update(job_extra(pending))
+        restart = False
+        try:
+            worker.send(job)
+            while pending:
+                event = worker.next_event(limits.case_seconds)
+                if event is None:
+                    index = pending.pop(0)
+                    blame = worker.phase
+                    worker.kill()
+                    outcomes[index] = Outcome("timeout", detail=f"did not finish within {limits.case_seconds:.0f} s",
+                                              output=worker.output(), blame=blame)
+                    restart = True
+                    break
+                if event.get("job", job_id) != job_id:
+                    continue  # the end of an earlier job on the same worker
+                if event.get("event") == "case":
+                    index = event.get("index")
+                    if index not in pending:
+                        raise ProtocolViolation(f"a result for case {index!r}, which was not asked for")
+                    outcomes[index] = _read_case(worker.scratch, index)
+                    pending.remove(index)
+                elif event.get("event") == "fatal":
+                    restart = True
+                    break
+                elif event.get("event") == "job-done":
+                    break
+        except WorkerGone as exc:
+            index = pending.pop(0)
+            outcomes[index] = Outcome("crashed", detail=str(exc), output=worker.output(), blame=worker.phase)
+            restart = True
+        except ProtocolViolation as exc:
+            index = pending.pop(0)
+            worker.kill()
+            outcomes[index] = Outcome("violation", detail=str(exc), output=worker.output(), blame="candidate")
+            restart = True
+        if not restart and keep:
+            return _fill(outcomes, pending), ready, worker
+        worker.close()
+        worker = None
+        if not restart:
+            break
+    return _fill(outcomes, pending), ready, None
+
+
+def _fill(outcomes: dict[int, Outcome], pending: list[int]) -> dict[int, Outcome]:
+    for index in pending:
+        outcomes.setdefault(index, Outcome("not-started", detail="the worker ended before this case"))
+    return outcomes
+
+
+def _read_case(scratch: str, index: int) -> Outcome:
+    base = os.path.join(scratch, f"case-{index}")
+    try:
+        with open(base + ".json", encoding="utf-8") as handle:
+            meta = json.load(handle)
+    except (OSError, ValueError) as exc:
+        return Outcome("crashed", detail=f"the worker's result for this case is unreadable: {exc}")
+    return Outcome("done", meta=meta, arrays=base + ".npz" if os.path.exists(base + ".npz") else None)
