@@ -144,6 +144,7 @@ HOSTILE = {
     "import_error": ("CMP001", "confirmed", "does not import"),
     "huge_print": ("MEM002", "refuted", "unchanged"),
     "import_sleep": ("CMP001", "confirmed", "the candidate's import did not finish within 5 s"),
+    "answer_sniffer": ("CMP001", "confirmed", "max abs error"),   # the reference's outputs are not in its process
 }
 
 
@@ -161,7 +162,8 @@ def test_hostile_candidates_are_contained() -> None:
         verdict = results[name][code]
         assert verdict.status == status and words in verdict.summary, f"{name}: {verdict.status}: {verdict.summary}"
         if code == "CMP001":  # the other gates say why they could not run
-            assert results[name]["MEM002"].status == "unconfirmed" or name in ("tuple_output", "wrong_shape")
+            assert results[name]["MEM002"].status == "unconfirmed" or name in ("tuple_output", "wrong_shape",
+                                                                               "answer_sniffer")
     missing = find_harness(str(KB / "hostile/level1_problem6_no_model_new.py"), kernelbench=str(KB))
     assert isinstance(missing, NoHarness) and "ModelNew" in missing.reason
 

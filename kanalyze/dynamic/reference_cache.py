@@ -74,13 +74,19 @@ class ReferenceCache:
             return outcome
         with self._lock:
             kept = Outcome(outcome.status, outcome.meta, None, outcome.detail, outcome.output)
-            if outcome.arrays:
-                kept.arrays = os.path.join(self._folder(), f"{uuid.uuid4().hex}.npz")
-                try:  # moved, not copied (GPU-sized inputs: gigabytes); callers use the kept copy
-                    os.replace(outcome.arrays, kept.arrays)
-                except OSError:
-                    shutil.copyfile(outcome.arrays, kept.arrays)
+            kept.arrays, kept.inputs = self._keep(outcome.arrays), self._keep(outcome.inputs)
             self._outcomes[(self._problem(harness, mode), input_key)] = (kept, record_ops)
+        return kept
+
+    def _keep(self, path: str | None) -> str | None:
+        """The file moved into the cache (GPU-sized inputs: gigabytes, not copied); callers use the kept path."""
+        if not path:
+            return None
+        kept = os.path.join(self._folder(), f"{uuid.uuid4().hex}.npz")
+        try:
+            os.replace(path, kept)
+        except OSError:
+            shutil.copyfile(path, kept)
         return kept
 
     def ready(self, harness: Harness, mode: str) -> dict:

@@ -95,7 +95,7 @@ class Result:
 
     @cached_property
     def reference_arrays(self) -> dict:
-        return _load(self.reference.arrays)
+        return {**_load(self.reference.inputs), **_load(self.reference.arrays)}
 
     @cached_property
     def expected(self) -> list[Leaf] | None:

@@ -161,8 +161,9 @@ class Session:
                 continue
 
             def references(indices, results=results):
+                # The candidate's share of the reference's arrays: inputs and model state, never its outputs.
                 return {"references": {str(i): {"meta": results[i].reference.meta,
-                                                "arrays": results[i].reference.arrays} for i in indices}}
+                                                "arrays": results[i].reference.inputs} for i in indices}}
 
             # The baseline first: a candidate that hangs on the problem's own
             # inputs is not given the time limit once per remaining case.

@@ -113,4 +113,5 @@ def _read_case(scratch: str, index: int) -> Outcome:
             meta = json.load(handle)
     except (OSError, ValueError) as exc:
         return Outcome("crashed", detail=f"the worker's result for this case is unreadable: {exc}")
-    return Outcome("done", meta=meta, arrays=base + ".npz" if os.path.exists(base + ".npz") else None)
+    return Outcome("done", meta=meta, arrays=base + ".npz" if os.path.exists(base + ".npz") else None,
+                   inputs=base + ".inputs.npz" if os.path.exists(base + ".inputs.npz") else None)

@@ -1,8 +1,10 @@
 """Running one case in a worker: the reference side and the candidate side (imports torch).
 
 Each side writes `case-N.json` (what happened) and `case-N.npz` (the arrays)
-into the job's output folder; the parent reads both and decides.  Nothing here
-judges a result.
+into the job's output folder; the parent reads both and decides.  The reference
+side writes what the candidate needs (inputs, the model's state) apart, in
+`case-N.inputs.npz`: that file alone goes to the candidate's worker, never the
+reference's outputs.  Nothing here judges a result.
 """
 
 from __future__ import annotations
@@ -70,13 +72,16 @@ def encode_output(value, prefix: str, arrays: dict) -> dict:
 
 
 def encode_leaves(structure: str, leaves: list, prefix: str, arrays: dict) -> dict:
-    dtypes = []
+    dtypes, nbytes = [], []
     for i, leaf in enumerate(leaves):
-        arrays[f"{prefix}{i}"] = tensor_to_numpy(leaf)
+        arrays[f"{prefix}{i}"] = array = tensor_to_numpy(leaf)
         dtypes.append(dtype_name(leaf.dtype))
-    return {"structure": structure, "dtypes": dtypes, "prefix": prefix}
+        nbytes.append(int(array.nbytes))
+    return {"structure": structure, "dtypes": dtypes, "prefix": prefix, "nbytes": nbytes}
 
 
+# The reference's arrays that the candidate's worker is given: inputs and the model's state.
+CANDIDATE_SIDE_KEYS = ("in", "init", "state", "second_in")
 REPEAT_SEED_OFFSET = 1000   # the second input set of a repeated call (INT001): another seed, same shapes
 
 
@@ -154,6 +159,8 @@ class ReferenceSide:
             except BaseException as exc:
                 return {"status": "rejected", "error": f"second input set: {describe_error(exc)}",
                         "traceback": _tail(exc)}
+        given = {key: arrays.pop(key) for key in list(arrays) if key.startswith(CANDIDATE_SIDE_KEYS)}
+        np.savez(out_base + ".inputs.npz", **given)
         np.savez(out_base + ".npz", **arrays)
         return result
 
@@ -214,7 +221,7 @@ class CandidateSide:
             return result
         finally:
             self.phase("kanalyze")
-        output_bytes = output_sizes(reference_arrays, reference)
+        output_bytes = output_sizes(reference)
         values: list = []
         for j, run in enumerate(case["runs"]):
             values = [v.clone() if isinstance(v, torch.Tensor) else v for v in base_inputs]
@@ -300,7 +307,6 @@ class CandidateSide:
         return False
 
 
-def output_sizes(reference_arrays, reference: dict) -> list[int]:
+def output_sizes(reference: dict) -> list[int]:
     """Byte sizes of the reference's outputs: the blocks the allocator is poisoned with on a GPU."""
-    output = reference.get("output") or {}
-    return [int(reference_arrays[f"{output['prefix']}{i}"].nbytes) for i in range(len(output.get("dtypes", [])))]
+    return [int(n) for n in (reference.get("output") or {}).get("nbytes", [])]

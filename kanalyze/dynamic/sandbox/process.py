@@ -73,6 +73,7 @@ class Outcome:
     status: str                    # "done" | "timeout" | "crashed" | "not-started" | "violation"
     meta: dict = field(default_factory=dict)
     arrays: str | None = None      # the .npz the worker wrote
+    inputs: str | None = None      # the reference's inputs and model state, apart (the candidate's share)
     detail: str = ""               # for anything but "done": what happened, in words
     output: str = ""               # the tail of the worker's stdout/stderr
     # Whose code was running when a worker timed out or ended: "candidate" (its import,
