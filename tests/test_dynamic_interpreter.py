@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 SCRIPT = r'''
@@ -105,3 +107,67 @@ def test_interpreter_hooks() -> None:
     assert dot["False-False"][1] == 0 and dot["False-False"][0] < 1e-4      # the interpreter alone: full fp32
     assert dot["True-False"][1] == 1 and dot["True-False"][0] > 1e-3        # default precision, emulated TF32
     assert dot["True-True"][1] == 0 and dot["True-True"][0] < 1e-4          # input_precision="ieee" untouched
+
+
+# What each Triton's interpreter builder passes to the hooked methods, by position.  The hooks
+# read the leading arguments (pointers, mask; the dot's precision) and pass the rest on as they
+# came: Triton 3.2 to 3.6 give `create_masked_load` six arguments, 3.9 gives five.
+BUILDER_SHAPES = {
+    "3.2-3.6": {
+        "create_masked_load": ("ptrs", "mask", "other", "cache_modifier", "eviction_policy", "is_volatile"),
+        "create_masked_store": ("ptrs", "value", "mask", "cache_modifier", "eviction_policy"),
+        "create_atomic_rmw": ("op", "ptr", "val", "mask", "sem", "scope"),
+        "create_atomic_cas": ("ptr", "cmp", "val", "sem", "scope"),
+        "create_dot": ("a", "b", "d", "input_precision", "max_num_imprecise_acc"),
+    },
+    "3.9": {
+        "create_masked_load": ("ptrs", "mask", "other", "cache_policy", "is_volatile"),
+        "create_masked_store": ("ptrs", "value", "mask", "cache_policy"),
+        "create_atomic_rmw": ("op", "ptr", "val", "mask", "sem", "scope"),
+        "create_atomic_cas": ("ptr", "cmp", "val", "sem", "scope"),
+        "create_dot": ("a", "b", "d", "input_precision", "max_num_imprecise_acc"),
+    },
+}
+
+
+@pytest.mark.parametrize("version", sorted(BUILDER_SHAPES))
+def test_hooks_pass_every_version_s_arguments_through(version) -> None:
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter as _interp
+
+    from kanalyze.dynamic import interpreter
+
+    received: dict[str, tuple] = {}
+
+    class Builder:  # a builder of this version's shape that records what reaches it
+        grid_dim = (1, 1, 1)
+
+        def set_grid_dim(self, nx, ny, nz):
+            received["set_grid_dim"] = (nx, ny, nz)
+
+        def set_grid_idx(self, x, y, z):
+            received["set_grid_idx"] = (x, y, z)
+
+    for method, params in BUILDER_SHAPES[version].items():
+        def record(*args, _method=method, _count=len(params)):
+            assert len(args) == _count, f"{_method} got {len(args)} arguments"
+            received[_method] = args
+        setattr(Builder, method, staticmethod(record))
+
+    builder = Builder()
+    driver = interpreter.InterpreterDriver(builder=builder)
+    driver._ranges = [interpreter._Range("x", 4096, 4096, 4096 + 64, 4, 16)]
+    pointers = _interp.TensorHandle(np.array([4096, 4100], dtype=np.uint64), tl.pointer_type(tl.float32))
+    mask = _interp.TensorHandle(np.array([True, True]), tl.int1)
+    value = _interp.TensorHandle(np.zeros(2, dtype=np.float32), tl.float32)
+    fills = {"ptrs": pointers, "ptr": pointers, "mask": mask, "value": value, "val": value, "cmp": value,
+             "a": value, "b": value, "d": value, "input_precision": None}
+    for method, params in BUILDER_SHAPES[version].items():
+        args = tuple(fills.get(p, f"<{p}>") for p in params)
+        getattr(builder, method)(*args)
+        assert received[method] == args, (method, received[method])
+    builder.set_grid_dim(2, 1, 1)
+    builder.set_grid_idx(1, 0, 0)
+    assert received["set_grid_dim"] == (2, 1, 1) and received["set_grid_idx"] == (1, 0, 0)
+    assert driver.atomics.most == 1            # the float atomic was counted on its way through

@@ -120,8 +120,10 @@ class AtomicCount:
 class InterpreterDriver:
     """Installs the hooks once per process; the worker sets the knobs before each run."""
 
-    def __init__(self) -> None:
-        check_hooks()
+    def __init__(self, builder=None) -> None:
+        """Hooks on Triton's interpreter builder (`builder`: another object of its shape, for tests)."""
+        if builder is None:
+            check_hooks()
         self.order_seed: int | None = None
         self.emulate_tf32 = False
         self.tf32_dots = 0              # dots whose operands were rounded to TF32
@@ -134,7 +136,7 @@ class InterpreterDriver:
         self._kernel = ""
         self._program = (0, 0, 0)
         self.atomics = AtomicCount()
-        self._install()
+        self._install(builder)
 
     def reset(self, order_seed: int | None, emulate_tf32: bool, collect: bool = False) -> None:
         self.order_seed, self.emulate_tf32, self.collect = order_seed, emulate_tf32, collect
@@ -143,8 +145,8 @@ class InterpreterDriver:
 
     # -------------------------------------------------------------- hooks
 
-    def _install(self) -> None:
-        builder = _interp.interpreter_builder
+    def _install(self, given=None) -> None:
+        builder = given if given is not None else _interp.interpreter_builder
         driver = self
         set_grid_dim, set_grid_idx = builder.set_grid_dim, builder.set_grid_idx
         masked_load, masked_store = builder.create_masked_load, builder.create_masked_store
@@ -195,6 +197,8 @@ class InterpreterDriver:
         builder.set_grid_dim, builder.set_grid_idx = grid_dim, grid_idx
         builder.create_masked_load, builder.create_masked_store = load, store
         builder.create_atomic_rmw, builder.create_atomic_cas, builder.create_dot = rmw, cas, dot
+        if given is not None:
+            return
 
         init_args = _interp.GridExecutor._init_args_hst
 
