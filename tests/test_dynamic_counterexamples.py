@@ -121,7 +121,15 @@ def test_call_prefers_the_wrapper_and_leaves_defaults_alone() -> None:
 def test_call_launches_the_kernel_where_the_wrapper_cannot_be_called(change) -> None:
     call = call_of({**EXAMPLE, **change})
     assert call == {"route": "kernel", "function": "k", "grid": [1], "tensors": {"x_ptr": [4, 3], "out_ptr": [None]},
-                    "values": {"n": 12, "BLOCK": 16}}
+                    "values": {"n": 12, "BLOCK": 16}, "placeholders": []}
+
+
+def test_a_pointer_the_counterexample_does_not_size_is_a_named_stand_in() -> None:
+    """Launched with a one-element tensor, and named, so that the gates do not pin a fault or an
+    out-of-bounds access through it on the flagged offset."""
+    example = {**EXAMPLE, "wrapper": None, "pointers": {**EXAMPLE["pointers"], "bias_ptr": "bias"}}
+    call = call_of(example)
+    assert call["tensors"]["bias_ptr"] == [1] and call["placeholders"] == ["bias_ptr"]
 
 
 def test_no_call_without_a_grid() -> None:

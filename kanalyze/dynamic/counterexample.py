@@ -50,10 +50,14 @@ def _kernel_call(example: dict) -> dict | None:
     if example.get("grid") is None or not example.get("kernel") or any(g is None for g in example["grid"]):
         return None
     shapes = example.get("shapes") or {}
-    tensors = {param: shapes.get(label) or [1] for param, label in (example.get("pointers") or {}).items()}
+    pointers = example.get("pointers") or {}
+    tensors = {param: shapes.get(label) or [1] for param, label in pointers.items()}
+    # A pointer whose tensor the counterexample does not size gets a one-element stand-in:
+    # an access through it that faults or leaves it says nothing about the flagged offset.
+    placeholders = sorted(param for param, label in pointers.items() if not shapes.get(label))
     values = {**(example.get("sizes") or {}), **(example.get("constexprs") or {})}
     return {"route": "kernel", "function": example["kernel"], "grid": list(example["grid"]),
-            "tensors": tensors, "values": values}
+            "tensors": tensors, "values": values, "placeholders": placeholders}
 
 
 def call_of(example: dict | None) -> dict | None:

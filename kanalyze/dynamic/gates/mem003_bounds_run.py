@@ -40,6 +40,11 @@ class CounterexampleBounds(CounterexampleGate):
         seen = run.meta.get("bounds_violations") or ([run.meta["out_of_bounds"]] if run.meta.get("out_of_bounds")
                                                       else [])
         own = next((v for v in seen if counterexample.matches(v, example)), None)
+        placeholders = (result.case.call or {}).get("placeholders") or []
+        if own is not None and own.get("tensor") in placeholders:
+            return Verdict(self.code, UNCONFIRMED, f"{call}: {own['message']}; but `{own.get('tensor')}` was a "
+                           f"one-element stand-in (the counterexample gives it no shape)", [result.case],
+                           {"out_of_bounds": own, "call": call}, gate=self.name, rows=rows)
         if own is not None:
             return Verdict(self.code, CONFIRMED, f"{call}: {own['message']}", [result.case],
                            {"out_of_bounds": own, "call": call, "counterexample": example}, gate=self.name, rows=rows)

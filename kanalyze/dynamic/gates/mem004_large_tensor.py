@@ -46,6 +46,13 @@ class CounterexampleOverflow(CounterexampleGate):
     def _fault(self, flag: dict, result, call: str, error: str) -> Verdict:
         # CUDA's messages go on with advice about asynchronous errors: the first sentence says it.
         first = error.split(" Search for ")[0].split(" CUDA kernel errors might ")[0]
+        placeholders = (result.case.call or {}).get("placeholders") or []
+        if placeholders:
+            return Verdict(self.code, UNCONFIRMED, f"{call} on the GPU: {first}; but the kernel was launched with "
+                           f"one-element stand-ins for {', '.join(placeholders)} (the counterexample gives them no "
+                           f"shape), so the fault cannot be pinned on the wrapped offset", [result.case],
+                           {"error": error, "call": call, "placeholders": placeholders}, gate=self.name,
+                           rows=[flag["row"]])
         return Verdict(self.code, CONFIRMED, f"{call} on the GPU: {first}", [result.case],
                        {"error": error, "call": call, "counterexample": flag["counterexample"]},
                        gate=self.name, rows=[flag["row"]])
