@@ -144,3 +144,15 @@ def test_work_done_in_pytorch_beside_a_decoy_or_failed_launch_is_res001() -> Non
     twin = KB / "candidates" / "level1_problem6_leaky_relu.py"
     run = run_gates(find_harness(str(twin), kernelbench=str(KB)), ["RES001"], options=Options(mode="cpu"))
     assert [v.status for v in run.verdicts if v.code == "RES001"] == [REFUTED]
+
+
+def test_float_atomic_order_is_not_blamed_on_fresh_memory() -> None:
+    """The ORD001 plant (a float atomic sum) varies with program order whatever the poison:
+    ORD002 leaves it to ORD001; the ORD002 plant still varies with the poison alone."""
+    atomic = KB / "candidates" / "level1_problem1_mse_atomic.py"
+    run = run_gates(find_harness(str(atomic), kernelbench=str(KB)), ["ORD002"], options=Options(mode="cpu"))
+    [verdict] = [v for v in run.verdicts if v.code == "ORD002"]
+    assert verdict.status == UNCONFIRMED and "(ORD001)" in verdict.summary, verdict.summary
+    chained = KB / "candidates" / "level1_problem9_cumsum_chained_blocks.py"
+    run = run_gates(find_harness(str(chained), kernelbench=str(KB)), ["ORD002"], options=Options(mode="cpu"))
+    assert [v.status for v in run.verdicts if v.code == "ORD002"] == [CONFIRMED]
