@@ -4,6 +4,7 @@
     kanalyze rules               list the clause catalog
     kanalyze explain CODE        print a clause's docs
     kanalyze lsp                 the language server for editors (stdio)
+    kanalyze audit ...           audit candidate/problem pairs into a resumable journal
 
 Exit codes, as ruff's: 0 no findings, 1 findings, 2 usage or internal error.
 A finding counts when it stands (flagged or confirmed) or is unconfirmed; a
@@ -23,7 +24,7 @@ from typing import Sequence
 
 from kanalyze import __version__
 
-SUBCOMMANDS = ("check", "rules", "explain", "lsp", "version", "replay")
+SUBCOMMANDS = ("check", "rules", "explain", "lsp", "version", "replay", "audit")
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -146,6 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--trust", action="store_true",
                         help="replay without checking the witness's signature (one written on another machine "
                              "or by another user): only for a file whose origin you trust")
+
+    from kanalyze.audit.arguments import add_audit_parser  # imports nothing else of kanalyze
+
+    add_audit_parser(sub, _gates)
     return parser
 
 
@@ -321,6 +326,12 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return EXIT_CLEAN if verdict.status == "refuted" else EXIT_ERROR
 
 
+def _cmd_audit(args: argparse.Namespace) -> int:
+    from kanalyze.audit.command import run_audit_command
+
+    return run_audit_command(args, UsageError)
+
+
 def _cmd_rules(args: argparse.Namespace) -> int:
     from kanalyze.config import OPT_IN
 
@@ -373,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.write(f"kanalyze {__version__}\n")
             return EXIT_CLEAN
         handler = {"check": _cmd_check, "rules": _cmd_rules, "explain": _cmd_explain, "lsp": _cmd_lsp,
-                   "replay": _cmd_replay}[args.command]
+                   "replay": _cmd_replay, "audit": _cmd_audit}[args.command]
         return handler(args)
     except UsageError as exc:
         sys.stderr.write(f"kanalyze: error: {exc}\n")

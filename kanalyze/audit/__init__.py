@@ -1,0 +1,23 @@
+"""`kanalyze audit`: one contract-grade audit of a whole corpus of candidate/problem pairs.
+
+Read in this order:
+
+    pairs.py      where the pairs come from: a manifest (pairs.jsonl), a KernelBench
+                  run directory, or a folder of candidates against one `--reference`;
+                  each pair gets a stable id (its contents and the verdict-changing options)
+    journal.py    the results journal, DIR/results.jsonl: one line per pair, appended,
+                  flushed and fsynced as each pair ends; a torn last line is dropped
+    pair.py       one pair's run, in a child process of its own: the static pass, the
+                  gates, and KernelBench's own allclose criterion (allclose.py)
+    allclose.py   KernelBench's criterion, run as a fresh process: five seeded trials
+                  of `torch.allclose(ref, out, atol=1e-2, rtol=1e-2)`
+    executor.py   the local executor: a pair in, a result line out; each pair in a child
+                  process with a time limit, `--jobs` of them at once
+    summary.py    the numbers a corpus audit reports, from the journal alone
+    run.py        the audit itself: pairs → skip the finished → executor → journal → summary
+    arguments.py  the command line of `kanalyze audit` (added to kanalyze/cli.py's parser)
+    command.py    `kanalyze audit`: arguments → pairs → audit → progress line and summary
+
+Only the parent writes the journal; a child that crashes, hangs or is killed still
+gets its own line (with the reason), and the audit goes on.  Only command.py prints.
+"""

@@ -1,0 +1,32 @@
+"""The arguments of `kanalyze audit` (kanalyze/cli.py adds them; command.py reads them).
+
+Imports nothing of kanalyze, so that building the parser stays cheap for `kanalyze check`.
+"""
+
+from __future__ import annotations
+
+
+def add_audit_parser(sub, gates_type) -> None:
+    """`gates_type` is cli.py's `--gates` parser (codes or prefixes, or `all`)."""
+    def gates(value: str):
+        return "targeted" if value.strip().lower() == "targeted" else gates_type(value)
+
+    audit = sub.add_parser("audit", help="audit candidate/problem pairs: static pass, gates and KernelBench's "
+                                         "allclose per pair, into a resumable journal (kanalyze/audit)")
+    audit.add_argument("candidates", nargs="*", metavar="CANDIDATE",
+                       help="candidate files or folders (with --kernelbench or --reference)")
+    audit.add_argument("--manifest", metavar="PAIRS.jsonl", help='one {"candidate": ..., "problem": ...} a line')
+    audit.add_argument("--kernelbench", metavar="DIR", help="pair level1_problem19_*.py with DIR/level1/19_*.py")
+    audit.add_argument("--reference", metavar="PROBLEM.py", help="the problem every candidate solves")
+    audit.add_argument("--output", metavar="DIR", help="where results.jsonl (the journal) and witnesses/ go")
+    audit.add_argument("--summary", metavar="DIR", help="print the summary of DIR's journal again; run nothing")
+    audit.add_argument("--gates", type=gates,
+                       default="all", metavar="all|targeted|CODES",
+                       help="every gate (default), the flagged clauses' gates, or these clauses' gates")
+    audit.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    audit.add_argument("--jobs", type=int, default=1, help="pairs at once, each in its own process (default: 1)")
+    audit.add_argument("--pair-timeout", type=float, default=600.0, metavar="SECONDS",
+                       help="time limit of one pair, everything included (default: 600)")
+    audit.add_argument("--case-timeout", type=float, metavar="SECONDS", help="time limit of one gate case")
+    audit.add_argument("--output-format", choices=("text", "json"), default="text", help="of the summary")
+    audit.add_argument("-q", "--quiet", action="store_true", help="no progress display")

@@ -1,0 +1,99 @@
+"""`kanalyze audit`, behind kanalyze/cli.py: the arguments → pairs → audit → what is printed.
+
+The only module of the package that prints: a progress line on a terminal (stderr,
+rich; nothing on a pipe, nothing with -q), then the summary on stdout (text, or
+JSON with `--output-format json`).  `--summary DIR` prints the summary of DIR's
+journal again and runs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from kanalyze.audit import pairs as sources
+from kanalyze.audit.journal import RESULTS, JournalError
+from kanalyze.audit.run import AuditOptions, audit, summary_of
+from kanalyze.audit.summary import render_text
+
+
+def _pairs(args, usage_error) -> list[sources.Pair]:
+    given = [name for name, value in (("--manifest", args.manifest), ("--kernelbench", args.kernelbench),
+                                      ("--reference", args.reference)) if value]
+    if len(given) != 1:
+        raise usage_error("audit needs exactly one of --manifest PAIRS.jsonl, --kernelbench DIR "
+                          f"or --reference PROBLEM.py (got {', '.join(given) or 'none'})")
+    for name, path in (("--manifest", args.manifest), ("--kernelbench", args.kernelbench),
+                       ("--reference", args.reference)):
+        if path and not os.path.exists(path):
+            raise usage_error(f"{name}: path not found: {path}")
+    if args.manifest:
+        if args.candidates:
+            raise usage_error("--manifest names the candidates; leave out the CANDIDATE paths")
+        return sources.from_manifest(args.manifest)
+    if not args.candidates:
+        raise usage_error(f"{given[0]} needs the candidates: kanalyze audit CANDIDATE_DIR {given[0]} ...")
+    if args.kernelbench:
+        return sources.from_kernelbench(args.candidates, args.kernelbench)
+    return sources.from_reference(args.candidates, args.reference)
+
+
+def _print_summary(summary: dict, fmt: str) -> None:
+    if fmt == "json":
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+    else:
+        sys.stdout.write(render_text(summary))
+
+
+def _exit_code(summary: dict) -> int:
+    return 1 if summary["with_violation"] or summary["kanalyze_failed"] else 0
+
+
+def run_audit_command(args, usage_error) -> int:
+    if args.summary:
+        if not os.path.exists(os.path.join(args.summary, RESULTS)):
+            raise usage_error(f"--summary: no journal at {os.path.join(args.summary, RESULTS)}")
+        summary = summary_of(args.summary)
+        _print_summary(summary, args.output_format)
+        return _exit_code(summary)
+    if not args.output:
+        raise usage_error("audit needs --output DIR (where the journal results.jsonl goes)")
+    if args.jobs < 1 or args.pair_timeout <= 0:
+        raise usage_error("--jobs must be at least 1 and --pair-timeout above 0")
+    try:
+        pairs = _pairs(args, usage_error)
+    except sources.PairsError as exc:
+        raise usage_error(str(exc)) from exc
+    if not pairs:
+        raise usage_error("no pairs to audit: the manifest is empty or the folders hold no .py file")
+    options = AuditOptions(output=args.output, gates=args.gates, device=args.device, jobs=args.jobs,
+                           pair_seconds=args.pair_timeout, case_seconds=args.case_timeout)
+    show = not args.quiet and sys.stderr.isatty()
+    try:
+        summary = _audit_with_progress(pairs, options) if show else audit(pairs, options)
+    except JournalError as exc:
+        raise usage_error(str(exc)) from exc
+    _print_summary(summary, args.output_format)
+    return _exit_code(summary)
+
+
+def _audit_with_progress(pairs: list[sources.Pair], options: AuditOptions) -> dict:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    violations = 0
+    with Progress(TextColumn("auditing"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("audit", total=None, note="")
+
+        def on_start(to_run: int, already: int) -> None:
+            bar.update(task, total=to_run, note=f"({already} already in the journal)" if already else "")
+
+        def on_result(record: dict) -> None:
+            nonlocal violations
+            violations += any(v["status"] == "confirmed" for v in record.get("verdicts", {}).values())
+            bar.update(task, advance=1, note=f"{violations} with a violation")
+
+        return audit(pairs, options, on_start=on_start, on_result=on_result)

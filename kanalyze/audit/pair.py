@@ -1,0 +1,150 @@
+"""One pair's run, in a child process of its own (`python -m kanalyze.audit.pair SPEC OUT`).
+
+    run_pair(spec) -> result     the static pass on the candidate, the gates, KernelBench's allclose
+
+spec: {"candidate", "problem" (or None with "problem_error"), "gates" ("all",
+"targeted" or a list of codes), "device" ("cpu" | "cuda"), "case_timeout",
+"seconds" (the pair's time limit), "witness_dir"}.  The result (plain JSON):
+
+    static     the candidate's static findings: [{"code", "row", "message"}]
+    verdicts   {code: {"status", "summary", "static_flag", "witness"}}: one per gate run
+    allclose   KernelBench's criterion on the same problem (allclose.py)
+    seconds    {"static", "gates", "allclose"}
+
+The child writes its result to OUT (renamed into place, so the parent never reads
+half of it) and nothing else; the parent writes the journal.  It dies with its
+parent: a watchdog thread ends the child's process group when the parent is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+from kanalyze.check import analyze_source
+from kanalyze.config import Config
+
+
+def static_pass(candidate: str) -> list[dict]:
+    """The candidate's findings under the default selection (`KAN000` when unreadable)."""
+    from kanalyze.analyzer.sources import SourceError, read_source
+    from kanalyze.check.errors import error_finding
+
+    source = read_source(candidate, explicit=True)
+    if isinstance(source, SourceError):
+        findings = [error_finding(candidate, source.reason, source.row, source.column + 1)]
+    elif source is None:
+        findings = []
+    else:
+        findings, _ = analyze_source(candidate, source.text)
+    config = Config()
+    return [{"code": f.code, "row": f.location.row, "message": f.message, "kernel": f.kernel,
+             **({"counterexample": f.evidence["counterexample"]} if "counterexample" in (f.evidence or {}) else {})}
+            for f in findings if config.selects(f.code)]
+
+
+def gate_codes(gates, static: list[dict]) -> list[str]:
+    """The gates to run: every gate that needs a problem (`all`), the flagged clauses'
+    (`targeted`), or the codes named."""
+    from kanalyze.dynamic.gates import gates_by_code
+
+    known = sorted(code for code, gate in gates_by_code().items() if not gate.kernel_harness)
+    if gates == "all":
+        return known
+    if gates == "targeted":
+        return sorted({f["code"] for f in static} & set(known))
+    return [code for code in gates if code in known]
+
+
+def run_gates_of(spec: dict, static: list[dict], codes: list[str]) -> dict[str, dict]:
+    from kanalyze.dynamic import witness as witnesses
+    from kanalyze.dynamic.harness import NoHarness, find_harness
+    from kanalyze.dynamic.runner import Options, run_gates
+    from kanalyze.dynamic.sandbox.process import Limits
+
+    flagged = {f["code"] for f in static}
+
+    def each(status: str, summary: str) -> dict[str, dict]:
+        return {code: {"status": status, "summary": summary, "static_flag": code in flagged, "witness": None}
+                for code in codes}
+
+    if spec.get("problem") is None:
+        return each("unconfirmed", f"no problem to run against: {spec.get('problem_error') or 'none given'}")
+    harness = find_harness(spec["candidate"], reference=spec["problem"])
+    if isinstance(harness, NoHarness):
+        return each("unconfirmed", harness.reason)
+    limits = Limits()
+    if spec.get("case_timeout"):
+        limits.case_seconds = spec["case_timeout"]
+    flags = {code: [{"row": f["row"], "kernel": f["kernel"], "message": f["message"],
+                     **({"counterexample": f["counterexample"]} if "counterexample" in f else {})}
+                    for f in static if f["code"] == code] for code in codes}
+    try:
+        gate_run = run_gates(harness, codes, flags, Options(mode=spec["device"], limits=limits))
+    except Exception as exc:  # kanalyze's own failure: said so, in every gate's verdict
+        return each("unconfirmed", f"kanalyze could not run the gates: {type(exc).__name__}: {exc}")
+    verdicts: dict[str, dict] = {}
+    for verdict in gate_run.verdicts:
+        witness = None
+        if verdict.status == "confirmed" and spec.get("witness_dir"):
+            try:
+                witness = witnesses.write(verdict, harness, gate_run.environment, spec["witness_dir"],
+                                          flags=flags.get(verdict.code, []))
+            except Exception as exc:  # the verdict stands without its file; say why it is missing
+                witness = f"not written: {type(exc).__name__}: {exc}"
+        previous = verdicts.get(verdict.code)
+        if previous is None or previous["status"] != "confirmed":   # a clause's confirmation wins
+            verdicts[verdict.code] = {"status": verdict.status, "summary": verdict.summary,
+                                      "static_flag": verdict.code in flagged, "witness": witness}
+    return verdicts
+
+
+def run_pair(spec: dict) -> dict:
+    from kanalyze.audit.allclose import check
+
+    started = time.monotonic()
+    static = static_pass(spec["candidate"])
+    static_seconds = time.monotonic() - started
+    codes = gate_codes(spec["gates"], static)
+    verdicts = run_gates_of(spec, static, codes) if codes else {}
+    gate_seconds = time.monotonic() - started - static_seconds
+    if spec.get("problem") is None:
+        allclose = {"verdict": "ERROR", "detail": "no problem to compare with", "seconds": 0.0}
+    else:
+        left = spec.get("seconds", 600.0) - (time.monotonic() - started) - 2.0
+        allclose = check(os.path.abspath(spec["problem"]), os.path.abspath(spec["candidate"]), spec["device"], left)
+    return {"static": static, "verdicts": verdicts, "allclose": allclose,
+            "seconds": {"static": round(static_seconds, 3), "gates": round(gate_seconds, 3),
+                        "allclose": round(allclose.pop("seconds"), 3)}}
+
+
+def _die_with_parent() -> None:
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        if os.getpgrp() == os.getpid():        # our own group (the executor's new session): end it all
+            os.killpg(0, signal.SIGKILL)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def main(spec_path: str, out_path: str) -> int:
+    _die_with_parent()
+    with open(spec_path, encoding="utf-8") as handle:
+        spec = json.load(handle)
+    result = run_pair(spec)
+    with open(out_path + ".part", "w", encoding="utf-8") as handle:
+        json.dump(result, handle, default=str)
+    os.replace(out_path + ".part", out_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))

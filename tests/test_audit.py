@@ -1,0 +1,222 @@
+"""`kanalyze audit` on the CPU: verdicts over a small manifest, a journal that survives
+`kill -9` at random points, torn lines, crashing and hanging pairs, and a summary that
+agrees with the journal.  Pairs come from fixtures/kernelbench (controls.json's plants and
+twins, one hostile candidate); only the cheap gates MEM002 and CMP001 run."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kanalyze.audit.executor import LocalExecutor
+from kanalyze.audit.journal import Journal, read_records
+from kanalyze.audit.pairs import Pair, from_manifest
+from kanalyze.audit.run import AuditOptions, audit
+from kanalyze.audit.summary import summarize
+from kanalyze.cli import main
+
+pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+ROOT = Path(__file__).resolve().parent.parent
+KB = ROOT / "fixtures" / "kernelbench"
+CONTROLS = json.loads((KB / "controls.json").read_text())
+GATES = "MEM002,CMP001"
+
+# candidate → (problem, the verdicts expected of MEM002 and CMP001, KernelBench's allclose)
+EXPECTED = {
+    "candidates/" + CONTROLS["MEM002"]["plant"]: ("7_bias_relu.py", {"MEM002": "confirmed", "CMP001": "refuted"}, "PASS"),
+    "candidates/" + CONTROLS["MEM002"]["twin"]: ("7_bias_relu.py", {"MEM002": "refuted", "CMP001": "refuted"}, "PASS"),
+    "candidates/" + CONTROLS["CMP001"]["plant"]: ("5_softmax.py", {"MEM002": "refuted", "CMP001": "confirmed"}, "PASS"),
+    "hostile/level1_problem6_hard_exit.py": ("6_leaky_relu.py", {"MEM002": "unconfirmed", "CMP001": "confirmed"},
+                                             "CRASHED"),
+}
+
+
+def _manifest(folder: Path) -> Path:
+    """The four pairs (paths relative to the manifest, as a corpus ships them), then one duplicate line."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [{"candidate": os.path.relpath(KB / candidate, folder), "problem": os.path.relpath(KB / "level1" / problem,
+                                                                                               folder),
+              "sample": n} for n, (candidate, (problem, _, _)) in enumerate(EXPECTED.items())]
+    lines.append(lines[1])
+    path = folder / "pairs.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def _command(manifest: Path, output: Path) -> list[str]:
+    return ["audit", "--manifest", str(manifest), "--output", str(output), "--gates", GATES, "--device", "cpu",
+            "--jobs", "2", "-q"]
+
+
+def _records(output: Path) -> list[dict]:
+    return [json.loads(line) for line in (output / "results.jsonl").read_text().splitlines()]
+
+
+def _verdicts(records: list[dict]) -> dict[str, tuple]:
+    return {r["id"]: (r["status"], {c: v["status"] for c, v in r.get("verdicts", {}).items()},
+                      (r.get("allclose") or {}).get("verdict")) for r in records}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("audit")
+    manifest = _manifest(folder / "corpus")
+    started = time.monotonic()
+    code = main(_command(manifest, folder / "out"))
+    return {"manifest": manifest, "output": folder / "out", "code": code, "seconds": time.monotonic() - started}
+
+
+def test_audit_over_a_manifest_gives_the_expected_verdicts(uninterrupted) -> None:
+    assert uninterrupted["code"] == 1                       # violations were confirmed
+    records = _records(uninterrupted["output"])
+    assert len(records) == 5 and len({r["id"] for r in records}) == 5
+    duplicate = [r for r in records if r["status"] == "duplicate"]
+    assert len(duplicate) == 1 and duplicate[0]["duplicate_of"] in {r["id"] for r in records}
+    for record in records:
+        if record["status"] == "duplicate":
+            continue
+        candidate = os.path.relpath(record["candidate"], KB)
+        problem, verdicts, allclose = EXPECTED[candidate]
+        assert record["status"] == "done", record
+        assert Path(record["problem"]).name == problem
+        assert {c: v["status"] for c, v in record["verdicts"].items()} == verdicts, candidate
+        assert record["allclose"]["verdict"] == allclose, (candidate, record["allclose"])
+        assert "sample" in record["metadata"]                # extra manifest keys kept
+    plant = next(r for r in records if r["candidate"].endswith(CONTROLS["MEM002"]["plant"]))
+    assert plant["verdicts"]["MEM002"]["static_flag"] is True       # the static pass flagged it first
+    assert Path(plant["verdicts"]["MEM002"]["witness"]).is_file()
+    assert any(f["code"] == "MEM002" for f in plant["static"])
+
+
+def test_summary_numbers_match_the_journal(uninterrupted, capsys) -> None:
+    records = [r for r in _records(uninterrupted["output"]) if r["status"] != "duplicate"]
+    assert main(["audit", "--summary", str(uninterrupted["output"]), "--output-format", "json"]) == 1
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["pairs"] == len(records) == 4 and summary["duplicates"] == 1
+    for code in ("MEM002", "CMP001"):
+        for status in ("confirmed", "refuted", "unconfirmed"):
+            assert summary["clauses"][code][status] == sum(r["verdicts"][code]["status"] == status for r in records)
+    # allclose accepts the in-place bias_relu and the softmax without its max: kanalyze confirms both
+    accepted = {Path(p["candidate"]).name for p in summary["differential"]["accepted_pairs"]}
+    assert accepted == {CONTROLS["MEM002"]["plant"], CONTROLS["CMP001"]["plant"]}
+    assert summary["differential"]["allclose_accepts_kanalyze_confirms"] == 2
+    assert summary["kanalyze_failed"] == 0
+    confirmed = [v for r in records for v in r["verdicts"].values() if v["status"] == "confirmed"]
+    assert summary["static_recall"] == {"flagged": sum(v["static_flag"] for v in confirmed),
+                                        "confirmed": len(confirmed),
+                                        "recall": round(sum(v["static_flag"] for v in confirmed) / len(confirmed), 4)}
+    assert main(["audit", "--summary", str(uninterrupted["output"])]) == 1
+    assert "differential: 2 pairs accepted by allclose" in capsys.readouterr().out
+
+
+def test_a_rerun_skips_every_finished_pair(uninterrupted, capsys) -> None:
+    before = (uninterrupted["output"] / "results.jsonl").read_bytes()
+    started = time.monotonic()
+    assert main(_command(uninterrupted["manifest"], uninterrupted["output"])) == 1
+    assert time.monotonic() - started < 5                   # nothing ran again
+    assert (uninterrupted["output"] / "results.jsonl").read_bytes() == before
+
+
+def test_the_journal_survives_kill_9_at_random_points(uninterrupted, tmp_path) -> None:
+    """Kill the whole audit (parent and children) at random moments, then finish it: the same
+    pair ids as the uninterrupted run, each exactly once, with the same verdicts."""
+    output = tmp_path / "out"
+    command = [sys.executable, "-m", "kanalyze", *_command(uninterrupted["manifest"], output)]
+    chance = random.Random(13)
+    for _ in range(3):
+        audit_process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                         start_new_session=True)
+        time.sleep(chance.uniform(0.5, uninterrupted["seconds"] * 0.6))
+        os.killpg(audit_process.pid, signal.SIGKILL)          # the pair workers die with their parent
+        audit_process.wait()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr
+    lines = (output / "results.jsonl").read_text().splitlines()
+    ids = [json.loads(line)["id"] for line in lines]
+    assert len(ids) == len(set(ids)), "a pair was written twice"
+    assert _verdicts(_records(output)) == _verdicts(_records(uninterrupted["output"]))
+
+
+def test_a_torn_last_line_is_dropped_and_the_pair_runs_again(tmp_path) -> None:
+    journal_path = tmp_path / "results.jsonl"
+    whole = [json.dumps({"id": "a", "status": "done"}), json.dumps({"id": "b", "status": "done"})]
+    journal_path.write_text(whole[0] + "\n" + whole[1] + "\n" + '{"id": "c", "stat')
+    with Journal(str(tmp_path)) as journal:
+        assert set(journal.load()) == {"a", "b"}
+        assert journal.torn_bytes == len('{"id": "c", "stat')
+        journal.append({"id": "c", "status": "done"})
+    records, length, bad = read_records(str(journal_path))
+    assert [r["id"] for r in records] == ["a", "b", "c"] and bad == 0
+    assert length == journal_path.stat().st_size             # every line whole again
+    with pytest.raises(Exception, match="another audit is writing"):
+        with Journal(str(tmp_path)):
+            Journal(str(tmp_path))
+
+
+def test_a_pair_that_hangs_or_kills_its_worker_gets_its_line_and_the_others_complete(tmp_path) -> None:
+    """The executor's own containment: a worker that never returns is killed at the pair's time
+    limit; one that dies gets its exit status; the audit goes on and records all three."""
+    worker = tmp_path / "worker.py"
+    worker.write_text(
+        "import json, os, sys, time\n"
+        "spec = json.load(open(sys.argv[1]))\n"
+        "if 'hang' in spec['candidate']: time.sleep(1000)\n"
+        "if 'exit' in spec['candidate']: sys.stderr.write('segfault in the pair worker\\n'); os._exit(3)\n"
+        "json.dump({'static': [], 'verdicts': {'CMP001': {'status': 'refuted', 'summary': 'fine', "
+        "'static_flag': False, 'witness': None}}, 'allclose': {'verdict': 'PASS', 'detail': ''}}, "
+        "open(sys.argv[2], 'w'))\n")
+    pairs = [Pair(str(KB / "hostile" / name), str(KB / "level1" / "6_leaky_relu.py"))
+             for name in ("level1_problem6_hang.py", "level1_problem6_hard_exit.py")]
+    pairs.append(Pair(str(KB / "candidates" / "level1_problem6_leaky_relu.py"), str(KB / "level1" / "6_leaky_relu.py")))
+    executor = LocalExecutor(jobs=3, seconds=3, command=[sys.executable, str(worker)])
+    started = time.monotonic()
+    summary = audit(pairs, AuditOptions(output=str(tmp_path / "out"), gates=["CMP001"], device="cpu",
+                                        executor=executor))
+    assert time.monotonic() - started < 20
+    records = {Path(r["candidate"]).name: r for r in _records(tmp_path / "out")}
+    assert records["level1_problem6_hang.py"]["status"] == "timeout"
+    assert "--pair-timeout 3 s" in records["level1_problem6_hang.py"]["reason"]
+    assert records["level1_problem6_hard_exit.py"]["status"] == "crashed"
+    assert "exited with status 3" in records["level1_problem6_hard_exit.py"]["reason"]
+    assert "segfault in the pair worker" in records["level1_problem6_hard_exit.py"]["reason"]
+    assert records["level1_problem6_leaky_relu.py"]["status"] == "done"
+    assert summary["kanalyze_failed"] == 2 and summary["pairs"] == 3 and summary["done"] == 1
+
+
+def test_a_real_hanging_candidate_is_stopped_at_the_pair_timeout(tmp_path, capsys) -> None:
+    """The hostile candidate that never returns, through the real pair worker: the pair's
+    limit ends the worker and everything it started, and the line says so."""
+    output = tmp_path / "out"
+    code = main(["audit", str(KB / "hostile" / "level1_problem6_hang.py"), "--kernelbench", str(KB),
+                 "--output", str(output), "--gates", "CMP001", "--device", "cpu", "--pair-timeout", "12", "-q"])
+    assert code == 1
+    (record,) = _records(output)
+    assert record["status"] == "timeout" and "did not finish within --pair-timeout 12 s" in record["reason"]
+    assert "kanalyze failed on 1 pairs" in capsys.readouterr().out
+
+
+def test_manifest_paths_are_relative_to_the_manifest_and_bad_lines_say_where(tmp_path) -> None:
+    (tmp_path / "sub").mkdir()
+    manifest = tmp_path / "sub" / "pairs.jsonl"
+    manifest.write_text('{"candidate": "c.py", "problem": "/abs/p.py", "model": "m"}\n\n{"candidate": "d.py"}\n')
+    first, second = from_manifest(str(manifest))
+    assert first.candidate == str(tmp_path / "sub" / "c.py") and first.problem == "/abs/p.py"
+    assert first.metadata == {"model": "m"}
+    assert second.problem is None and "names no \"problem\"" in second.problem_error
+    manifest.write_text("not json\n")
+    assert main(["audit", "--manifest", str(manifest), "--output", str(tmp_path / "o")]) == 2
+
+
+def test_summary_of_an_empty_journal_says_nothing_was_confirmed() -> None:
+    summary = summarize([])
+    assert summary["pairs"] == 0 and summary["static_recall"]["recall"] is None
