@@ -137,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     explain = sub.add_parser("explain", help="print the documentation of a clause")
     explain.add_argument("code", help="a clause code, e.g. PRC002")
 
-    sub.add_parser("lsp", help="run the language server over stdio (needs kanalyze[lsp])")
+    lsp = sub.add_parser("lsp", help="run the language server over stdio (needs kanalyze[lsp])")
+    lsp.add_argument("--stdio", action="store_true", help="accepted for editors that pass it (stdio is the default)")
 
     sub.add_parser("version", help="print the version")
 

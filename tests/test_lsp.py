@@ -651,3 +651,15 @@ def test_the_servers_analysis_never_loads_the_dynamic_pass() -> None:
     ''')
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=WAIT)
     assert result.stdout.splitlines() == ["['PRC001']", "[]"], result.stdout + result.stderr
+
+
+def test_lsp_accepts_the_stdio_flag_editors_pass() -> None:
+    """`kanalyze lsp --stdio` is what most clients send; it starts the server (which waits on stdin)."""
+    import subprocess
+
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-m", "kanalyze", "lsp", "--stdio"], input="", capture_output=True,
+                          text=True, timeout=60, cwd=root)
+    assert "unrecognized arguments" not in done.stderr and done.returncode != 2, done.stderr[-500:]
