@@ -305,7 +305,12 @@ def _run_dynamic(args: argparse.Namespace, paths: list[str], config, result):
                              root=config.root, mode=args.device, jobs=args.jobs, case_seconds=args.case_timeout,
                              witness_dir=os.path.join(config.root, witness_dir) if witness_dir else None,
                              max_numel=config.raw.get("gate-numel"))
-    return run_dynamic(paths, config, result, options, force_exclude=args.force_exclude)
+    if args.quiet or not sys.stderr.isatty():  # a progress bar on a terminal only
+        return run_dynamic(paths, config, result, options, force_exclude=args.force_exclude)
+    from kanalyze.report.progress import gate_progress
+
+    with gate_progress() as options.progress:
+        return run_dynamic(paths, config, result, options, force_exclude=args.force_exclude)
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:

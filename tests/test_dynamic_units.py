@@ -209,3 +209,21 @@ def test_cuda_cpp_candidates_wait_for_a_gpu(tmp_path) -> None:
     run = run_gates(harness, ["CMP001", "MEM001"], options=Options(mode="cpu"))
     assert [v.status for v in run.verdicts] == ["unconfirmed", "unconfirmed"]
     assert all("only on a GPU" in v.summary for v in run.verdicts)
+
+
+def test_check_dynamic_reports_progress_per_kernel() -> None:
+    """The progress callback hears the total first, then each kernel as its gates finish."""
+    from pathlib import Path
+
+    from kanalyze.dynamic.confirm import DynamicOptions, confirm
+
+    kb = Path(__file__).resolve().parent.parent / "fixtures" / "kernelbench"
+    twins = [str(kb / "candidates" / name) for name in ("level1_problem6_leaky_relu.py",
+                                                         "level1_problem7_bias_relu_fresh.py")]
+    heard = []
+    options = DynamicOptions(gates=["MEM002"], kernelbench=str(kb), root=str(kb), mode="cpu",
+                             witness_dir=None, progress=lambda name, done, total: heard.append((name, done, total)))
+    confirm([], twins, options, {"MEM002": "input-mutation"})
+    assert heard[0] == ("", 0, 2)
+    assert sorted(done for _, done, _ in heard[1:]) == [1, 2]
+    assert all("(MEM002)" in name for name, _, _ in heard[1:])

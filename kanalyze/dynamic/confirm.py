@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Callable
 
 from kanalyze.dynamic import witness as witnesses
 from kanalyze.dynamic.gates import gates_by_code
@@ -44,6 +46,8 @@ class DynamicOptions:
     witness_dir: str | None = None
     case_seconds: float | None = None
     max_numel: int | None = None
+    # Told of each kernel as its gates finish: progress(name, done, total); total first with done = 0.
+    progress: Callable[[str, int, int], None] | None = None
 
 
 def _display(path: str) -> str:
@@ -118,8 +122,9 @@ def confirm(findings: list[Finding], files: list[str], options: DynamicOptions,
             return plan, flags, None, f"{type(exc).__name__}: {exc}"
 
     jobs = options.jobs or min(len(plans), os.cpu_count() or 1) or 1
+    report = _progress_reporter(options.progress, len(plans))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        outcomes = list(pool.map(run, plans))
+        outcomes = list(pool.map(lambda plan: report(run(plan)), plans))
 
     out = list(findings)
     for (path, harness, codes), flags, gate_run, error in outcomes:
@@ -133,6 +138,22 @@ def confirm(findings: list[Finding], files: list[str], options: DynamicOptions,
         out.extend(_apply(gate_run, harness, flagged, flags, directory, names, path))
     out.sort(key=lambda f: f.sort_key)
     return out
+
+
+def _progress_reporter(progress, total: int):
+    """A pass-through for each plan's outcome that tells `progress` (when there is one) how far the run is."""
+    if progress is None:
+        return lambda outcome: outcome
+    lock, done = threading.Lock(), [0]
+    progress("", 0, total)
+
+    def report(outcome):
+        (path, _, codes), *_ = outcome
+        with lock:
+            done[0] += 1
+            progress(f"{_display(path)} ({', '.join(codes)})", done[0], total)
+        return outcome
+    return report
 
 
 def _kernel_plans(path: str, flagged: list[Finding], options: DynamicOptions, gates: dict) -> list:
