@@ -8,7 +8,7 @@
                     confirms a violation, with their ids; and the reverse: pairs
                     allclose rejects with no violation confirmed
     kanalyze_failed pairs kanalyze itself failed on: the pair's worker crashed or ran
-                    out of time, or a verdict is unconfirmed with "kanalyze" in its reason
+                    out of time, or a verdict is unconfirmed for a failure of kanalyze's own (KANALYZE_FAILED)
     static_recall   confirmed verdicts whose clause the static pass had flagged, over
                     all confirmed verdicts (None when nothing was confirmed)
     duplicates      manifest lines that repeat a pair already audited (not run again)
@@ -19,11 +19,18 @@ from __future__ import annotations
 STATUSES = ("confirmed", "refuted", "unconfirmed")
 
 
+# How the dynamic pass words its own failures (runner.py, results.py, rundir.py): never the candidate's.
+KANALYZE_FAILED = ("kanalyze could not", "kanalyze's worker")
+
+
+def _own_failure(summary: str) -> bool:
+    return any(phrase in summary for phrase in KANALYZE_FAILED)
+
+
 def _blames_kanalyze(record: dict) -> bool:
     if record.get("status") != "done":
         return True
-    return any(v["status"] == "unconfirmed" and "kanalyze" in v["summary"].lower()
-               for v in record.get("verdicts", {}).values())
+    return any(v["status"] == "unconfirmed" and _own_failure(v["summary"]) for v in record.get("verdicts", {}).values())
 
 
 def _label(record: dict) -> dict:
@@ -51,7 +58,7 @@ def summarize(records: list[dict]) -> dict:
         if _blames_kanalyze(record):
             failed.append({**_label(record), "reason": record.get("reason") or next(
                 v["summary"] for v in verdicts.values()
-                if v["status"] == "unconfirmed" and "kanalyze" in v["summary"].lower())})
+                if v["status"] == "unconfirmed" and _own_failure(v["summary"]))})
     return {
         "pairs": len(pairs),
         "done": sum(r.get("status") == "done" for r in pairs),

@@ -44,12 +44,15 @@ class Case:
     call: dict | None = None        # a kernel harness: the call to make (kernel_call.py), no problem
     collect_bounds: bool = False    # interpreter: record every out-of-bounds access, mask it off, go on
     repeat_new_values: bool = False  # INT001: call once more, new values written into the same buffers
+    gradients: bool = False         # CMP002: input gradients for seeded upstream gradients, both sides
 
     @property
     def input_key(self) -> str:
         key = [sorted(self.sizes.items()), self.seed, self.distribution, self.special, self.dtype, self.call]
         if self.repeat_new_values:  # the reference computes a second input set for these
             key.append("repeat")
+        if self.gradients:          # ... and gradients for these
+            key.append("gradients")
         return json.dumps(key, sort_keys=True)
 
     def to_dict(self) -> dict[str, Any]:

@@ -81,7 +81,7 @@ def encode_leaves(structure: str, leaves: list, prefix: str, arrays: dict) -> di
 
 
 # The reference's arrays that the candidate's worker is given: inputs and the model's state.
-CANDIDATE_SIDE_KEYS = ("in", "init", "state", "second_in")
+CANDIDATE_SIDE_KEYS = ("in", "init", "state", "second_in", "upstream")
 REPEAT_SEED_OFFSET = 1000   # the second input set of a repeated call (INT001): another seed, same shapes
 
 
@@ -153,6 +153,13 @@ class ReferenceSide:
             result["output64"] = encode_output(out64, "out64_", arrays)
         except BaseException as exc:
             result["output64_error"] = describe_error(exc)
+        if case.get("gradients"):
+            from kanalyze.dynamic.gradients import reference_gradients
+
+            try:
+                reference_gradients(model, values, case["seed"], result, arrays)
+            except BaseException as exc:  # the problem cannot be differentiated: the gate says so
+                result["gradients_error"] = describe_error(exc)
         if case.get("repeat_new_values"):
             try:
                 self._second_inputs(problem, model, case, result, arrays)
@@ -233,6 +240,11 @@ class CandidateSide:
         else:
             if case.get("repeat_new_values") and "inputs2" in reference:
                 self._repeat(case, model, values, reference, reference_arrays, output_bytes, arrays, result)
+            if case.get("gradients") and "upstream" in reference:
+                from kanalyze.dynamic.gradients import candidate_gradients
+
+                self._record(result, candidate_gradients(model, base_inputs, reference, reference_arrays, arrays,
+                                                         self.phase))
         np.savez(out_base + ".npz", **arrays)
         return result
 

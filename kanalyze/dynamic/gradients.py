@@ -1,0 +1,94 @@
+"""CMP002's runs: gradients of the outputs with respect to the inputs (worker side; imports torch).
+
+The reference side draws one upstream gradient per floating output (seeded),
+back-propagates it through the problem's model in the working dtype and in
+float64, and keeps the input gradients; the upstream gradients go to the
+candidate with its inputs.  The candidate side calls the candidate on the same
+inputs with gradients on, back-propagates the same upstream gradients (the
+call and the backward pass are the candidate's code) and keeps its input
+gradients.  A candidate whose outputs carry no gradient (forward-only
+kernels) says so.  Nothing here judges.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from kanalyze.dynamic.sandbox.transport import dtype_name, numpy_to_tensor, tensor_to_numpy
+
+
+def _differentiable(values: list, dtype=None) -> list:
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.is_floating_point():
+            v = v.detach().clone().to(dtype or v.dtype).requires_grad_(True)
+        out.append(v)
+    return out
+
+
+def _floating_outputs(out) -> list:
+    leaves = [out] if isinstance(out, torch.Tensor) else [t for t in (out or []) if isinstance(t, torch.Tensor)]
+    return [t for t in leaves if t.is_floating_point()]
+
+
+def _input_gradients(values: list) -> list:
+    return [v.grad if v.grad is not None else torch.zeros_like(v)
+            for v in values if isinstance(v, torch.Tensor) and v.is_floating_point()]
+
+
+def _keep(tensors: list, prefix: str, arrays: dict) -> dict:
+    for i, tensor in enumerate(tensors):
+        arrays[f"{prefix}{i}"] = tensor_to_numpy(tensor.detach())
+    return {"prefix": prefix, "dtypes": [dtype_name(t.dtype) for t in tensors], "structure": "gradients",
+            "nbytes": [int(arrays[f"{prefix}{i}"].nbytes) for i in range(len(tensors))]}
+
+
+def reference_gradients(model, values: list, seed: int, result: dict, arrays: dict) -> None:
+    """The reference's input gradients for seeded upstream gradients, in the working dtype and float64."""
+    inputs = _differentiable(values)
+    with torch.enable_grad():
+        outputs = _floating_outputs(model(*inputs))
+        if not outputs or not any(o.requires_grad for o in outputs):
+            result["gradients_error"] = "the reference's outputs carry no gradient"
+            return
+        generator = torch.Generator().manual_seed(seed * 7919 + 29)
+        upstream = [torch.randn(o.shape, generator=generator, dtype=torch.float64).to(o.device, o.dtype)
+                    for o in outputs]
+        torch.autograd.backward(outputs, upstream)
+    result["upstream"] = _keep(upstream, "upstream", arrays)
+    result["gradients"] = _keep(_input_gradients(inputs), "grad", arrays)
+    try:
+        model64 = copy.deepcopy(model).to(torch.float64) if isinstance(model, torch.nn.Module) else model
+        inputs64 = _differentiable(values, torch.float64)
+        with torch.enable_grad():
+            outputs64 = _floating_outputs(model64(*inputs64))
+            torch.autograd.backward(outputs64, [u.to(torch.float64) for u in upstream])
+        result["gradients64"] = _keep(_input_gradients(inputs64), "grad64_", arrays)
+    except BaseException as exc:  # no float64 backward: the working-dtype reference stands alone
+        result["gradients64_error"] = f"{type(exc).__name__}: {exc}"
+
+
+def candidate_gradients(model, base_inputs: list, reference: dict, reference_arrays, arrays: dict, phase) -> dict:
+    """The candidate's input gradients for the reference's upstream gradients, as a run record."""
+    described = reference["upstream"]
+    upstream = [numpy_to_tensor(reference_arrays[f"{described['prefix']}{i}"], dtype)
+                for i, dtype in enumerate(described["dtypes"])]
+    inputs = _differentiable(base_inputs)
+    record: dict = {"status": "ok", "gradients_run": True}
+    phase("candidate")
+    try:
+        with torch.enable_grad():
+            outputs = _floating_outputs(model(*inputs))
+            if not any(o.requires_grad for o in outputs):
+                record["no_gradient"] = True
+                return record
+            torch.autograd.backward(outputs, [u.to(o.device, o.dtype) for u, o in zip(upstream, outputs)])
+    except BaseException as exc:
+        record.update(status="error", error=f"{type(exc).__name__}: {exc}")
+        return record
+    finally:
+        phase("kanalyze")
+    record["gradients"] = _keep(_input_gradients(inputs), "cand_grad", arrays)
+    return record
