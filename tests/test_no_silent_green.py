@@ -106,7 +106,7 @@ def test_known_selectors_still_select(project, capsys) -> None:
 
 @pytest.mark.parametrize("gates,message", [
     ("PRC01", "`PRC01` is no code (did you mean `PRC001`?)"),
-    ("CMP002", "`CMP002` has no gate"),
+    ("RES002", "`RES002` has no gate"),
 ])
 def test_an_unknown_or_gateless_code_in_gates_is_a_usage_error(project, capsys, gates, message) -> None:
     code, out, err = run(capsys, "check", "kern.py", "--gates", gates)
