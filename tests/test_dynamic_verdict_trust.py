@@ -156,3 +156,20 @@ def test_float_atomic_order_is_not_blamed_on_fresh_memory() -> None:
     chained = KB / "candidates" / "level1_problem9_cumsum_chained_blocks.py"
     run = run_gates(find_harness(str(chained), kernelbench=str(KB)), ["ORD002"], options=Options(mode="cpu"))
     assert [v.status for v in run.verdicts if v.code == "ORD002"] == [CONFIRMED]
+
+
+def test_a_tf32_sized_value_error_names_prc001_as_its_cause() -> None:
+    import numpy as np
+
+    from kanalyze.dynamic.runner import _name_the_cause
+
+    expected = np.full((4, 4), 100.0)
+    cmp = Verdict("CMP001", CONFIRMED, "on the problem's own inputs: max abs error 0.05 > bound 0.01",
+                  details={"metric": {"max_abs_error": 0.05}}, arrays={"expected0": expected})
+    gross = Verdict("CMP001", CONFIRMED, "max abs error 90 > bound 0.01", details={"metric": {"max_abs_error": 90.0}},
+                    arrays={"expected0": expected})
+    prc = Verdict("PRC001", CONFIRMED, "TF32")
+    named, kept = _name_the_cause([prc, cmp])[1], _name_the_cause([prc, gross])[1]
+    assert named.status == CONFIRMED and "PRC001 confirms: its cause" in named.summary
+    assert kept.summary == gross.summary                      # too large to be a precision: no cause named
+    assert _name_the_cause([cmp])[0].summary == cmp.summary   # without PRC001 confirmed, nothing to name

@@ -332,7 +332,29 @@ def _judge(results: list[Result], codes, contexts, gates, replay: bool, flags_by
                                     [r.case for r in own], gate=gates[code].name))
     if blocked and "CMP001" in codes and not any(v.code == "CMP001" for v in verdicts):
         verdicts.append(Verdict("CMP001", UNCONFIRMED, blocked, gate=gates["CMP001"].name))
-    return verdicts
+    return _name_the_cause(verdicts)
+
+
+def _name_the_cause(verdicts: list[Verdict]) -> list[Verdict]:
+    """A value error of a reduced-precision size beside a confirmed PRC001 is that precision: CMP001's
+    verdict says so (both stand: the values are off, and why)."""
+    if not any(v.code == "PRC001" and v.status == CONFIRMED for v in verdicts):
+        return verdicts
+    import numpy as np
+
+    from kanalyze.dynamic.gates.prc001_ieee_error_bound import GROSS
+
+    out = []
+    for v in verdicts:
+        if v.code == "CMP001" and v.status == CONFIRMED and "metric" in v.details:
+            expected = [value for key, value in v.arrays.items() if key.startswith("expected")]
+            scale = max((float(np.max(np.abs(e[np.isfinite(e)]), initial=0.0)) for e in expected
+                         if e.dtype.kind == "f"), default=0.0)
+            error = v.details["metric"].get("max_abs_error")
+            if scale and error is not None and error / scale <= GROSS:
+                v = replace(v, summary=v.summary + " (the size of the reduced precision PRC001 confirms: its cause)")
+        out.append(v)
+    return out
 
 
 def _without_lost_power(verdict: Verdict, lost: list[Result]) -> Verdict:
