@@ -30,40 +30,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
-KERNELBENCH_CHECK = r"""
-import importlib.util, sys, torch
-def load(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module); return module
-problem, candidate = load(sys.argv[1], "problem"), load(sys.argv[2], "candidate")
-device = sys.argv[3]
-torch.manual_seed(42); init = problem.get_init_inputs()
-torch.manual_seed(42); reference = problem.Model(*init).to(device)
-torch.manual_seed(42); model = candidate.ModelNew(*init).to(device)
-ok = True
-with torch.no_grad():
-    for trial in range(5):
-        torch.manual_seed(trial)
-        inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in problem.get_inputs()]
-        expected, observed = reference(*inputs), model(*inputs)
-        if device == "cuda": torch.cuda.synchronize()
-        ok = ok and observed.shape == expected.shape and torch.allclose(expected, observed, atol=1e-2, rtol=1e-2)
-print("PASS" if ok else "FAIL")
-"""
-
+from kanalyze.audit import allclose  # noqa: E402
 
 def kernelbench(problem: str, candidate: str, device: str, timeout: float) -> dict:
-    started = time.perf_counter()
-    try:
-        done = subprocess.run([sys.executable, "-c", KERNELBENCH_CHECK, problem, candidate, device],
-                              capture_output=True, text=True, timeout=timeout)
-        verdict = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "ERROR"
-        if verdict not in ("PASS", "FAIL"):
-            verdict = "ERROR"
-    except subprocess.TimeoutExpired:
-        verdict = "TIMEOUT"
-    return {"seconds": time.perf_counter() - started, "verdict": verdict}
+    """KernelBench's criterion in a fresh process (kanalyze.audit.allclose): PASS, FAIL, ERROR, TIMEOUT or CRASHED."""
+    return allclose.check(problem, candidate, device, timeout)
 
 
 def kanalyze(problem: str, candidate: str, device: str, timeout: float, gates: str | None) -> dict:
