@@ -11,8 +11,8 @@ something fired, `// NOLINT` and `# noqa`.
 
 from __future__ import annotations
 
-from kanalyze.analyzer.sources import MAX_NESTING, too_deeply_nested
-from kanalyze.check.errors import INTERNAL_ERROR, PARSE_ERROR, error_finding
+from kanalyze.analyzer.sources import measure_nesting
+from kanalyze.check.errors import INTERNAL_ERROR, PARSE_ERROR, enter_stage, error_finding, nesting_finding
 from kanalyze.findings import Finding, Location
 
 
@@ -38,9 +38,10 @@ def analyze_inline_cuda(path: str, text: str, *, python_rules: bool = True) -> t
     """Every finding of a Python file that builds CUDA: the CUDA detectors over each
     inline unit (findings at the Python file's rows and columns), the Python side of
     each extension, and with `python_rules` every rule's Python-side detectors."""
-    if too_deeply_nested(text):  # LibCST's native parser would crash; the Triton pass says so when it ran
-        return ([error_finding(path, f"cannot parse: more than {MAX_NESTING} brackets are open at once "
-                                      f"(Python itself refuses such code)")] if python_rules else []), 0
+    nesting = measure_nesting(text)
+    if nesting.problem:  # LibCST's native parser would crash; the Triton pass says so when it ran
+        return ([nesting_finding(path, nesting)] if python_rules else []), 0
+    enter_stage("reading the inline CUDA")
     if python_rules:  # (a Triton file has its LibCST model already; the Python-side rules read it)
         from kanalyze.analyzer.cuda.inline_plain import read_plain
 
@@ -61,6 +62,7 @@ def _analyze_with_libcst(path: str, text: str, python_rules: bool) -> tuple[list
     from kanalyze.analyzer.triton.model import TritonModule
 
     with cached_children():
+        enter_stage("parsing and modelling the file")
         try:
             host = TritonModule.from_source(path, text)
         except cst.ParserSyntaxError as exc:
@@ -70,6 +72,7 @@ def _analyze_with_libcst(path: str, text: str, python_rules: bool) -> tuple[list
             return [error_finding(path, f"cannot parse: {message}", exc.raw_line, exc.raw_column + 1)], 0
         except Exception as exc:  # LibCST raises more than ParserSyntaxError on odd input
             return ([error_finding(path, f"cannot parse: {type(exc).__name__}: {exc}")] if python_rules else []), 0
+        enter_stage("reading the inline CUDA")
         try:
             extensions = find_extensions(host)
         except Exception as exc:  # reading the strings must not stop the file's other checks
@@ -99,6 +102,7 @@ def _analyze_cuda(path: str, text: str, units: list, host, extensions: list, *, 
     sizes = sizes or {}
 
     def guarded(rule, run) -> None:
+        enter_stage(f"rule {rule.code}")
         try:
             reports.extend(run())
         except Exception as exc:  # a bug in one rule must not hide the others
@@ -106,6 +110,7 @@ def _analyze_cuda(path: str, text: str, units: list, host, extensions: list, *, 
                 path, f"rule {rule.code} failed on this file: {type(exc).__name__}: {exc}", code=INTERNAL_ERROR))
 
     for unit in units:
+        enter_stage(f"parsing the CUDA ({unit.origin})")
         try:
             model = CudaModule.parse(unit)
         except (RecursionError, MemoryError, ValueError) as exc:
@@ -133,6 +138,7 @@ def _analyze_cuda(path: str, text: str, units: list, host, extensions: list, *, 
     if not reports and not partial and not skipped:
         return findings, 0
 
+    enter_stage("placing the findings")
     from kanalyze.analyzer.cuda.positions import CudaLocator, read_in_part
     from kanalyze.analyzer.cuda.suppressions import CudaSuppressions
     from kanalyze.analyzer.suppressions import Suppressions

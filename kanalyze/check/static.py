@@ -1,23 +1,44 @@
 """The static pass over many files: discover, read, prefilter, cache, analyze (in a
-process pool when there are enough files), filter by the selection."""
+process pool when there are enough files), filter by the selection.
+
+One bad file never stops the others.  Each file's analysis has a CPU budget
+(errors.cpu_budget); a worker that dies (the parser's stack overflowing into a
+segmentation fault) or hangs in native code past three budgets of wall time
+costs the files it held a second run, each in a process of its own, where the
+culprit alone gets a KAN001 finding.  Without a pool, a file the nesting guard
+is unsure of is analyzed in a process of its own too.
+"""
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from kanalyze.analyzer.cuda.sources import cuda_files_named_in
-from kanalyze.analyzer.sources import SourceError, SourceText, discover, read_source
+from kanalyze.analyzer.cuda.sources import cuda_files_named_in, is_cuda_path
+from kanalyze.analyzer.sources import (MAX_EXPRESSION_DEPTH, MAX_NESTING, SourceError, SourceText, discover,
+                                       measure_nesting, read_source)
 from kanalyze.cache import Cache
 from kanalyze.check.analyze import analyze_source, needs_analysis
-from kanalyze.check.errors import error_finding
+from kanalyze.check.errors import FILE_BUDGET_S, crash_finding, error_finding, worth_caching
 from kanalyze.config import Config
 from kanalyze.findings import Finding
 
 # Below this many files to parse, a process pool costs more than it saves.
 POOL_THRESHOLD = 8
+# A worker that has not answered after this many budgets of wall time is stuck
+# where the CPU budget cannot reach (native code): it is killed.
+WALL_CLOCK_FACTOR = 3
+# Without a pool, a file that nests this deep (sources.measure_nesting) is analyzed
+# in a process of its own: a parser crash is not expected there, but conceivable.
+UNSURE_DEPTH = MAX_EXPRESSION_DEPTH * 2 // 5
+UNSURE_BRACKETS = MAX_NESTING // 2
+
+Output = tuple[str, list[dict], int]  # (path, findings as dicts, suppressed)
 
 
 @dataclass
@@ -30,10 +51,20 @@ class CheckResult:
     notes: list[str] = field(default_factory=list)  # said once per run, e.g. "nvcc was not found"
 
 
-def _analyze_batch(batch: list[tuple[str, str]], proofs: dict) -> list[tuple[str, list[dict], int]]:
+def _analyze_batch(batch: list[tuple[str, str]], proofs: dict, budget: float | None = FILE_BUDGET_S,
+                   in_worker: bool = False) -> list[Output]:
+    """Analyze files one after the other.  `in_worker`: this process is a worker,
+    which the kernel kills if one file keeps it past WALL_CLOCK_FACTOR budgets."""
     results = []
     for path, text in batch:
-        findings, suppressed = analyze_source(path, text, proofs=proofs)
+        if in_worker and budget and hasattr(signal, "setitimer"):
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)  # the default action: terminate
+            signal.setitimer(signal.ITIMER_REAL, WALL_CLOCK_FACTOR * budget)
+        try:
+            findings, suppressed = analyze_source(path, text, proofs=proofs, budget=budget)
+        finally:
+            if in_worker and budget and hasattr(signal, "setitimer"):
+                signal.setitimer(signal.ITIMER_REAL, 0)
         results.append((path, [f.to_dict() for f in findings], suppressed))
     return results
 
@@ -53,6 +84,89 @@ def _batches(items: list, count: int) -> list[list]:
     return [items[i::count] for i in range(count) if items[i::count]]
 
 
+def _unsure(text: str) -> bool:
+    nesting = measure_nesting(text)
+    return nesting.expressions > UNSURE_DEPTH or nesting.brackets > UNSURE_BRACKETS
+
+
+def _context():
+    import multiprocessing
+
+    return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+
+
+def _analyze_in_pool(to_parse: list[tuple[str, str]], proofs: dict, budget: float | None,
+                     workers: int) -> list[Output]:
+    """The files over a pool of `workers` processes.  When a worker dies, the pool
+    breaks and every batch it had not finished fails: those files are analyzed
+    again, each in a process of its own (`_analyze_isolated`)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = _context()
+    if context.get_start_method() == "fork":
+        _preload()
+    outputs: list[Output] = []
+    again: list[tuple[str, str]] = []
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        batches = _batches(to_parse, workers * 4)
+        futures = [(batch, pool.submit(_analyze_batch, batch, proofs, budget, True)) for batch in batches]
+        for batch, future in futures:
+            try:
+                outputs.extend(future.result())
+            except Exception:  # BrokenProcessPool: a worker died, this batch with it
+                again.extend(batch)
+    return outputs + (_analyze_isolated(again, proofs, budget, workers) if again else [])
+
+
+def _analyze_isolated(items: list[tuple[str, str]], proofs: dict, budget: float | None,
+                      workers: int) -> list[Output]:
+    """Each file in a fresh process of its own, `workers` at a time: a file that
+    kills its process (a segmentation fault, the wall-clock kill) gets one KAN001
+    finding saying how it died, and the others their findings."""
+    from multiprocessing.connection import wait
+
+    context = _context()
+    limit = WALL_CLOCK_FACTOR * budget + 5 if budget else None  # the child's own kill comes first
+    pending, running, outputs = deque(items), {}, {}
+    while pending or running:
+        while pending and len(running) < max(workers, 1):
+            path, text = pending.popleft()
+            reader, writer = context.Pipe(duplex=False)
+            process = context.Process(target=_isolated_child, args=(writer, path, text, proofs, budget), daemon=True)
+            process.start()
+            writer.close()
+            running[reader] = (process, path, time.monotonic())
+        for reader in wait(list(running), timeout=1.0):
+            process, path, _ = running.pop(reader)
+            try:
+                outputs[path] = reader.recv()
+            except (EOFError, OSError):  # it died before it answered
+                process.join()
+                outputs[path] = (path, [crash_finding(path, _how_it_died(process.exitcode, budget)).to_dict()], 0)
+            reader.close()
+            process.join()
+        for reader, (process, path, started) in list(running.items()):
+            if limit is not None and time.monotonic() - started > limit:
+                process.kill()  # wait() sees its pipe close and reports it
+    return [outputs[path] for path, _ in items]
+
+
+def _isolated_child(writer, path: str, text: str, proofs: dict, budget: float | None) -> None:
+    writer.send(_analyze_batch([(path, text)], proofs, budget, in_worker=True)[0])
+    writer.close()
+
+
+def _how_it_died(exitcode: int | None, budget: float | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        if -exitcode == getattr(signal, "SIGALRM", None) and budget:
+            return f"killed after {WALL_CLOCK_FACTOR * budget:g} s of wall time without returning to Python"
+        try:
+            return f"{signal.Signals(-exitcode).name}, {signal.strsignal(-exitcode)}"
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit status {exitcode}"
+
+
 def run_static(
     paths: Iterable[str],
     config: Config,
@@ -60,17 +174,20 @@ def run_static(
     force_exclude: bool = False,
     use_cache: bool = True,
     jobs: int | None = None,
+    budget: float | None = FILE_BUDGET_S,
 ) -> CheckResult:
+    """`budget`: the CPU seconds one file's analysis may take (None: no limit)."""
     from kanalyze.analyzer.bounds.proofs import proof_ranges
 
     ranges = proof_ranges(config.raw)  # `max-size` / `max-numel` of the MEM003 / MEM004 proofs
     if not (config.selects("MEM003") or config.selects("MEM004")):
         ranges["proofs"] = False  # the z3 proofs are most of a cold check's cost: skip them when unwanted
-    return _check_files(paths, config, ranges, force_exclude=force_exclude, use_cache=use_cache, jobs=jobs)
+    return _check_files(paths, config, ranges, force_exclude=force_exclude, use_cache=use_cache, jobs=jobs,
+                        budget=budget)
 
 
 def _check_files(paths: Iterable[str], config: Config, ranges: dict, *, force_exclude: bool, use_cache: bool,
-                 jobs: int | None) -> CheckResult:
+                 jobs: int | None, budget: float | None) -> CheckResult:
     result = CheckResult()
     cache = Cache.open(config.root, repr(sorted(ranges.items()))) if use_cache else Cache.disabled()
     to_parse: list[tuple[str, str]] = []
@@ -107,21 +224,19 @@ def _check_files(paths: Iterable[str], config: Config, ranges: dict, *, force_ex
     result.files_parsed = len(to_parse)
     workers = jobs if jobs is not None else (os.cpu_count() or 1)
     if workers > 1 and len(to_parse) >= POOL_THRESHOLD:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-        if context.get_start_method() == "fork":
-            _preload()
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            batches = _batches(to_parse, workers * 4)
-            outputs = [r for batch in pool.map(_analyze_batch, batches, [ranges] * len(batches)) for r in batch]
+        outputs = _analyze_in_pool(to_parse, ranges, budget, workers)
     else:
-        outputs = _analyze_batch(to_parse, ranges)
+        # No pool to absorb a crash: a file the nesting guard is unsure of gets a process of its own.
+        sure: list[tuple[str, str]] = []
+        unsure: list[tuple[str, str]] = []
+        for path, text in to_parse:
+            (unsure if not is_cuda_path(path) and _unsure(text) else sure).append((path, text))
+        outputs = _analyze_batch(sure, ranges, budget) + _analyze_isolated(unsure, ranges, budget, workers)
 
     texts = dict(to_parse)
     for path, finding_dicts, suppressed in outputs:
-        cache.put(path, texts[path], finding_dicts, suppressed)
+        if worth_caching(finding_dicts):
+            cache.put(path, texts[path], finding_dicts, suppressed)
         per_file[path] = [Finding.from_dict(d) for d in finding_dicts]
         result.suppressed += suppressed
     cache.save()

@@ -121,7 +121,9 @@ class ShapeSpecializedCuda(CudaRule, clause=ShapeSpecialized):
                 kernel=kernel_name(cuda, cuda.function_of(node)), name=name, value=value)
 
     def _literal_bounds(self, cuda: CudaModule) -> Iterator[Report]:
-        for node in cuda.find(rb"[<>]=?\s*[0-9]|[0-9][0-9a-zA-Z']*\s*[<>]", "binary_expression"):
+        # A literal on the left starts after no letter or digit: a match begun inside a long
+        # number would rescan the rest of it from every digit (quadratic).
+        for node in cuda.find(rb"[<>]=?\s*[0-9]|(?<![0-9A-Za-z_'])[0-9][0-9a-zA-Z']*\s*[<>]", "binary_expression"):
             function = cuda.function_of(node)
             if function is None or not function.is_device:
                 continue

@@ -115,7 +115,7 @@ class NonFiniteSwallowed(Rule):
             if jit.name != jit.function.name:
                 continue  # an alias (`k = triton.jit(_k)`) of a function seen already
             self.jit, self.reach, self._feeds = jit, Reaching(model, jit), {}
-            self._pointer_cache = self._address_cache = self._sink_cache = None
+            self._pointer_cache = self._address_cache = self._sink_cache = self._by_value = None
             self._evidence_cache: dict[int, tuple[bool, bool]] = {}
             for call, name in calls_within(model, jit.node):
                 report = self._check_kernel_call(call, name)
@@ -126,7 +126,8 @@ class NonFiniteSwallowed(Rule):
     # -- kernels --------------------------------------------------------------
 
     def _check_kernel_call(self, call: cst.Call, name: str | None) -> Report | None:
-        text = expr_text(self.model, call)
+        # The call's text only where a report quotes it: generating it for every call is
+        # quadratic in a chain of calls (`x.to(...).to(...)...`).
         positional = [a.value for a in call.args if a.keyword is None]
         if name in ELEMENTWISE and len(positional) == ELEMENTWISE[name]:
             if self._propagates(keyword(call, "propagate_nan", 2)):
@@ -136,12 +137,14 @@ class NonFiniteSwallowed(Rule):
             what = "the other operand" if name.startswith(TL) else "the other argument"
             fix = "pass `propagate_nan=tl.PropagateNan.ALL`" if name.startswith(TL) else \
                 "use `tl.maximum`/`tl.minimum` with `propagate_nan=tl.PropagateNan.ALL`"
+            text = expr_text(self.model, call)
             return self._kernel_report(call, f"`{text}` returns {what} where one is NaN (torch.maximum, "
                                              f"torch.relu and torch.clamp propagate NaN); {fix}", "nan-dropping-minmax")
         if name == CLAMP and positional:
             if self._propagates(keyword(call, "propagate_nan", 3)) or not self._floaty(positional[0]) \
                     or not self._swallows(call, positional[:1]):
                 return None
+            text = expr_text(self.model, call)
             return self._kernel_report(call, f"`{text}` maps NaN to a bound (torch.clamp keeps NaN); pass "
                                              f"`propagate_nan=tl.PropagateNan.ALL`", "nan-dropping-clamp")
         if name in REDUCTIONS and positional:
@@ -150,6 +153,7 @@ class NonFiniteSwallowed(Rule):
                     or not self._swallows(call, positional[:1]):
                 return None
             op = name.rpartition(".")[2]
+            text = expr_text(self.model, call)
             return self._kernel_report(call, f"`{text}` skips NaN lanes (Triton reduces with NaN-dropping "
                                              f"`tl.{op}imum`; torch.{op} and torch.a{op} return NaN); reduce with `tl.reduce` "
                                              f"and a combine function calling `tl.{op}imum(a, b, "
@@ -214,7 +218,7 @@ class NonFiniteSwallowed(Rule):
     # A NaN dropped here matters only if the value reaches the output through
     # the dropping call alone: `tl.exp(x - tl.max(x))` still carries x's NaN.
     def _swallows(self, call: cst.Call, operands: list[cst.BaseExpression]) -> bool:
-        holders = {d for d in self.reach.flow.defs if d.value is not None and self.reach.inside(call, d.value)}
+        holders = self._holders(call)
         if holders & self._addressing() or any(self.reach.inside(call, p) for p in self._pointers()):
             return False  # used as a pointer offset: an integer
         data: set[Def] = set()
@@ -228,6 +232,22 @@ class NonFiniteSwallowed(Rule):
             if not self._closure(self._reads(sink, skip=call), avoid=holders, stop=data):
                 return True
         return False
+
+    def _holders(self, call: cst.Call) -> set[Def]:
+        """The definitions whose value holds `call` (`y = call`, `y = 2 * call`): those
+        of the call's enclosing expressions, found up the tree rather than by asking
+        every definition of the kernel (quadratic in a kernel of many statements)."""
+        if self._by_value is None:
+            self._by_value = {}
+            for d in self.reach.flow.defs:
+                if d.value is not None:
+                    self._by_value.setdefault(id(d.value), []).append(d)
+        found = set(self._by_value.get(id(call), ()))
+        for node in self.model.ancestors(call):
+            if node is self.jit.node:
+                break
+            found.update(self._by_value.get(id(node), ()))
+        return found
 
     def _pointers(self) -> list[cst.BaseExpression]:
         if self._pointer_cache is None:

@@ -10,6 +10,7 @@ import libcst as cst
 from kanalyze.analyzer.cstwalk import body_nodes
 from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.names import dotted
+from kanalyze.analyzer.triton.calls import string_literal
 from kanalyze.analyzer.triton.entities import Function
 from kanalyze.analyzer.triton.host import candidate_functions
 from kanalyze.analyzer.triton.model import TritonModule
@@ -199,8 +200,8 @@ class EvaluationGaming(Rule):
                 owner = model.qualify(node.args[0].value)
                 attr = node.args[1].value
                 if owner in PATCHABLE:
-                    what = f"{owner}.{attr.evaluated_value}" if isinstance(attr, cst.SimpleString) \
-                        else f"an attribute of {owner}"
+                    name = string_literal(attr)
+                    what = f"{owner}.{name}" if name is not None else f"an attribute of {owner}"
                     yield self._report_patch(model, node, what)
                 continue
             for target in targets:
@@ -223,8 +224,8 @@ class EvaluationGaming(Rule):
             elif isinstance(node, cst.Attribute) and node.attr.value in FRAME_ATTRS:
                 found.append(node)
             elif isinstance(node, cst.Subscript) and model.qualify(node.value) == "sys.modules" \
-                    and any(isinstance(e.slice, cst.Index) and isinstance(e.slice.value, cst.SimpleString)
-                            and e.slice.value.evaluated_value == "__main__" for e in node.slice):
+                    and any(isinstance(e.slice, cst.Index) and string_literal(e.slice.value) == "__main__"
+                            for e in node.slice):
                 found.append(node)  # the checker's own module
             elif isinstance(node, cst.Import) and any(dotted(a.name) == "__main__" for a in node.names):
                 found.append(node)

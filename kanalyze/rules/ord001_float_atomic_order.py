@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from kanalyze.analyzer.cstwalk import walk
-from kanalyze.analyzer.triton.calls import bind_call_args, int_literal, keyword
+from kanalyze.analyzer.triton.calls import bind_call_args, int_literal, keyword, string_literal
 from kanalyze.analyzer.triton.dtypes import INTEGERS, cast_target, resolve_dtypes
 from kanalyze.analyzer.triton.entities import Function, JitFunction
 from kanalyze.analyzer.triton.model import TritonModule
@@ -158,7 +158,7 @@ class FloatAtomicOrder(Rule):
                     "source": why}
         sem = keyword(call, "sem")
         if isinstance(sem, cst.SimpleString):
-            evidence["sem"] = str(sem.evaluated_value)
+            evidence["sem"] = string_literal(sem) or sem.value
         if jit.called_from:
             evidence["called_from"] = sorted({caller.name for caller, _ in jit.called_from})
         return self.report(

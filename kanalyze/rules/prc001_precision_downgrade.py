@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from kanalyze.analyzer.names import dotted
-from kanalyze.analyzer.triton.calls import calls_within, keyword
+from kanalyze.analyzer.triton.calls import calls_within, keyword, string_literal
 from kanalyze.analyzer.triton.dtypes import LOW_PRECISION_FLOATS, cast_operand, cast_target, literal_dtype, resolve_dtypes
 from kanalyze.analyzer.triton.entities import JitFunction
 from kanalyze.analyzer.triton.model import TritonModule
@@ -219,7 +219,7 @@ class PrecisionDowngrade(Rule):
                                       expression=name)
         for site in model.calls_to("torch.set_float32_matmul_precision"):
             value = keyword(site.node, "precision", 0)
-            if isinstance(value, cst.SimpleString) and value.evaluated_value in ("high", "medium"):
+            if string_literal(value) in ("high", "medium"):
                 yield self.report(site.node, f"`torch.set_float32_matmul_precision({value.value})` lets fp32 "
                                              f"matmuls run in TF32/bf16; use \"highest\" for an fp32 reference",
                                   expression=expr_text(model, site.node))
@@ -249,13 +249,14 @@ def resolve_dtypes_or_strings(model: TritonModule, jit: JitFunction, expr: cst.B
     if expr is None:
         return set()
     if isinstance(expr, cst.SimpleString):
-        return {str(expr.evaluated_value)}
+        text = string_literal(expr)
+        return {text} if text is not None else set()
     values: set[str] = set()
     name = dotted(expr)
     if name is not None and "." not in name:
         for value in jit.constexpr_values(name):
-            if isinstance(value, cst.SimpleString):
-                values.add(str(value.evaluated_value))
+            if (text := string_literal(value)) is not None:
+                values.add(text)
     return values
 
 

@@ -9,6 +9,7 @@ import libcst as cst
 from kanalyze.analyzer.cstwalk import body_nodes
 from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.names import dotted
+from kanalyze.analyzer.triton.calls import string_literal
 from kanalyze.analyzer.triton.entities import Function, REFERENCE_CLASS, REFERENCE_FUNCTION
 from kanalyze.analyzer.triton.host import candidate_functions
 from kanalyze.analyzer.triton.host_compute import host_trips, module_attrs
@@ -282,7 +283,7 @@ def _used_jit_names(model: TritonModule) -> set[str]:
     edges: dict[str, set[str]] = {}   # jit name → jit names it references
     used: set[str] = set()
     for node in model.nodes(cst.SimpleString, cst.Name):
-        text = node.evaluated_value if isinstance(node, cst.SimpleString) else None
+        text = string_literal(node)
         if isinstance(text, str) and text in model.jit:
             used.add(model.jit[text].name)
         if not isinstance(node, cst.Name) or node.value not in model.jit:

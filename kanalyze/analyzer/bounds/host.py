@@ -17,12 +17,12 @@ from __future__ import annotations
 import libcst as cst
 import z3
 
-from kanalyze.analyzer.bounds.symbols import Env, Unsupported, concrete
+from kanalyze.analyzer.bounds.symbols import Env, Unsupported, concrete, literal_value
 from kanalyze.analyzer.bounds.symbols import reaching
 from kanalyze.analyzer.bounds.tensors import (DTYPE_NAMES, HArith, HLambda, HMeta, HostTensor, HParam, HTuple,
                                               HValue, TensorReads, parameters_of, pick, short_text, contiguous_strides)
 from kanalyze.analyzer.names import dotted
-from kanalyze.analyzer.triton.calls import int_literal
+from kanalyze.analyzer.triton.calls import MAX_LITERAL_BITS, int_literal
 from kanalyze.analyzer.triton.entities import Function
 from kanalyze.analyzer.triton.model import TritonModule
 
@@ -64,11 +64,14 @@ class HostEval(TensorReads):
 
     def value(self, expr: cst.BaseExpression):
         if isinstance(expr, cst.Integer):
-            return int(expr.evaluated_value)
+            value = int_literal(expr)
+            if value is None:  # thousands of hex digits: no size, and z3 cannot take its decimal text
+                raise Unsupported(f"`{short_text(expr)}` is too wide an integer to be a size")
+            return value
         if isinstance(expr, cst.Float):
             return HValue(float(expr.evaluated_value))
         if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
-            return HValue(expr.evaluated_value)
+            return HValue(literal_value(expr))
         if isinstance(expr, cst.Name):
             return self._name(expr)
         if isinstance(expr, (cst.Tuple, cst.List)):
@@ -243,10 +246,14 @@ class HostEval(TensorReads):
         if isinstance(left, HTuple) and isinstance(right, HTuple) and op is cst.Add:
             return HTuple(left.items + right.items)
         if isinstance(left, int) and isinstance(right, int) and op in _PY_OPS:
+            if op in (cst.Power, cst.LeftShift) and _too_wide(op, left, right):
+                raise Unsupported(f"`{short_text(expr)}` is too wide an integer to be a size")
             try:
                 return _PY_OPS[op](left, right)
             except ZeroDivisionError as exc:
                 raise Unsupported(f"`{short_text(expr)}` divides by zero") from exc
+            except ValueError as exc:  # `1 << -1`
+                raise Unsupported(f"`{short_text(expr)}`: {exc}") from exc
         if any(isinstance(side, (HParam, HostTensor, HArith)) for side in (left, right)):
             return HArith(op, left, right)  # an integer or a tensor: its use decides
         return _arith(op, self.as_int(left), self.as_int(right), expr)
@@ -321,6 +328,13 @@ def _arith(op: type, a, b, expr):
     if op is cst.Modulo:
         return a % b
     raise Unsupported(f"`{short_text(expr)}`")
+
+
+def _too_wide(op: type, left: int, right: int) -> bool:
+    """Would `left ** right` or `left << right` pass MAX_LITERAL_BITS?  Computing
+    `10 ** 10**9` or `1 << 10**12` takes minutes, or all the memory, in C."""
+    bits = right * max(abs(left).bit_length() - 1, 0) if op is cst.Power else right + left.bit_length()
+    return bits > MAX_LITERAL_BITS
 
 
 _PY_OPS = {cst.Add: lambda a, b: a + b, cst.Subtract: lambda a, b: a - b, cst.Multiply: lambda a, b: a * b,

@@ -17,11 +17,11 @@ import libcst as cst
 import z3
 
 from kanalyze.analyzer.bounds.flow import Flow, Loop, index_of
-from kanalyze.analyzer.bounds.symbols import MAX_TILE, Env, Unsupported, concrete, int_term
+from kanalyze.analyzer.bounds.symbols import MAX_TILE, Env, Unsupported, concrete, int_term, literal_value
 from kanalyze.analyzer.bounds.symbols import reaching
 from kanalyze.analyzer.bounds.terms import (DType, Opaque, Pointer, PyValue, Tile, add_pointer, arange, binop, boolean,
                                             cast, constant, expand, scalar, select, unary)
-from kanalyze.analyzer.triton.calls import bind_call_args, keyword
+from kanalyze.analyzer.triton.calls import bind_call_args, int_literal, keyword
 from kanalyze.analyzer.triton.entities import JitFunction
 from kanalyze.analyzer.triton.model import TritonModule
 
@@ -167,11 +167,14 @@ class Frame(Flow):
 
     def eval(self, expr: cst.BaseExpression):
         if isinstance(expr, cst.Integer):
-            return constant(int(expr.evaluated_value))
+            value = int_literal(expr)
+            if value is None:  # thousands of hex digits: no size, and z3 cannot take its decimal text
+                raise Unsupported("an integer literal too wide to be a size")
+            return constant(value)
         if isinstance(expr, cst.Float):
             return PyValue(float(expr.evaluated_value))
         if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
-            return PyValue(expr.evaluated_value)
+            return PyValue(literal_value(expr))
         if isinstance(expr, cst.Name):
             return self.name(expr)
         if isinstance(expr, cst.Attribute):

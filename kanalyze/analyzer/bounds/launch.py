@@ -119,6 +119,8 @@ def bind(model: TritonModule, launch: Launch, config_index: int | None, config: 
         if name in bindings:
             continue
         param = jit.param(name)
+        if param is None:
+            continue  # a heuristic for a name the kernel does not take (`{b"N": ...}`: bytes)
         lookup = HMeta(lambda key: _lookup(key, host_values))
         scope = HostEval(model, None, env, {body[0]: lookup})
         bindings[name] = _bind_one(bound, param, body[1], scope, pointers, host_values)

@@ -28,6 +28,15 @@ class Unsupported(Exception):
         self.reason = reason
 
 
+def literal_value(expr):
+    """The value of a string literal node; Unsupported where Python refuses the
+    literal (`b"é"`, `"\\N{no such name}"`) and LibCST raises computing it."""
+    try:
+        return expr.evaluated_value
+    except (SyntaxError, ValueError) as exc:
+        raise Unsupported(f"a string literal Python refuses ({exc})") from None
+
+
 @dataclass
 class Symbol:
     name: str

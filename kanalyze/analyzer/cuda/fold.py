@@ -329,7 +329,7 @@ class _Accumulated:
 def int_folded(expr: cst.Integer) -> Folded | None:
     try:
         folded = _opaque(str(int(expr.evaluated_value)), expr)
-    except ValueError:
+    except (ValueError, SyntaxError):  # a literal of more digits than Python converts
         return None
     folded.kind = "int"
     return folded

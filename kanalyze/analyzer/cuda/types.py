@@ -143,12 +143,18 @@ def literal_type(text: str) -> CType:
 _C_SUFFIX = re.compile(r"(?<=[0-9])(?:[uU][lL]{0,2}|[lL]{1,2}[uU]?)\b")
 
 
+# A C integer constant holds at most 64 bits (a wider literal does not compile):
+# past that a value is unknown, which also keeps `#define N 999...9` and chains
+# of defines that square each other from costing time and memory.
+MAX_C_INT = 2**64
+
+
 def eval_int(text: str, names: dict[str, int] | None = None) -> int | None:
     """An integer constant expression (`(1 << 12)`, `16*16`, `4096u`), or None.
     Read with Python's parser and evaluated node by node: nothing is executed."""
     text = text.strip()
-    if text.isdigit():
-        return int(text)
+    if text.isascii() and text.isdigit():
+        return int(text) if len(text) <= len(str(MAX_C_INT)) and int(text) < MAX_C_INT else None
     if names:
         return _eval_parsed(text, names)
     return _eval_constant(text)
@@ -171,6 +177,11 @@ def _eval_parsed(text: str, names: dict[str, int]) -> int | None:
 
 
 def _eval(node: ast.AST, names: dict[str, int]) -> int | None:
+    value = _eval_node(node, names)
+    return value if value is not None and -MAX_C_INT < value < MAX_C_INT else None
+
+
+def _eval_node(node: ast.AST, names: dict[str, int]) -> int | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
         return node.value
     if isinstance(node, ast.Name):
@@ -190,7 +201,8 @@ def _eval(node: ast.AST, names: dict[str, int]) -> int | None:
         if op is ast.Mult:
             return left * right
         if op in (ast.Div, ast.FloorDiv) and right:
-            return int(left / right)
+            quotient = abs(left) // abs(right)  # C truncates toward zero
+            return quotient if (left < 0) == (right < 0) else -quotient
         if op is ast.Mod and right:
             return left % right
         if op is ast.LShift and 0 <= right < 64:

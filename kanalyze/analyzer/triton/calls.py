@@ -44,16 +44,38 @@ def keyword(call: cst.Call, name: str, position: int | None = None) -> cst.BaseE
     return None
 
 
+# An integer literal wider than this is no size, stride or constant a kernel uses:
+# it is read as unknown (a hex literal of thousands of digits parses, but its
+# decimal text, which z3 and the messages need, is refused past 4,300 digits).
+MAX_LITERAL_BITS = 1024
+
+
 def int_literal(expr: cst.BaseExpression | None) -> int | None:
+    """The value of an integer literal (or of its negation); None for anything else,
+    and for a literal too wide to be a size (MAX_LITERAL_BITS)."""
     if isinstance(expr, cst.Integer):
         try:
-            return int(expr.evaluated_value)
-        except ValueError:
+            value = int(expr.evaluated_value)
+        except (ValueError, SyntaxError):  # `0x_`; more digits than Python converts
             return None
+        return value if value.bit_length() <= MAX_LITERAL_BITS else None
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
         inner = int_literal(expr.expression)
         return -inner if inner is not None else None
     return None
+
+
+def string_literal(expr: cst.BaseExpression | None) -> str | None:
+    """The text of a plain string literal; None for anything else: a bytes literal,
+    and a literal Python refuses (`b"é"`, `"\\N{no such name}"`), whose value
+    LibCST computes by raising."""
+    if not isinstance(expr, cst.SimpleString):
+        return None
+    try:
+        value = expr.evaluated_value
+    except (SyntaxError, ValueError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 def calls_within(model: TritonModule, node: cst.CSTNode) -> Iterable[tuple[cst.Call, str | None]]:

@@ -10,7 +10,7 @@ import libcst as cst
 
 from kanalyze.analyzer.cstwalk import child_nodes
 from kanalyze.analyzer.names import ImportMap, dotted
-from kanalyze.analyzer.triton.calls import bind_call_args
+from kanalyze.analyzer.triton.calls import bind_call_args, string_literal
 from kanalyze.analyzer.triton.dataflow import _all_params
 from kanalyze.analyzer.triton.entities import (AUTOTUNE, CONSTEXPR, HEURISTICS, JIT_DECORATORS, CallSite, Function,
                                               JitFunction, Launch, Param)
@@ -90,7 +90,7 @@ class Collector:
                 if isinstance(node, cst.SimpleString):
                     # Triton reads string annotations (`"tl.constexpr"`, or any
                     # annotation under `from __future__ import annotations`) textually.
-                    annotation = str(node.evaluated_value)
+                    annotation = string_literal(node) or ""
                     is_constexpr = "constexpr" in annotation
                 else:
                     annotation = self.model.imports.qualify(node)
@@ -112,8 +112,8 @@ class Collector:
                     value = call.args[0].value
                     if isinstance(value, cst.Dict):
                         jit.heuristics = {
-                            k.key.evaluated_value for k in value.elements
-                            if isinstance(k, cst.DictElement) and isinstance(k.key, cst.SimpleString)
+                            key for k in value.elements
+                            if isinstance(k, cst.DictElement) and (key := string_literal(k.key)) is not None
                         }
             model.jit[function.name] = jit
         # `kernel = triton.jit(_impl)`
@@ -173,7 +173,7 @@ def _autotune_configs(call: cst.Call, imports: ImportMap) -> list[dict[str, cst.
             if isinstance(kwargs, cst.Dict):
                 entry = {}
                 for e in kwargs.elements:
-                    if isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString):
-                        entry[e.key.evaluated_value] = e.value
+                    if isinstance(e, cst.DictElement) and (key := string_literal(e.key)) is not None:
+                        entry[key] = e.value
                 configs.append(entry)
     return configs

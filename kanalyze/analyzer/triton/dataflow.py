@@ -1,4 +1,4 @@
-"""A small def-use graph per function, in networkx.
+"""A small def-use graph per function.
 
 Nodes are `Def`s: one per place a local name gets a value (a parameter, an
 assignment, an augmented assignment, a `for` target, a `with ... as`, a walrus).
@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 import libcst as cst
-import networkx as nx
 
 from kanalyze.analyzer.cstwalk import child_nodes
 
@@ -123,6 +122,18 @@ def _collect_defs(root: cst.FunctionDef) -> list[Def]:
     return defs
 
 
+def _closure(start: str, neighbours) -> set[str]:
+    """`start` and every name reached from it through `neighbours` (one search, linear)."""
+    found = {start}
+    frontier = [start]
+    while frontier:
+        for name in neighbours(frontier.pop()):
+            if name not in found:
+                found.add(name)
+                frontier.append(name)
+    return found
+
+
 def _all_params(params: cst.Parameters) -> list[cst.Param]:
     result = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
     if isinstance(params.star_arg, cst.Param):
@@ -133,23 +144,32 @@ def _all_params(params: cst.Parameters) -> list[cst.Param]:
 
 
 class Dataflow:
-    """The def-use graph of one function."""
+    """The def-use graph of one function.
+
+    An edge `a → b` joins every definition of a name to every definition that
+    reads the name, so a name defined n times and read by its own redefinitions
+    (`y = tl.where(y > 0, y, t)`, a thousand times over) has n² edges.  The
+    graph is therefore kept by name: which names a name's value can come from
+    (and flow into), computed once per name, the definitions being those of
+    the names reached.  The answers are those of the def-to-def graph."""
 
     def __init__(self, function: cst.FunctionDef) -> None:
         self.function = function
         self.defs: list[Def] = _collect_defs(function)
         self.by_name: dict[str, list[Def]] = {}
+        self._readers: dict[str, list[Def]] = {}   # name -> the definitions that read it
         for d in self.defs:
             self.by_name.setdefault(d.name, []).append(d)
-        self.graph = nx.DiGraph()
-        self.graph.add_nodes_from(self.defs)
-        for d in self.defs:
             for name in d.reads:
-                for source in self.by_name.get(name, ()):
-                    self.graph.add_edge(source, d)
+                self._readers.setdefault(name, []).append(d)
         self._by_node: dict[int, list[Def]] = {}
         for d in self.defs:
             self._by_node.setdefault(id(d.node), []).append(d)
+        self._upstream: dict[str, frozenset[Def]] = {}
+        self._downstream: dict[str, frozenset[Def]] = {}
+        # Answers that helpers derive from this function's definitions alone, kept
+        # for the function's lifetime (shapes.constant_int): key → answer.
+        self.memo: dict[tuple, object] = {}
 
     def defs_of(self, name: str) -> list[Def]:
         return self.by_name.get(name, [])
@@ -166,26 +186,29 @@ class Dataflow:
 
     def upstream(self, expr: cst.CSTNode) -> set[Def]:
         """Every definition whose value can reach `expr`."""
-        start = [d for name in names_read(expr) for d in self.by_name.get(name, ())]
-        return self._reach(start, self.graph.pred)
+        return set().union(*(self._upstream_of(name) for name in names_read(expr)))
 
     def downstream(self, d: Def) -> set[Def]:
         """Every definition that `d`'s value can reach (not including `d`,
         unless it feeds itself, as a loop-carried accumulator does)."""
-        return self._reach(list(self.graph.succ[d]), self.graph.succ)
+        return set(self._downstream_of(d.name))
 
-    @staticmethod
-    def _reach(start: list[Def], adjacency) -> set[Def]:
-        # One breadth-first search from all starting points at once: a search
-        # per start (nx.ancestors each) is quadratic on long kernels.
-        found = set(start)
-        frontier = list(found)
-        while frontier:
-            node = frontier.pop()
-            for neighbour in adjacency[node]:
-                if neighbour not in found:
-                    found.add(neighbour)
-                    frontier.append(neighbour)
+    def _upstream_of(self, name: str) -> frozenset[Def]:
+        """The definitions whose value can reach a read of `name`: those of `name`,
+        and of every name their values read, and so on."""
+        found = self._upstream.get(name)
+        if found is None:
+            names = _closure(name, lambda n: (r for d in self.by_name.get(n, ()) for r in d.reads))
+            found = self._upstream[name] = frozenset(d for n in names for d in self.by_name.get(n, ()))
+        return found
+
+    def _downstream_of(self, name: str) -> frozenset[Def]:
+        """The definitions that a value of `name` can reach: those that read it,
+        and those that read what they define, and so on."""
+        found = self._downstream.get(name)
+        if found is None:
+            names = _closure(name, lambda n: (d.name for d in self._readers.get(n, ())))
+            found = self._downstream[name] = frozenset(d for n in names for d in self._readers.get(n, ()))
         return found
 
     def sources(self, expr: cst.BaseExpression) -> Iterator[cst.BaseExpression]:

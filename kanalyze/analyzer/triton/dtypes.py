@@ -9,6 +9,7 @@ from __future__ import annotations
 import libcst as cst
 
 from kanalyze.analyzer.names import dotted
+from kanalyze.analyzer.triton.calls import string_literal
 from kanalyze.analyzer.triton.entities import Function, JitFunction
 from kanalyze.analyzer.triton.model import TritonModule
 
@@ -32,8 +33,8 @@ def literal_dtype(model: TritonModule, expr: cst.BaseExpression | None) -> str |
     if expr is None:
         return None
     if isinstance(expr, cst.SimpleString):
-        value = expr.evaluated_value
-        return _DTYPE_NAMES.get(value) if isinstance(value, str) else None
+        value = string_literal(expr)
+        return _DTYPE_NAMES.get(value) if value is not None else None
     name = model.qualify(expr)
     if name is None:
         return None

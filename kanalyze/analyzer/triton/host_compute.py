@@ -8,6 +8,7 @@ import libcst as cst
 
 from kanalyze.analyzer.cstwalk import body_nodes
 from kanalyze.analyzer.names import dotted
+from kanalyze.analyzer.triton.calls import string_literal
 from kanalyze.analyzer.triton.entities import Function
 from kanalyze.analyzer.triton.model import TritonModule
 
@@ -28,8 +29,8 @@ def module_attrs(model: TritonModule) -> tuple[set[tuple[str | None, str]], dict
             continue
         for node in body_nodes(function.node):
             if isinstance(node, cst.Call) and dotted(node.func) in ("self.register_buffer", "self.register_parameter") \
-                    and node.args and isinstance(node.args[0].value, cst.SimpleString):
-                tensors.add((function.class_name, str(node.args[0].value.evaluated_value)))
+                    and node.args and (name := string_literal(node.args[0].value)) is not None:
+                tensors.add((function.class_name, name))
             if not isinstance(node, cst.Assign) or not isinstance(node.value, cst.Call):
                 continue
             name = model.call_name(node.value) or ""
@@ -59,7 +60,7 @@ def host_trips(function: Function, model: TritonModule) -> dict[int, tuple[cst.C
 
 def names_cpu(expr: cst.BaseExpression) -> bool:
     if isinstance(expr, cst.SimpleString):
-        return str(expr.evaluated_value).split(":")[0] == "cpu"
+        return (string_literal(expr) or "").split(":")[0] == "cpu"
     if isinstance(expr, cst.Call) and dotted(expr.func) in ("torch.device", "device") and expr.args:
         return names_cpu(expr.args[0].value)
     return False

@@ -22,6 +22,7 @@ from typing import Iterator
 
 import libcst as cst
 
+from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.names import ImportMap, dotted
 from kanalyze.analyzer.positions import Positions
 from kanalyze.analyzer.spelling import python_spelling
@@ -47,6 +48,7 @@ class TritonModule:
         self.by_type: dict[type, list[cst.CSTNode]] = {}
         self._function_of: dict[int, Function] = {}
         self._flows: dict[int, Dataflow] = {}
+        self._called: dict[int, frozenset[str | None]] = {}
         # What the pipeline says about this file's analysis: the proofs' `max-size`,
         # `max-numel`, and `proofs: False` when they are not wanted (bounds/proofs.py).
         self.settings: dict = {}
@@ -90,6 +92,15 @@ class TritonModule:
     def call_name(self, call: cst.Call) -> str | None:
         """Qualified name of a call's callee: `tl.dot(...)` → `triton.language.dot`."""
         return self.imports.qualify(call.func)
+
+    def called_within(self, node: cst.CSTNode) -> frozenset[str | None]:
+        """The qualified names of the calls in `node`, walked once per node: rules ask
+        it of every value that flows into an expression, over and over."""
+        found = self._called.get(id(node))
+        if found is None:
+            found = self._called[id(node)] = frozenset(
+                self.call_name(n) for n in walk(node) if isinstance(n, cst.Call))
+        return found
 
     # --- structure ---------------------------------------------------------
 

@@ -44,6 +44,7 @@ class Reaching:
             clock += 1
         self._cache: dict[tuple[str, int], list[Def]] = {}
         self._by_time: dict[str, list[tuple[int, Def]]] = {}
+        self._times: dict[str, list[int]] = {}  # the times of `_by_time`, for bisect
         self._suite_cache: dict[int, frozenset[int]] = {}
 
     def span(self, node: cst.CSTNode) -> tuple[int, int]:
@@ -78,9 +79,10 @@ class Reaching:
             return self._cache[key]
         if name not in self._by_time:
             self._by_time[name] = sorted(((self.time(d), d) for d in self.flow.defs_of(name)), key=lambda t: t[0])
+            self._times[name] = [t for t, _ in self._by_time[name]]
         timed = self._by_time[name]
         start = self.span(at)[0]
-        split = bisect.bisect_left([t for t, _ in timed], start)
+        split = bisect.bisect_left(self._times[name], start)
         found: list[Def] = []
         scopes = self._suites(at)
         for _, d in reversed(timed[:split]):

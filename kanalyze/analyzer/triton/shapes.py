@@ -14,7 +14,7 @@ import re
 import libcst as cst
 
 from kanalyze.analyzer.cstwalk import walk
-from kanalyze.analyzer.triton.calls import calls_within, int_literal, keyword
+from kanalyze.analyzer.triton.calls import int_literal, keyword
 from kanalyze.analyzer.triton.dataflow import Dataflow
 from kanalyze.analyzer.triton.dataflow import Def
 from kanalyze.analyzer.triton.entities import Function, JitFunction
@@ -60,10 +60,25 @@ def constant_int(flow: Dataflow, expr, depth: int = 4) -> int | None:
         a, b = constant_int(flow, expr.left, depth - 1), constant_int(flow, expr.right, depth - 1)
         return None if a is None or b is None or b == 0 else _ARITH[type(expr.operator)](a, b)
     if isinstance(expr, cst.Name) and flow.defs_of(expr.value):
-        values = {constant_int(flow, v, depth - 1) if (v := assigned_value(d, expr.value)) is not None else None
-                  for d in flow.defs_of(expr.value)}
-        return values.pop() if len(values) == 1 and None not in values else None
+        # Once per name and depth: a name assigned n times from itself (`y = y + 1`, a
+        # thousand times over) would otherwise cost n to the power of `depth`.
+        key = ("constant_int", expr.value, depth)
+        if key not in flow.memo:
+            flow.memo[key] = _one_constant(flow, expr.value, depth - 1)
+        return flow.memo[key]
     return None
+
+
+def _one_constant(flow: Dataflow, name: str, depth: int) -> int | None:
+    """The integer every definition of `name` assigns, if they all assign the same one."""
+    found = None
+    for d in flow.defs_of(name):
+        value = assigned_value(d, name)
+        constant = constant_int(flow, value, depth) if value is not None else None
+        if constant is None or (found is not None and constant != found):
+            return None
+        found = constant
+    return found
 
 
 def is_none(expr) -> bool:
@@ -80,7 +95,7 @@ def is_modulo(expr) -> bool:
 
 def reaches(model: TritonModule, jit: JitFunction, expr, qualname: str) -> bool:
     """Does a call to `qualname` feed `expr` (through locals and jit helper arguments)?"""
-    return any(n == qualname for _, e in model.sources(jit, expr) for _, n in calls_within(model, e))
+    return any(qualname in model.called_within(e) for _, e in model.sources(jit, expr))
 
 
 def shape_kind(model: TritonModule, fn: Function, expr) -> str | None:
