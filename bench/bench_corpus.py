@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kanalyze.audit import allclose  # noqa: E402
+from kanalyze.audit.summary import KANALYZE_FAILED  # noqa: E402
 
 def kernelbench(problem: str, candidate: str, device: str, timeout: float) -> dict:
     """KernelBench's criterion in a fresh process (kanalyze.audit.allclose): PASS, FAIL, ERROR, TIMEOUT or CRASHED."""
@@ -59,8 +60,7 @@ def kanalyze(problem: str, candidate: str, device: str, timeout: float, gates: s
 
 
 def blames_kanalyze(verdict: dict) -> bool:
-    text = verdict.get("result") or ""
-    return verdict["status"] == "unconfirmed" and ("kanalyze could not" in text or "kanalyze's worker" in text)
+    return verdict["status"] == "unconfirmed" and any(p in (verdict.get("result") or "") for p in KANALYZE_FAILED)
 
 
 def main() -> int:
