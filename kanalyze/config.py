@@ -8,6 +8,8 @@ Keys (kebab-case, as ruff's):
     per-file-ignores = { "tests/*" = ["CMP003"] }
     exclude = ["third_party"]           # replaces nothing: added to the defaults
     extend-exclude = [...]
+    profile = "library"                 # or "candidate"; default: by what each file is (check/profile.py)
+    allow-tf32 = true  deterministic = false   # a library's policies, declared once
 The file is found from the first checked path upwards.  Command-line options
 override the file.  A selector that names no code (`PRC01`, `XYZ123`) is an
 error wherever it is written, never a selection of nothing that passes:
@@ -40,7 +42,9 @@ class ConfigError(Exception):
 _KNOWN_KEYS = {
     "select", "ignore", "extend-select", "extend-ignore", "per-file-ignores",
     "exclude", "extend-exclude", "harness", "target", "max-numel", "max-size", "gate-numel", "witness-dir", "ir",
+    "profile", "allow-tf32", "deterministic",
 }
+PROFILES = ("auto", "candidate", "library")  # check/profile.py says what each shows
 
 
 @dataclass
@@ -52,6 +56,9 @@ class Config:
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
     exclude: list[str] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict)
+    profile: str = "auto"               # "candidate" | "library" | "auto" (by what each file is)
+    allow_tf32: bool | None = None      # a library's declared policies (None: not declared)
+    deterministic: bool | None = None
 
     def selects(self, code: str, filename: str | None = None) -> bool:
         """Is `code` reported for `filename`?  The longest matching prefix wins,
@@ -198,6 +205,7 @@ def load_config(
     extend_select: Iterable[str] = (),
     extend_ignore: Iterable[str] = (),
     isolated: bool = False,
+    profile: str | None = None,
 ) -> Config:
     paths = list(paths)
     config = Config(root=os.getcwd())
@@ -236,6 +244,15 @@ def load_config(
         for key in ("max-size", "max-numel", "gate-numel"):
             if key in table and (not isinstance(table[key], int) or isinstance(table[key], bool) or table[key] < 1):
                 raise ConfigError(f"{where}: `{key}` must be a positive integer")
+        if "profile" in table:
+            if table["profile"] not in PROFILES:
+                raise ConfigError(f"{where}: `profile` must be one of {', '.join(map(repr, PROFILES))}")
+            config.profile = table["profile"]
+        for key in ("allow-tf32", "deterministic"):
+            if key in table:
+                if not isinstance(table[key], bool):
+                    raise ConfigError(f"{where}: `{key}` must be true or false")
+                setattr(config, key.replace("-", "_"), table[key])
     if select is not None:
         # A selection on the command line replaces the file's selection and its
         # ignores: `--select PRC001` shows PRC001 even where the file ignores it.
@@ -245,6 +262,10 @@ def load_config(
         config.ignore = list(ignore)
     config.select += list(extend_select)
     config.ignore += list(extend_ignore)
+    if profile is not None:
+        if profile not in PROFILES:
+            raise ConfigError(f"unknown profile {profile!r}: one of {', '.join(PROFILES)}")
+        config.profile = profile
     if not config.select:
         # `select = []` reports nothing and passes every file: a green that means nothing.
         raise ConfigError(f"{config.path or 'the configuration'}: `select` is empty, so nothing would be "

@@ -31,8 +31,8 @@ TF32_KERNEL = textwrap.dedent('''\
     @triton.jit
     def matmul(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr):
         offs = tl.arange(0, BLOCK)
-        a = tl.load(a_ptr + offs[:, None] * BLOCK + offs[None, :])
-        b = tl.load(b_ptr + offs[:, None] * BLOCK + offs[None, :])
+        a = tl.load(a_ptr + offs[:, None] * BLOCK + offs[None, :]).to(tl.float32)
+        b = tl.load(b_ptr + offs[:, None] * BLOCK + offs[None, :]).to(tl.float32)
         c = tl.dot(a, b)
         tl.store(c_ptr + offs[:, None] * BLOCK + offs[None, :], c)
 ''')

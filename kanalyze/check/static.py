@@ -27,6 +27,7 @@ from kanalyze.check.analyze import analyze_source, needs_analysis
 from kanalyze.check.errors import FILE_BUDGET_S, crash_finding, error_finding, worth_caching
 from kanalyze.config import Config
 from kanalyze.findings import Finding
+from kanalyze.profile import profile_of
 
 # Below this many files to parse, a process pool costs more than it saves.
 POOL_THRESHOLD = 8
@@ -49,6 +50,7 @@ class CheckResult:
     files_from_cache: int = 0
     suppressed: int = 0
     notes: list[str] = field(default_factory=list)  # said once per run, e.g. "nvcc was not found"
+    profiles: dict[str, str] = field(default_factory=dict)  # each read file's profile (kanalyze/profile.py)
 
 
 def _analyze_batch(batch: list[tuple[str, str]], proofs: dict, budget: float | None = FILE_BUDGET_S,
@@ -207,6 +209,7 @@ def _check_files(paths: Iterable[str], config: Config, ranges: dict, *, force_ex
         assert isinstance(source, SourceText)
         if not needs_analysis(path, source.text):
             continue
+        result.profiles[path] = profile_of(config, source.text)
         for named in cuda_files_named_in(path, source.text):
             if os.path.normpath(named) not in listed:
                 listed.add(os.path.normpath(named))

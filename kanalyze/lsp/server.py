@@ -44,6 +44,7 @@ from kanalyze.lsp.documents import DocState, Documents, Published
 from kanalyze.lsp.protocol import KanalyzeProtocol
 from kanalyze.lsp.runner import AnalysisRunner
 from kanalyze.lsp.settings import Settings
+from kanalyze.profile import apply_profile, profile_of
 from kanalyze.rules import explanation, rules_by_code
 
 __all__ = ["EXPLAIN_COMMAND", "KanalyzeServer", "Settings", "build_server", "serve"]
@@ -157,8 +158,9 @@ class KanalyzeServer(LanguageServer):
         if result is None or self.docs.get(uri) is not state or self.current_version(uri) != version:
             return  # superseded: the analysis of the newer text is scheduled
         finding_dicts, _suppressed = result
-        findings = [f for f in map(Finding.from_dict, finding_dicts)
-                    if config.selects(f.code, state.path if state.is_file else None)]
+        findings = apply_profile([f for f in map(Finding.from_dict, finding_dicts)
+                                  if config.selects(f.code, state.path if state.is_file else None)],
+                                 config, profile_of(config, text))
         lines = split_lines(text)
         witnesses = [next((r for r in refs if state.is_file and r.matches(f, state.path)), None) for f in findings]
         units = self.workspace.position_codec.client_num_units

@@ -1,0 +1,141 @@
+"""The command line's grammar: subcommands, options and their converters (no work is done here)."""
+
+from __future__ import annotations
+
+import argparse
+
+from kanalyze import __version__
+
+SUBCOMMANDS = ("check", "rules", "explain", "lsp", "version", "replay", "audit")
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits with 2 too; keep ruff's wording
+        raise UsageError(message)
+
+
+def _codes(value: str) -> list[str]:
+    return [code.strip().upper() for code in value.split(",") if code.strip()]
+
+
+def _selectors(value: str) -> list[str]:
+    """`--select PRC,ORD001`: codes or prefixes, each naming a known clause (or ALL, DEFAULT)."""
+    from kanalyze.config import selector_problems
+
+    codes = _codes(value)
+    if not codes:
+        raise argparse.ArgumentTypeError("no code given (`kanalyze rules` lists every code)")
+    problems = selector_problems(codes)
+    if problems:
+        raise argparse.ArgumentTypeError("; ".join(problems))
+    return codes
+
+
+def _gates(value: str) -> str | list[str]:
+    """`--gates all`, or the clauses whose gates run: codes or prefixes (`--gates PRC`),
+    each naming at least one clause that has a gate."""
+    from kanalyze.config import closest_selector, is_known_selector
+    from kanalyze.dynamic.gates import gates_by_code  # the gates' catalog: no torch, no triton
+
+    selectors = _codes(value)
+    if "ALL" in selectors:
+        return "all"
+    gated = sorted(gates_by_code())
+    codes: list[str] = []
+    for selector in selectors:
+        chosen = [code for code in gated if code.startswith(selector)]
+        if not chosen:
+            closest = closest_selector(selector)
+            why = "has no gate" if is_known_selector(selector) else \
+                f"is no code ({f'did you mean `{closest}`?' if closest else '`kanalyze rules` lists every code'})"
+            raise argparse.ArgumentTypeError(f"`{selector}` {why}; the clauses with gates are {', '.join(gated)}")
+        codes += [code for code in chosen if code not in codes]
+    if not codes:
+        raise argparse.ArgumentTypeError(f"no code given; `all`, or some of {', '.join(gated)}")
+    return codes
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="kanalyze",
+        description="Static-plus-dynamic analyzer for GPU kernels written in Triton and CUDA.",
+        epilog="`kanalyze PATH...` is short for `kanalyze check PATH...`.",
+    )
+    parser.add_argument("--version", action="version", version=f"kanalyze {__version__}")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    check = sub.add_parser("check", help="check files for contract violations (the default)")
+    check.add_argument("paths", nargs="*", metavar="PATH", help="files or directories (default: .)")
+    check.add_argument("--select", type=_selectors, help="comma-separated codes or prefixes to report (ALL for all)")
+    check.add_argument("--ignore", type=_selectors, help="comma-separated codes or prefixes to leave out")
+    check.add_argument("--extend-select", type=_selectors, default=[], help="add to the selection of the config file")
+    check.add_argument("--extend-ignore", type=_selectors, default=[], help="add to the ignores of the config file")
+    check.add_argument("--output-format", choices=("text", "json", "sarif", "github"), default=None,
+                       help="report format (default: text; KANALYZE_OUTPUT_FORMAT overrides)")
+    check.add_argument("-o", "--output-file", help="write the report to this file instead of stdout")
+    check.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
+    check.add_argument("--statistics", action="store_true", help="print a count per code after the report")
+    check.add_argument("--no-cache", action="store_true", help="do not read or write .kanalyze_cache")
+    check.add_argument("--force-exclude", action="store_true",
+                       help="apply `exclude` to paths named on the command line too (for pre-commit)")
+    check.add_argument("--config", help="read [tool.kanalyze] from this pyproject.toml")
+    check.add_argument("--isolated", action="store_true", help="ignore every configuration file")
+    check.add_argument("--profile", choices=("auto", "candidate", "library"),
+                       help="candidate: every finding at error (a generated kernel must earn trust); library: "
+                            "findings that rest on a library's policy folded into one note per file; auto (default): "
+                            "candidate for files that define ModelNew and for --dynamic, library otherwise")
+    check.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per core)")
+    check.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary")
+    check.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    check.add_argument("--ir", action="store_true",
+                       help="also compile kernels ahead of time and check PTX/SASS and resource budgets "
+                            "(needs triton; nvcc for CUDA)")
+    check.add_argument("--target", action="append", metavar="SM",
+                       help="GPU target(s) for --ir: sm_90 (default), sm_100, ...; repeat or comma-separate")
+    check.add_argument("--show-resources", action="store_true",
+                       help="with --ir, report every compiled kernel's registers, spills, shared memory, "
+                            "threads and TMEM columns, within budget or not")
+    dynamic = check.add_argument_group("dynamic gates (need torch and triton: kanalyze[dynamic])")
+    dynamic.add_argument("--dynamic", action="store_true",
+                         help="run the gate of each flagged clause and confirm or refute the flag with a witness")
+    dynamic.add_argument("--gates", type=_gates, metavar="all|CODES",
+                         help="run every gate (`all`) or these clauses' gates, flagged or not (implies --dynamic)")
+    dynamic.add_argument("--reference", metavar="PROBLEM.py",
+                         help="the KernelBench problem (or kanalyze contract) that the checked candidates solve")
+    dynamic.add_argument("--kernelbench", metavar="DIR",
+                         help="pair candidates named level1_problem19_*.py with DIR/level1/19_*.py")
+    dynamic.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                         help="where gates run: cuda, or cpu through Triton's interpreter (default: auto)")
+    dynamic.add_argument("--witness-dir", metavar="DIR",
+                         help="where witnesses go (default: .kanalyze/witnesses beside the configuration)")
+    dynamic.add_argument("--case-timeout", type=float, metavar="SECONDS",
+                         help="time limit of one gate case in a worker (default: 120)")
+
+    rules = sub.add_parser("rules", help="list every clause of the contract catalog")
+    rules.add_argument("--output-format", choices=("text", "json"), default="text")
+
+    explain = sub.add_parser("explain", help="print the documentation of a clause")
+    explain.add_argument("code", help="a clause code, e.g. PRC002")
+
+    lsp = sub.add_parser("lsp", help="run the language server over stdio (needs kanalyze[lsp])")
+    lsp.add_argument("--stdio", action="store_true", help="accepted for editors that pass it (stdio is the default)")
+
+    sub.add_parser("version", help="print the version")
+
+    replay = sub.add_parser("replay", help="re-run a witness: exit 1 while it still fails, 0 once fixed")
+    replay.add_argument("witness", metavar="WITNESS.json")
+    replay.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    replay.add_argument("--trust", action="store_true",
+                        help="replay without checking the witness's signature (one written on another machine "
+                             "or by another user): only for a file whose origin you trust")
+
+    from kanalyze.audit.arguments import add_audit_parser  # imports nothing else of kanalyze
+
+    add_audit_parser(sub, _gates)
+    return parser

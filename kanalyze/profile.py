@@ -1,0 +1,141 @@
+"""Profiles: the same facts, shown to two kinds of readers.
+
+    candidate   a generated kernel (a KernelBench solution, an RL rollout) must earn
+                trust: every finding, at `error`.  The profile of a file that
+                defines `ModelNew`, and of every `--dynamic` run and audit.
+    library     a maintained library has chosen policies a generated kernel has not:
+                TF32 for float32 dots, float atomics in backward passes, PyTorch
+                glue around its kernels.  Findings that rest on such a choice, or
+                on a dtype kanalyze cannot see, are folded into one `note` per file
+                and clause that counts them and names the setting that shows each;
+                every other finding stays an `error`.  The profile of every other
+                file.
+
+`[tool.kanalyze] profile = "candidate" | "library"` (or `--profile`) fixes one
+for every file.  A library can instead declare its policy once:
+
+    allow-tf32 = true       TF32 dots are the library's policy: not reported
+    allow-tf32 = false      every TF32 dot is an error, dtype known or not
+    deterministic = false   float-atomic order (ORD001) is accepted: not reported
+    deterministic = true    every float atomic is an error, backward passes too
+
+A folded note is informational (`Finding.informational`): it never fails a run,
+and every report format shows it as a note.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from kanalyze.config import Config
+from kanalyze.findings import Finding, Location
+
+CANDIDATE, LIBRARY = "candidate", "library"
+_DEFINES_MODEL_NEW = re.compile(r"^\s*class\s+ModelNew\b", re.MULTILINE)
+# A kernel whose name says it computes gradients: `_bwd_kernel`, `backward_dq`, `grad_input_kernel`.
+_BACKWARD = re.compile(r"(^|_)(bwd|backward|grad|dq|dk|dv|dx|dw|db)(_|$|\d)", re.IGNORECASE)
+
+
+def profile_of(config: Config, text: str) -> str:
+    """The profile a file is checked under: the configured one, else by what the file is."""
+    if config.profile in (CANDIDATE, LIBRARY):
+        return config.profile
+    return CANDIDATE if _DEFINES_MODEL_NEW.search(text) else LIBRARY
+
+
+@dataclass(frozen=True)
+class Fold:
+    """Findings of one clause that the library profile counts instead of listing."""
+
+    code: str
+    applies: Callable[[Finding], bool]
+    what: str     # what the folded findings say, for the note: "... findings: <what>"
+    setting: str  # the setting that lists each of them
+
+
+def _tf32_dot(finding: Finding) -> bool:
+    return finding.code == "PRC001" and "precision" in finding.evidence
+
+
+def _unknown_dtype(finding: Finding) -> bool:
+    return "unknown" in (finding.evidence.get("operand_dtypes") or ())
+
+
+def _in_backward_pass(finding: Finding) -> bool:
+    return bool(finding.kernel) and bool(_BACKWARD.search(finding.kernel or ""))
+
+
+FOLDS = (
+    Fold("PRC001", lambda f: _tf32_dot(f) and _unknown_dtype(f),
+         "`tl.dot` on operands whose dtype kanalyze cannot see runs in TF32 if they are float32",
+         "`allow-tf32 = false` (or `--profile candidate`)"),
+    Fold("ORD001", lambda f: f.code == "ORD001" and _in_backward_pass(f),
+         "float atomics in backward-pass kernels make gradients differ in their last bits from run to run",
+         "`deterministic = true` (or `--profile candidate`)"),
+    Fold("RES001", lambda f: f.code == "RES001",
+         "work done in PyTorch around the library's kernels, or kernels this file does not launch",
+         "`--profile candidate`"),
+    Fold("INT001", lambda f: f.code == "INT001" and "patched" in f.evidence,
+         "functions of other libraries replaced at run time (the library's patching API)",
+         "`--profile candidate`"),
+)
+
+
+def _declared_away(finding: Finding, config: Config) -> bool:
+    """A finding the library's declared policy accepts: not reported at all."""
+    if config.allow_tf32 is True and _tf32_dot(finding):
+        return True
+    return config.deterministic is False and finding.code == "ORD001"
+
+
+def _declared_strict(finding: Finding, config: Config) -> bool:
+    """A finding the library's declared policy makes an error whatever the profile folds."""
+    if config.allow_tf32 is False and _tf32_dot(finding):
+        return True
+    return config.deterministic is True and finding.code == "ORD001"
+
+
+def apply_profiles(findings: Iterable[Finding], config: Config, profiles: dict[str, str]) -> list[Finding]:
+    """Every file's findings as its profile shows them; `profiles`: each file's (`profile_of`),
+    a file not in it is a candidate.  The last step before the report: after the IR stage,
+    whose findings join the static ones line by line."""
+    by_file: dict[str, list[Finding]] = {}
+    for finding in findings:
+        by_file.setdefault(finding.location.file, []).append(finding)
+    shown = [f for path, members in by_file.items()
+             for f in apply_profile(members, config, profiles.get(path, CANDIDATE))]
+    return sorted(shown, key=lambda f: f.sort_key)
+
+
+def apply_profile(findings: Iterable[Finding], config: Config, profile: str) -> list[Finding]:
+    """One file's findings (the selection already applied) as `profile` shows them."""
+    findings = [f for f in findings if not _declared_away(f, config)]
+    if profile == CANDIDATE:
+        return findings
+    kept: list[Finding] = []
+    folded: dict[Fold, list[Finding]] = {}
+    for finding in findings:
+        fold = None if _declared_strict(finding, config) else next(
+            (fold for fold in FOLDS if fold.code == finding.code and fold.applies(finding)), None)
+        if fold is None:
+            kept.append(finding)
+        else:
+            folded.setdefault(fold, []).append(finding)
+    kept.extend(_note(fold, members) for fold, members in folded.items())
+    return sorted(kept, key=lambda f: f.sort_key)
+
+
+def _note(fold: Fold, members: list[Finding]) -> Finding:
+    first = min(members, key=lambda f: f.sort_key)
+    count = len(members)
+    lines = sorted({f.location.row for f in members})
+    where = ", ".join(map(str, lines[:8])) + (", …" if len(lines) > 8 else "")
+    message = (f"library profile: {count} {fold.code} finding{'s' if count != 1 else ''} folded into this note "
+               f"(line{'s' if len(lines) != 1 else ''} {where}): {fold.what}; {fold.setting} lists each")
+    loc = first.location
+    return Finding(code=first.code, name=first.name, message=message,
+                   location=Location(loc.file, loc.row, loc.column, loc.end_row, loc.end_column),
+                   status=first.status, kernel=first.kernel,
+                   evidence={"informational": True, "profile": LIBRARY, "folded": count, "rows": lines})
