@@ -1,7 +1,8 @@
 """A content-hash cache of per-file findings, as ruff's `.ruff_cache`.
 
-One JSON file per project under `.kanalyze_cache/` (or `$KANALYZE_CACHE_DIR`),
-keyed by absolute path, holding the SHA-256 of the text that was analyzed, the
+One JSON file per project under `.kanalyze_cache/` (or `--cache-dir`, else
+`$KANALYZE_CACHE_DIR`, else `cache-dir` in `[tool.kanalyze]`), keyed by
+absolute path, holding the SHA-256 of the text that was analyzed, the
 findings as `Finding.to_dict()` dicts (before select/ignore, which change
 without the text changing) and how many findings noqa suppressed.  The cache is
 invalidated as a whole when kanalyze itself changes: its version, the
@@ -124,9 +125,11 @@ class Cache:
         self.dirty = False
 
     @classmethod
-    def open(cls, root: str, salt: str = "") -> "Cache":
-        """`salt`: settings that change findings (the proof ranges) key the cache too."""
-        directory = Path(os.environ.get("KANALYZE_CACHE_DIR") or Path(root) / CACHE_DIRNAME)
+    def open(cls, root: str, salt: str = "", directory: str | None = None) -> "Cache":
+        """`salt`: settings that change findings (the proof ranges) key the cache too.
+        `directory`: `--cache-dir` or `cache-dir` (Config.cache_dir); else $KANALYZE_CACHE_DIR,
+        else `.kanalyze_cache` in `root`."""
+        directory = Path(directory or os.environ.get("KANALYZE_CACHE_DIR") or Path(root) / CACHE_DIRNAME)
         return cls(directory / f"static-{_fingerprint(salt)}.json")
 
     @classmethod

@@ -10,6 +10,8 @@ Keys (kebab-case, as ruff's):
     extend-exclude = [...]
     profile = "library"                 # or "candidate"; default: by what each file is (check/profile.py)
     allow-tf32 = true  deterministic = false   # a library's policies, declared once
+    cache-dir = ".cache/kanalyze"       # the static cache (default .kanalyze_cache beside this file)
+    respect-gitignore = false           # walk what .gitignore ignores too (default true)
 The file is found from the first checked path upwards.  Command-line options
 override the file.  A selector that names no code (`PRC01`, `XYZ123`) is an
 error wherever it is written, never a selection of nothing that passes:
@@ -42,7 +44,7 @@ class ConfigError(Exception):
 _KNOWN_KEYS = {
     "select", "ignore", "extend-select", "extend-ignore", "per-file-ignores",
     "exclude", "extend-exclude", "harness", "target", "max-numel", "max-size", "gate-numel", "witness-dir", "ir",
-    "profile", "allow-tf32", "deterministic",
+    "profile", "allow-tf32", "deterministic", "cache-dir", "respect-gitignore",
 }
 PROFILES = ("auto", "candidate", "library")  # check/profile.py says what each shows
 
@@ -59,6 +61,8 @@ class Config:
     profile: str = "auto"               # "candidate" | "library" | "auto" (by what each file is)
     allow_tf32: bool | None = None      # a library's declared policies (None: not declared)
     deterministic: bool | None = None
+    cache_dir: str | None = None        # --cache-dir, else $KANALYZE_CACHE_DIR, else `cache-dir` (None: the default)
+    respect_gitignore: bool = True      # leave out what .gitignore ignores when walking a directory
 
     def selects(self, code: str, filename: str | None = None) -> bool:
         """Is `code` reported for `filename`?  The longest matching prefix wins,
@@ -206,6 +210,7 @@ def load_config(
     extend_ignore: Iterable[str] = (),
     isolated: bool = False,
     profile: str | None = None,
+    cache_dir: str | None = None,
 ) -> Config:
     paths = list(paths)
     config = Config(root=os.getcwd())
@@ -248,11 +253,18 @@ def load_config(
             if table["profile"] not in PROFILES:
                 raise ConfigError(f"{where}: `profile` must be one of {', '.join(map(repr, PROFILES))}")
             config.profile = table["profile"]
-        for key in ("allow-tf32", "deterministic"):
+        for key in ("allow-tf32", "deterministic", "respect-gitignore"):
             if key in table:
                 if not isinstance(table[key], bool):
                     raise ConfigError(f"{where}: `{key}` must be true or false")
                 setattr(config, key.replace("-", "_"), table[key])
+        if "cache-dir" in table:
+            if not isinstance(table["cache-dir"], str) or not table["cache-dir"]:
+                raise ConfigError(f"{where}: `cache-dir` must be a path")
+            config.cache_dir = os.path.join(config.root, os.path.expanduser(table["cache-dir"]))
+    # As ruff's RUFF_CACHE_DIR: the environment stands for the option, above the file.
+    if cache_dir or os.environ.get("KANALYZE_CACHE_DIR"):
+        config.cache_dir = os.path.abspath(cache_dir or os.environ["KANALYZE_CACHE_DIR"])
     if select is not None:
         # A selection on the command line replaces the file's selection and its
         # ignores: `--select PRC001` shows PRC001 even where the file ignores it.

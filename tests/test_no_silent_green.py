@@ -114,7 +114,7 @@ def test_an_unknown_or_gateless_code_in_gates_is_a_usage_error(project, capsys, 
 
 
 def test_gates_take_prefixes() -> None:
-    from kanalyze.cli import _gates
+    from kanalyze.cli.parser import _gates
 
     assert _gates("prc") == ["PRC001", "PRC002"]
     assert _gates("ORD001,all") == "all"

@@ -1,4 +1,4 @@
-"""Finding the files to check and reading them safely.
+"""Reading the files to check safely (discovery.py finds them; `discover` is re-exported here).
 
 Reading never executes anything.  A file that cannot be read as text becomes a
 `SourceError` (reported as KAN000 by the pipeline); the run goes on.
@@ -7,26 +7,17 @@ Reading never executes anything.  A file that cannot be read as text becomes a
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import io
 import os
 import re
 import tokenize
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Iterable, Iterator
 
-from kanalyze.analyzer.cuda.sources import CUDA_SUFFIXES
+from kanalyze.analyzer.discovery import DEFAULT_EXCLUDES, PYTHON_SUFFIXES, discover, is_excluded
 from kanalyze.analyzer.spelling import folded_text
 
-PYTHON_SUFFIXES = (".py", ".pyi")
-
-# Directories nobody wants linted (the same spirit as ruff's default excludes).
-DEFAULT_EXCLUDES = (
-    ".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", ".mypy_cache",
-    ".ruff_cache", ".pytest_cache", ".kanalyze_cache", "__pycache__",
-    "node_modules", "build", "dist", "site-packages", ".eggs",
-)
+__all__ = ["DEFAULT_EXCLUDES", "PYTHON_SUFFIXES", "SourceError", "SourceText", "decode_source", "discover",
+           "is_excluded", "may_contain_triton", "measure_nesting", "read_source"]
 
 MAX_FILE_BYTES = 10 * 1024 * 1024
 
@@ -325,6 +316,13 @@ def read_source(path: str, *, explicit: bool = False) -> SourceText | SourceErro
             data = handle.read()
     except OSError as exc:
         return SourceError(path, f"cannot read file: {exc.strerror or exc}")
+    return decode_source(path, data, explicit=explicit)
+
+
+def decode_source(path: str, data: bytes, *, explicit: bool = False) -> SourceText | SourceError | None:
+    """`data` (a file's bytes, or standard input's) as source text, as `read_source` reads a file."""
+    if len(data) > MAX_FILE_BYTES:
+        return SourceError(path, f"input too large to analyze ({len(data)} bytes; the limit is {MAX_FILE_BYTES})")
     if not data.strip():
         if explicit and os.path.basename(path) != "__init__.py":
             return SourceError(path, "empty file: there is no kernel to analyze")
@@ -348,72 +346,3 @@ def read_source(path: str, *, explicit: bool = False) -> SourceText | SourceErro
     if text.startswith("\ufeff"):
         text = text[1:]
     return SourceText(path, text)
-
-
-def _matches(path: str, patterns: Iterable[str], *, any_ancestor: bool = False) -> bool:
-    """Does `path` (relative to the project root) match an exclude pattern?
-
-    As in ruff: a pattern without a slash matches an entry's own name
-    (`fixtures` excludes every directory called fixtures met while walking),
-    one with a slash matches the relative path.  A walk tests each entry as it
-    meets it, so a directory named on the command line is walked even when its
-    own name is excluded; `any_ancestor` (for --force-exclude) tests every
-    component of an explicit path instead.
-    """
-    normalized = path.replace(os.sep, "/")
-    names = Path(path).parts if any_ancestor else Path(path).parts[-1:]
-    for pattern in patterns:
-        pattern = pattern.rstrip("/")
-        if "/" in pattern:
-            if fnmatch.fnmatch(normalized, pattern) or fnmatch.fnmatch(normalized, pattern + "/*"):
-                return True
-        elif any(fnmatch.fnmatch(name, pattern) for name in names):
-            return True
-    return False
-
-
-def discover(
-    paths: Iterable[str],
-    exclude: Iterable[str] = (),
-    *,
-    force_exclude: bool = False,
-    root: str | None = None,
-) -> Iterator[tuple[str, bool]]:
-    """Yield `(path, explicit)` for every file to check, in a stable order.
-
-    Directories are walked for Python and CUDA files; files named on the command line
-    are checked whatever their suffix (`explicit=True`), unless `force_exclude`
-    is set and they match an exclude pattern (as ruff's `--force-exclude`).
-    """
-    exclude = tuple(exclude)
-    seen: set[str] = set()
-
-    def relative(path: str) -> str:
-        if root:
-            try:
-                return os.path.relpath(path, root)
-            except ValueError:
-                return path
-        return path
-
-    for given in paths:
-        if os.path.isdir(given):
-            for dirpath, dirnames, filenames in os.walk(given):
-                dirnames[:] = sorted(
-                    d for d in dirnames
-                    if d not in DEFAULT_EXCLUDES and not _matches(relative(os.path.join(dirpath, d)), exclude)
-                )
-                for name in sorted(filenames):
-                    if not (name.endswith(PYTHON_SUFFIXES) or name.lower().endswith(CUDA_SUFFIXES)):
-                        continue
-                    path = os.path.join(dirpath, name)
-                    if _matches(relative(path), exclude) or path in seen:
-                        continue
-                    seen.add(path)
-                    yield path, False
-        else:
-            if force_exclude and _matches(relative(given), exclude, any_ancestor=True):
-                continue
-            if given not in seen:
-                seen.add(given)
-                yield given, True

@@ -19,7 +19,8 @@ def run_dynamic(paths: Iterable[str], config: Config, result: CheckResult, optio
     from kanalyze.dynamic.confirm import confirm
     from kanalyze.rules import rules_by_code
 
-    files = [path for path, _ in discover(paths, config.exclude, force_exclude=force_exclude, root=config.root)
+    files = [path for path, _ in discover(paths, config.exclude, force_exclude=force_exclude, root=config.root,
+                                          respect_gitignore=config.respect_gitignore)
              if path.endswith(".py")]
     names = {code: rule.name for code, rule in rules_by_code().items()}
     found = confirm(result.findings, files, options, names)

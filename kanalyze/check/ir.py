@@ -39,7 +39,8 @@ def run_ir(
     except SettingsError as exc:
         raise ConfigError(str(exc)) from exc
     sources: list[tuple[str, str]] = []
-    for path, explicit in discover(paths, config.exclude, force_exclude=force_exclude, root=config.root):
+    for path, explicit in discover(paths, config.exclude, force_exclude=force_exclude, root=config.root,
+                                   respect_gitignore=config.respect_gitignore):
         source = read_source(path, explicit=explicit)
         if isinstance(source, SourceText) and needs_analysis(path, source.text):
             sources.append((path, source.text))

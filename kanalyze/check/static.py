@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from kanalyze.analyzer.cuda.sources import cuda_files_named_in, is_cuda_path
-from kanalyze.analyzer.sources import (MAX_EXPRESSION_DEPTH, MAX_NESTING, SourceError, SourceText, discover,
-                                       measure_nesting, read_source)
+from kanalyze.analyzer.sources import (MAX_EXPRESSION_DEPTH, MAX_NESTING, SourceError, SourceText, decode_source,
+                                       discover, measure_nesting, read_source)
 from kanalyze.cache import Cache
 from kanalyze.check.analyze import analyze_source, needs_analysis
 from kanalyze.check.errors import FILE_BUDGET_S, crash_finding, error_finding, worth_caching
@@ -179,24 +179,44 @@ def run_static(
     budget: float | None = FILE_BUDGET_S,
 ) -> CheckResult:
     """`budget`: the CPU seconds one file's analysis may take (None: no limit)."""
+    return _check_files(paths, config, _ranges(config), force_exclude=force_exclude, use_cache=use_cache, jobs=jobs,
+                        budget=budget)
+
+
+def _ranges(config: Config) -> dict:
     from kanalyze.analyzer.bounds.proofs import proof_ranges
 
     ranges = proof_ranges(config.raw)  # `max-size` / `max-numel` of the MEM003 / MEM004 proofs
     if not (config.selects("MEM003") or config.selects("MEM004")):
         ranges["proofs"] = False  # the z3 proofs are most of a cold check's cost: skip them when unwanted
-    return _check_files(paths, config, ranges, force_exclude=force_exclude, use_cache=use_cache, jobs=jobs,
-                        budget=budget)
+    return ranges
+
+
+def run_text(name: str, data: bytes, config: Config, *, budget: float | None = FILE_BUDGET_S) -> CheckResult:
+    """Text that is no file on disk (standard input), checked as the file `name` would be
+    (its suffix says the language; per-file-ignores match it): no cache, no pool."""
+    result = CheckResult(files_checked=1)
+    source = decode_source(name, data)
+    if isinstance(source, SourceError):
+        result.findings = [error_finding(name, source.reason, source.row, source.column + 1)]
+    elif isinstance(source, SourceText) and needs_analysis(name, source.text):
+        result.profiles[name] = profile_of(config, source.text)
+        findings, result.suppressed = analyze_source(name, source.text, proofs=_ranges(config), budget=budget)
+        result.findings = sorted((f for f in findings if config.selects(f.code, name)), key=lambda f: f.sort_key)
+        result.files_parsed = 1
+    return result
 
 
 def _check_files(paths: Iterable[str], config: Config, ranges: dict, *, force_exclude: bool, use_cache: bool,
                  jobs: int | None, budget: float | None) -> CheckResult:
     result = CheckResult()
-    cache = Cache.open(config.root, repr(sorted(ranges.items()))) if use_cache else Cache.disabled()
+    cache = Cache.open(config.root, repr(sorted(ranges.items())), config.cache_dir) if use_cache else Cache.disabled()
     to_parse: list[tuple[str, str]] = []
     per_file: dict[str, list[Finding]] = {}
 
     # A worklist: CUDA files that a checked Python file builds (`load(sources=[...])`) join it.
-    pending = list(discover(paths, config.exclude, force_exclude=force_exclude, root=config.root))
+    pending = list(discover(paths, config.exclude, force_exclude=force_exclude, root=config.root,
+                            respect_gitignore=config.respect_gitignore))
     listed = {os.path.normpath(p) for p, _ in pending}
     for path, explicit in pending:
         result.files_checked += 1

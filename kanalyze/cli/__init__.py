@@ -12,7 +12,8 @@ refuted flag and an informational line do not (report/summary.py).  What would
 make a pass mean nothing is a usage error, never a green run: a code or prefix
 that names no clause, or a pass asked for whose packages are not installed.
 This package (with the LSP server) is the only place that prints: parser.py the
-grammar, check.py `kanalyze check`, commands.py the other subcommands.
+grammar, check.py `kanalyze check` (output.py its report and `-o`, add_noqa.py
+`--add-noqa`), commands.py the other subcommands.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""`kanalyze check`: the passes asked for, the profile, the report, the exit code."""
+"""`kanalyze check`: the passes asked for, the profile, the report (output.py), the exit code;
+standard input (`-`, `--stdin-filename`) and `--add-noqa` (add_noqa.py)."""
 
 from __future__ import annotations
 
@@ -7,36 +8,56 @@ import importlib.util
 import os
 import sys
 
-from kanalyze import __version__
-from kanalyze.cli.commands import rule_metadata
+from kanalyze.cli.output import open_output, output_format, render, write_report
 from kanalyze.cli.parser import EXIT_CLEAN, EXIT_FINDINGS, UsageError
+from kanalyze.report.escape import printable
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from kanalyze.check import run_static
     from kanalyze.config import load_config
-    from kanalyze.profile import apply_profiles
-    from kanalyze.report import Summary, render_github, render_json, render_sarif, render_statistics, render_text
 
+    stdin_name = _stdin_name(args)
     paths = args.paths or ["."]
-    missing = [p for p in paths if not os.path.exists(p)]
-    if missing:
-        raise UsageError(f"path not found: {', '.join(missing)}")
-    fmt = args.output_format or os.environ.get("KANALYZE_OUTPUT_FORMAT") or "text"
-    if fmt not in ("text", "json", "sarif", "github"):
-        raise UsageError(f"unknown output format: {fmt}")
+    if stdin_name is None:
+        missing = [p for p in paths if not os.path.exists(p)]
+        if missing:
+            raise UsageError(f"path not found: {', '.join(missing)}")
+    fmt = output_format(args)
     config = load_config(
-        paths, config_file=args.config, select=args.select, ignore=args.ignore,
-        extend_select=args.extend_select, extend_ignore=args.extend_ignore, isolated=args.isolated,
-        profile=args.profile,
+        [stdin_name] if stdin_name is not None else paths, config_file=args.config, select=args.select,
+        ignore=args.ignore, extend_select=args.extend_select, extend_ignore=args.extend_ignore,
+        isolated=args.isolated, profile=args.profile, cache_dir=args.cache_dir,
     )
+    if args.respect_gitignore is not None:
+        config.respect_gitignore = args.respect_gitignore
     if (args.dynamic or args.gates) and config.profile == "auto":
         config.profile = "candidate"  # the gates judge every flag: none is folded away
     wants_ir = bool(args.ir or args.target or args.show_resources)
+    _check_the_modes_go_together(args, stdin_name, wants_ir)
     _check_the_passes_can_run(args, paths, config, wants_ir)
-    result = run_static(paths, config, force_exclude=args.force_exclude,
-                        use_cache=not args.no_cache, jobs=args.jobs)
-    _warn_about_unknown_noqa_codes(paths, config, args.force_exclude)
+    output = None if args.add_noqa else open_output(args.output_file)
+    try:
+        return _check(args, stdin_name, paths, config, fmt, wants_ir, output)
+    finally:
+        if output is not None and not output.closed:
+            output.close()
+
+
+def _check(args: argparse.Namespace, stdin_name: str | None, paths: list[str], config, fmt: str, wants_ir: bool,
+           output) -> int:
+    from kanalyze.check import run_static
+    from kanalyze.profile import apply_profiles
+    from kanalyze.report import Summary
+
+    texts: dict[str, str] = {}
+    if stdin_name is not None:
+        result = _check_stdin(args, stdin_name, config, texts)
+        if result is None:  # --force-exclude leaves it out: nothing to say, as ruff
+            return EXIT_CLEAN
+    else:
+        result = run_static(paths, config, force_exclude=args.force_exclude,
+                            use_cache=not args.no_cache, jobs=args.jobs)
+        _warn_about_unknown_noqa_codes(paths, config, args.force_exclude)
     if wants_ir:
         from kanalyze.check import run_ir
 
@@ -49,33 +70,63 @@ def _cmd_check(args: argparse.Namespace) -> int:
         result = _run_dynamic(args, paths, config, result)
     # The last step: a library's policy findings fold into one note per file and clause.
     findings = apply_profiles(result.findings, config, result.profiles)
+    if args.add_noqa:
+        from kanalyze.cli.add_noqa import add_noqa
 
-    # Rule metadata imports every rule (and LibCST): only SARIF and --statistics
-    # need more than the findings carry, so a warm text run stays fast.
-    if fmt == "json":
-        report = render_json(findings)
-    elif fmt == "sarif":
-        report = render_sarif(findings, rule_metadata(), __version__)
-    elif fmt == "github":
-        report = render_github(findings)
-    else:
-        to_tty = args.output_file is None and sys.stdout.isatty()
-        color = args.color == "always" or (args.color == "auto" and to_tty and not os.environ.get("NO_COLOR"))
-        # -q: each finding's line (and the dynamic pass's verdict under it), no summary
-        report = render_text(findings, color=color, suppressed=result.suppressed, summary=not args.quiet)
-        if args.statistics:
-            report += render_statistics(findings, {f.code: f.name for f in findings})
-
-    if args.output_file:
-        with open(args.output_file, "w", encoding="utf-8") as handle:
-            handle.write(report)
-    else:
-        sys.stdout.write(report)
+        added, warnings = add_noqa(findings)
+        for warning in warnings:
+            sys.stderr.write(f"kanalyze: warning: {printable(warning)}\n")
+        if not args.quiet:
+            sys.stderr.write(f"Added {added} noqa directive{'' if added == 1 else 's'}.\n")
+        return EXIT_CLEAN  # as ruff: the findings are now suppressed, not reported
+    write_report(render(fmt, findings, args, result.suppressed, texts), output, args.output_file)
     # `--show-resources` numbers within budget are information, not findings to fail on;
     # neither are flags that a gate refuted (report/summary.py).
     if Summary.of(findings).failed and not args.exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _stdin_name(args: argparse.Namespace) -> str | None:
+    """The name standard input is checked under, or None when files are checked (as ruff:
+    the path `-`, or `--stdin-filename`, which wins over any other path given)."""
+    if args.stdin_filename is not None:
+        for path in args.paths:
+            if path != "-":
+                sys.stderr.write(f"kanalyze: warning: ignoring {printable(path)} in favor of standard input\n")
+        return args.stdin_filename
+    if "-" in args.paths:
+        if args.paths != ["-"]:
+            raise UsageError("`-` (standard input) cannot be checked together with other paths")
+        return "-"
+    return None
+
+
+def _check_the_modes_go_together(args: argparse.Namespace, stdin_name: str | None, wants_ir: bool) -> None:
+    elsewhere = [flag for flag, on in (("--dynamic", args.dynamic), ("--gates", args.gates), ("--ir", wants_ir)) if on]
+    if stdin_name is not None and (elsewhere or args.add_noqa):
+        raise UsageError(f"{(elsewhere or ['--add-noqa'])[0]} needs files on disk, not standard input")
+    if args.add_noqa and elsewhere:
+        raise UsageError(f"--add-noqa runs the static pass alone; leave out {elsewhere[0]}")
+
+
+def _check_stdin(args: argparse.Namespace, name: str, config, texts: dict[str, str]):
+    """Standard input checked as the file `name`; None when `--force-exclude` leaves it out."""
+    from kanalyze.analyzer.cuda.sources import is_cuda_path
+    from kanalyze.analyzer.cuda.suppressions import unknown_cuda_codes
+    from kanalyze.analyzer.sources import SourceText, decode_source, is_excluded
+    from kanalyze.analyzer.suppressions import unknown_codes
+    from kanalyze.check import run_text
+
+    if args.force_exclude and name != "-" and is_excluded(name, config.exclude, config.root):
+        return None
+    data = sys.stdin.buffer.read()
+    source = decode_source(name, data)
+    if isinstance(source, SourceText):
+        texts[name] = source.text
+        for code in unknown_cuda_codes(source.text) if is_cuda_path(name) else unknown_codes(source.text):
+            sys.stderr.write(f"kanalyze: warning: {printable(code.warning(name))}\n")
+    return run_text(name, data, config)
 
 
 def _importable(module: str) -> bool:
@@ -106,7 +157,8 @@ def _has_triton_kernels(paths: list[str], config, force_exclude: bool) -> bool:
     from kanalyze.analyzer.cuda.sources import is_cuda_path
     from kanalyze.analyzer.sources import SourceText, discover, may_contain_triton, read_source
 
-    for path, explicit in discover(paths, config.exclude, force_exclude=force_exclude, root=config.root):
+    for path, explicit in discover(paths, config.exclude, force_exclude=force_exclude, root=config.root,
+                                   respect_gitignore=config.respect_gitignore):
         if not is_cuda_path(path):
             source = read_source(path, explicit=explicit)
             if isinstance(source, SourceText) and may_contain_triton(source.text):
@@ -121,7 +173,8 @@ def _warn_about_unknown_noqa_codes(paths: list[str], config, force_exclude: bool
     from kanalyze.analyzer.sources import SourceText, discover, read_source
     from kanalyze.analyzer.suppressions import unknown_codes
 
-    for path, explicit in discover(paths, config.exclude, force_exclude=force_exclude, root=config.root):
+    for path, explicit in discover(paths, config.exclude, force_exclude=force_exclude, root=config.root,
+                                   respect_gitignore=config.respect_gitignore):
         source = read_source(path, explicit=explicit)
         if not isinstance(source, SourceText):
             continue

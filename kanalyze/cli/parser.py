@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from kanalyze import __version__
+from kanalyze.report import FORMATS
 
 SUBCOMMANDS = ("check", "rules", "explain", "lsp", "version", "replay", "audit")
 
@@ -76,12 +77,26 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--ignore", type=_selectors, help="comma-separated codes or prefixes to leave out")
     check.add_argument("--extend-select", type=_selectors, default=[], help="add to the selection of the config file")
     check.add_argument("--extend-ignore", type=_selectors, default=[], help="add to the ignores of the config file")
-    check.add_argument("--output-format", choices=("text", "json", "sarif", "github"), default=None,
-                       help="report format (default: text; KANALYZE_OUTPUT_FORMAT overrides)")
+    check.add_argument("--output-format", choices=FORMATS, default=None,
+                       help="report format: full (each finding with its source lines) on a terminal, concise "
+                            "(one line per finding; `text` is the same) otherwise; KANALYZE_OUTPUT_FORMAT sets it too")
     check.add_argument("-o", "--output-file", help="write the report to this file instead of stdout")
+    check.add_argument("--add-noqa", action="store_true",
+                       help="add `# noqa: CODE` (`// NOLINT(CODE)` in CUDA) to each line with a finding, and report "
+                            "how many were added")
+    check.add_argument("--stdin-filename", metavar="NAME",
+                       help="check standard input (also the path `-`) as the file NAME: its suffix, "
+                            "per-file-ignores and the report use it")
     check.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
     check.add_argument("--statistics", action="store_true", help="print a count per code after the report")
     check.add_argument("--no-cache", action="store_true", help="do not read or write .kanalyze_cache")
+    check.add_argument("--cache-dir", metavar="DIR",
+                       help="where the cache lives (default: .kanalyze_cache beside the configuration; "
+                            "KANALYZE_CACHE_DIR or `cache-dir` set it too)")
+    check.add_argument("--respect-gitignore", dest="respect_gitignore", action="store_true", default=None,
+                       help="leave out what .gitignore ignores when walking directories (the default)")
+    check.add_argument("--no-respect-gitignore", dest="respect_gitignore", action="store_false",
+                       help="walk files that .gitignore ignores too")
     check.add_argument("--force-exclude", action="store_true",
                        help="apply `exclude` to paths named on the command line too (for pre-commit)")
     check.add_argument("--config", help="read [tool.kanalyze] from this pyproject.toml")

@@ -1,5 +1,9 @@
 """ruff-style text: `path:row:col: CODE message`, then a summary line.
 
+Two formats, as ruff's: `concise`, one line per finding (what `text` means), and
+`full`, each finding's line followed by the source it points at, a caret line
+under the span (snippet.py), and a blank line.
+
 A finding that does not stand says so after its code (`[confirmed]`, `[refuted]`,
 `[unconfirmed]`, `[info]`), and the summary line counts what stands and lists the
 rest apart (summary.py).  Every string a finding carries goes through `printable`:
@@ -10,9 +14,11 @@ candidate's output.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Callable
 
 from kanalyze.findings import Finding, Severity, Status
 from kanalyze.report.escape import printable
+from kanalyze.report.snippet import render_snippet
 from kanalyze.report.summary import Summary
 
 _BOLD, _RED, _YELLOW, _CYAN, _DIM, _RESET = "\x1b[1m", "\x1b[31m", "\x1b[33m", "\x1b[36m", "\x1b[2m", "\x1b[0m"
@@ -27,9 +33,10 @@ def status_tag(finding: Finding) -> str:
 
 
 def render_text(findings: list[Finding], *, color: bool = False, suppressed: int = 0,
-                summary: bool = True) -> str:
+                summary: bool = True, source: Callable[[str], list[str] | None] | None = None) -> str:
     """Each finding's line (and the dynamic pass's verdict under it); with `summary`,
-    the summary line and the count that `# noqa` suppressed."""
+    the summary line and the count that `# noqa` suppressed.  With `source` (a file's
+    rows, or None where they cannot be read), the `full` format: the source lines too."""
     def paint(text: str, *codes: str) -> str:
         return "".join(codes) + text + _RESET if color else text
 
@@ -40,10 +47,15 @@ def render_text(findings: list[Finding], *, color: bool = False, suppressed: int
         where = f"{paint(printable(loc.file), _BOLD)}{colon}{loc.row}{colon}{loc.column}{colon}"
         code = paint(printable(f.code), _BOLD, _CODE_COLOR[f.severity])
         lines.append(f"{where} {code}{status_tag(f)} {printable(f.message)}")
+        rows = source(loc.file) if source is not None else None
+        if rows is not None:
+            lines += render_snippet(f, rows, paint, _CODE_COLOR[f.severity], _CYAN)
         if f.evidence.get("gate_result"):  # the dynamic pass's one-line verdict
             lines.append(f"    {printable(str(f.evidence['gate_result']))}")
         elif f.witness is not None and f.witness.path:
             lines.append(f"    witness: {printable(f.witness.path)}")
+        if source is not None:
+            lines.append("")
     if summary:
         lines.append(Summary.of(findings).line())
         if suppressed:

@@ -141,6 +141,8 @@ def literal_type(text: str) -> CType:
 
 
 _C_SUFFIX = re.compile(r"(?<=[0-9])(?:[uU][lL]{0,2}|[lL]{1,2}[uU]?)\b")
+# A comment after a `#define`'s value is part of tree-sitter's `preproc_arg`: not of the value.
+_C_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 
 
 # A C integer constant holds at most 64 bits (a wider literal does not compile):
@@ -152,7 +154,7 @@ MAX_C_INT = 2**64
 def eval_int(text: str, names: dict[str, int] | None = None) -> int | None:
     """An integer constant expression (`(1 << 12)`, `16*16`, `4096u`), or None.
     Read with Python's parser and evaluated node by node: nothing is executed."""
-    text = text.strip()
+    text = (_C_COMMENT.sub(" ", text) if "/" in text else text).strip()
     if text.isascii() and text.isdigit():
         return int(text) if len(text) <= len(str(MAX_C_INT)) and int(text) < MAX_C_INT else None
     if names:
