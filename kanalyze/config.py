@@ -44,7 +44,7 @@ class ConfigError(Exception):
 _KNOWN_KEYS = {
     "select", "ignore", "extend-select", "extend-ignore", "per-file-ignores",
     "exclude", "extend-exclude", "harness", "target", "max-numel", "max-size", "gate-numel", "witness-dir", "ir",
-    "profile", "allow-tf32", "deterministic", "cache-dir", "respect-gitignore",
+    "profile", "allow-tf32", "deterministic", "file-timeout", "cache-dir", "respect-gitignore",
 }
 PROFILES = ("auto", "candidate", "library")  # check/profile.py says what each shows
 
@@ -61,6 +61,7 @@ class Config:
     profile: str = "auto"               # "candidate" | "library" | "auto" (by what each file is)
     allow_tf32: bool | None = None      # a library's declared policies (None: not declared)
     deterministic: bool | None = None
+    file_timeout: float | None = None   # CPU seconds per file's analysis (None: the default)
     cache_dir: str | None = None        # --cache-dir, else $KANALYZE_CACHE_DIR, else `cache-dir` (None: the default)
     respect_gitignore: bool = True      # leave out what .gitignore ignores when walking a directory
 
@@ -249,6 +250,11 @@ def load_config(
         for key in ("max-size", "max-numel", "gate-numel"):
             if key in table and (not isinstance(table[key], int) or isinstance(table[key], bool) or table[key] < 1):
                 raise ConfigError(f"{where}: `{key}` must be a positive integer")
+        if "file-timeout" in table:
+            value = table["file-timeout"]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(f"{where}: `file-timeout` must be a positive number of seconds")
+            config.file_timeout = float(value)
         if "profile" in table:
             if table["profile"] not in PROFILES:
                 raise ConfigError(f"{where}: `profile` must be one of {', '.join(map(repr, PROFILES))}")

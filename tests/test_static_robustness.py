@@ -377,6 +377,21 @@ def test_a_file_over_budget_is_not_cached(tmp_path: Path, monkeypatch) -> None:
     assert second.files_from_cache == 0  # analyzed again: a quieter machine may finish it
 
 
+def test_the_budget_comes_from_file_timeout_and_the_command_line(tmp_path: Path, capsys) -> None:
+    from kanalyze.cli import main
+
+    (tmp_path / "long.py").write_text(_successive("y = tl.where(y > 0, y, c)", 400))
+    (tmp_path / "pyproject.toml").write_text("[tool.kanalyze]\nfile-timeout = 0.05\n")
+    assert main(["check", "--no-cache", "--output-format", "json", str(tmp_path)]) == 1
+    [finding] = json.loads(capsys.readouterr().out)
+    assert finding["code"] == "KAN001" and "stopped after 0.05 s" in finding["message"]
+    assert main(["check", "--no-cache", "--output-format", "json", "--file-timeout", "0.02", str(tmp_path)]) == 1
+    assert "stopped after 0.02 s" in json.loads(capsys.readouterr().out)[0]["message"]
+    assert main(["check", "--no-cache", "--file-timeout", "0", str(tmp_path)]) == 2
+    (tmp_path / "pyproject.toml").write_text("[tool.kanalyze]\nfile-timeout = \"long\"\n")
+    assert main(["check", "--no-cache", str(tmp_path)]) == 2
+
+
 def test_overbudget_is_not_an_exception_a_rule_guard_catches() -> None:
     assert not issubclass(OverBudget, Exception)
 

@@ -24,7 +24,8 @@ from kanalyze.analyzer.sources import (MAX_EXPRESSION_DEPTH, MAX_NESTING, Source
                                        discover, measure_nesting, read_source)
 from kanalyze.cache import Cache
 from kanalyze.check.analyze import analyze_source, needs_analysis
-from kanalyze.check.errors import FILE_BUDGET_S, crash_finding, error_finding, worth_caching
+from kanalyze.check.errors import (FILE_BUDGET_S, FILE_BUDGET_WITH_PROOFS_S, crash_finding, error_finding,
+                                   worth_caching)
 from kanalyze.config import Config
 from kanalyze.findings import Finding
 from kanalyze.profile import profile_of
@@ -176,11 +177,20 @@ def run_static(
     force_exclude: bool = False,
     use_cache: bool = True,
     jobs: int | None = None,
-    budget: float | None = FILE_BUDGET_S,
+    budget: float | None | str = "config",
 ) -> CheckResult:
-    """`budget`: the CPU seconds one file's analysis may take (None: no limit)."""
-    return _check_files(paths, config, _ranges(config), force_exclude=force_exclude, use_cache=use_cache, jobs=jobs,
-                        budget=budget)
+    """`budget`: the CPU seconds one file's analysis may take (None: no limit; "config": the
+    configuration's `file-timeout`, else the default for the selection)."""
+    ranges = _ranges(config)
+    return _check_files(paths, config, ranges, force_exclude=force_exclude, use_cache=use_cache, jobs=jobs,
+                        budget=file_budget(config, ranges) if budget == "config" else budget)
+
+
+def file_budget(config: Config, ranges: dict) -> float:
+    """The CPU seconds a file may take: `file-timeout`, else longer with the z3 proofs on."""
+    if config.file_timeout is not None:
+        return config.file_timeout
+    return FILE_BUDGET_WITH_PROOFS_S if ranges.get("proofs", True) else FILE_BUDGET_S
 
 
 def _ranges(config: Config) -> dict:
@@ -192,7 +202,7 @@ def _ranges(config: Config) -> dict:
     return ranges
 
 
-def run_text(name: str, data: bytes, config: Config, *, budget: float | None = FILE_BUDGET_S) -> CheckResult:
+def run_text(name: str, data: bytes, config: Config) -> CheckResult:
     """Text that is no file on disk (standard input), checked as the file `name` would be
     (its suffix says the language; per-file-ignores match it): no cache, no pool."""
     result = CheckResult(files_checked=1)
@@ -201,7 +211,9 @@ def run_text(name: str, data: bytes, config: Config, *, budget: float | None = F
         result.findings = [error_finding(name, source.reason, source.row, source.column + 1)]
     elif isinstance(source, SourceText) and needs_analysis(name, source.text):
         result.profiles[name] = profile_of(config, source.text)
-        findings, result.suppressed = analyze_source(name, source.text, proofs=_ranges(config), budget=budget)
+        ranges = _ranges(config)
+        findings, result.suppressed = analyze_source(name, source.text, proofs=ranges,
+                                                     budget=file_budget(config, ranges))
         result.findings = sorted((f for f in findings if config.selects(f.code, name)), key=lambda f: f.sort_key)
         result.files_parsed = 1
     return result

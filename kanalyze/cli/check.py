@@ -30,6 +30,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     )
     if args.respect_gitignore is not None:
         config.respect_gitignore = args.respect_gitignore
+    if args.file_timeout is not None:
+        config.file_timeout = args.file_timeout
     if (args.dynamic or args.gates) and config.profile == "auto":
         config.profile = "candidate"  # the gates judge every flag: none is folded away
     wants_ir = bool(args.ir or args.target or args.show_resources)

@@ -38,6 +38,16 @@ def _selectors(value: str) -> list[str]:
     return codes
 
 
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError("must be a positive number of seconds")
+    return seconds
+
+
 def _gates(value: str) -> str | list[str]:
     """`--gates all`, or the clauses whose gates run: codes or prefixes (`--gates PRC`),
     each naming at least one clause that has a gate."""
@@ -101,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="apply `exclude` to paths named on the command line too (for pre-commit)")
     check.add_argument("--config", help="read [tool.kanalyze] from this pyproject.toml")
     check.add_argument("--isolated", action="store_true", help="ignore every configuration file")
+    check.add_argument("--file-timeout", type=_seconds, metavar="SECONDS",
+                       help="CPU seconds one file's analysis may take before it is reported as KAN001 and the "
+                            "run goes on (default 5; 30 with the MEM003/MEM004 proofs)")
     check.add_argument("--profile", choices=("auto", "candidate", "library"),
                        help="candidate: every finding at error (a generated kernel must earn trust); library: "
                             "findings that rest on a library's policy folded into one note per file; auto (default): "
