@@ -4,8 +4,8 @@
                 trust: every finding, at `error`.  The profile of a file that
                 defines `ModelNew`, and of every `--dynamic` run and audit.
     library     a maintained library has chosen policies a generated kernel has not:
-                TF32 for float32 dots, float atomics in backward passes, PyTorch
-                glue around its kernels.  Findings that rest on such a choice, or
+                TF32 for float32 dots, float atomics in backward passes, in-place
+                APIs, PyTorch glue around its kernels.  Findings that rest on such a choice, or
                 on a dtype kanalyze cannot see, are folded into one `note` per file
                 and clause that counts them and names the setting that shows each;
                 every other finding stays an `error`.  The profile of every other
@@ -74,6 +74,9 @@ FOLDS = (
     Fold("ORD001", lambda f: f.code == "ORD001" and _in_backward_pass(f),
          "float atomics in backward-pass kernels make gradients differ in their last bits from run to run",
          "`deterministic = true` (or `--profile candidate`)"),
+    Fold("MEM002", lambda f: f.code == "MEM002",
+         "writes into tensors the caller passed in (in-place APIs, caches, running statistics, accumulators)",
+         "`--profile candidate`"),
     Fold("RES001", lambda f: f.code == "RES001",
          "work done in PyTorch around the library's kernels, or kernels this file does not launch",
          "`--profile candidate`"),
