@@ -1,4 +1,9 @@
-"""MEM001 unwritten-output: a `torch.empty*` output the kernel does not fully write."""
+"""MEM001 unwritten-output: a `torch.empty*` output the kernel does not fully write.
+
+What the rule reports lives here; the analysis it asks lives in the analyzer:
+`early_exits` (which programs return before their store) and `host_sizes`
+(whether a grid's division is exact, whose size a mask compares with).
+"""
 
 from __future__ import annotations
 
@@ -8,21 +13,24 @@ from typing import Iterator
 import libcst as cst
 
 from kanalyze.analyzer.cstwalk import walk
-from kanalyze.analyzer.names import dotted
 from kanalyze.analyzer.triton.calls import bind_call_args, int_literal, keyword
 from kanalyze.analyzer.triton.dataflow import Def
+from kanalyze.analyzer.triton.early_exits import early_return, grid_stride
 from kanalyze.analyzer.triton.entities import Function, JitFunction, Launch
 from kanalyze.analyzer.triton.host import ALIASING, host_calls, host_params
+from kanalyze.analyzer.triton.host_sizes import (
+    allocated_size_keys, block_follows_size, divisibility_checked, exact_division, floor_division, grid_elements,
+    inside_ceiling, size_keys,
+)
 from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.analyzer.triton.pointers import WRITES, pointer_roots
 from kanalyze.analyzer.triton.reaching import Reaching
+from kanalyze.analyzer.triton.shapes import TL
 from kanalyze.rules.base import Report, Rule, expr_text, source
 
-TL = "triton.language."
 EMPTY = {"torch.empty", "torch.empty_like", "torch.empty_strided"}
 EMPTY_METHODS = {"new_empty", "new_empty_strided"}
 RMW = {TL + f"atomic_{op}" for op in ("add", "max", "min", "and", "or", "xor")}
-PROGRAM_ID = TL + "program_id"
 
 
 @dataclass
@@ -48,6 +56,17 @@ class UnwrittenOutput(Rule):
     a store mask stricter than the tensor (`offs < n - 1` where `n` is its
     numel), or a grid that does not cover it (`n // BLOCK` programs, a literal
     grid). The finding is reported at the allocation.
+
+    Not flagged, because nothing is left unwritten: a `return` for a tile that
+    starts past the end (`if pid * BLOCK >= n`, `if i_t * BT >= T` with `T`
+    loaded for varlen), a branch that stores its part (zeros) before it
+    returns, a `return` when the loop around every store would run zero times
+    (`if count == 0` over `range(count)`), grid quotients that are exact
+    (`x.numel() // x.shape[-1]`, `inp.numel() // M // N` with `M`, `N` sizes
+    of the same tensor, `16 // 8`, `n // 1`, a quotient inside `triton.cdiv`),
+    persistent kernels whose loop steps by `tl.num_programs(0)` or
+    `range(pid, num_tiles, NUM_SMS)`, and a constant grid whose block is sized
+    from the runtime size (`BLOCK=triton.next_power_of_2(n)` on a `(1,)` grid).
 
     ## Why is this bad
     `torch.empty` returns whatever the caching allocator last kept in that
@@ -96,6 +115,31 @@ class UnwrittenOutput(Rule):
             y = torch.zeros_like(x)
             n = x.numel()
             copy_kernel[(n // 1024,)](x, y, n, BLOCK=1024)
+            return y
+        """),
+        source(_KERNEL + """
+        def copy(x):
+            y = torch.empty_like(x)
+            n = x.numel()
+            copy_kernel[(1,)](x, y, n, BLOCK=triton.next_power_of_2(n))
+            return y
+        """),
+        source("""
+        import torch
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def row_kernel(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr):
+            row = tl.program_id(0)
+            cols = tl.arange(0, BLOCK)
+            v = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols)
+            tl.store(y_ptr + row * n_cols + cols, v, mask=cols < n_cols)
+
+        def rows(x):
+            y = torch.empty_like(x)
+            n_rows = x.numel() // x.shape[-1]
+            row_kernel[(n_rows,)](x, y, x.shape[-1], BLOCK=triton.next_power_of_2(x.shape[-1]))
             return y
         """),
     ]
@@ -220,10 +264,10 @@ class UnwrittenOutput(Rule):
             return ("atomic-into-empty", f"`{kernel.name}` only accumulates into it with `tl.{op}`, "
                     f"starting from uninitialized memory", "allocate it with `torch.zeros`")
         own = [call for jit, call, _ in writes if jit is kernel]
-        early = self._early_return(kernel, own)
+        early = early_return(self.reaching(kernel.function), kernel, own)
         if early is not None:
-            return ("early-return", f"`{kernel.name}` returns before its store under `if {early}:`, so those "
-                    f"programs write nothing", "write the output before returning, or allocate with `torch.zeros`")
+            return ("early-return", f"`{kernel.name}` returns before its store under `if {expr_text(model, early)}:`, "
+                    f"so those programs write nothing", "write the output before returning, or allocate with `torch.zeros`")
         for call in own:
             strict = self._strict_mask(launch, call, alloc)
             if strict is not None:
@@ -238,39 +282,6 @@ class UnwrittenOutput(Rule):
             if any(d.kind == "param" and d.name == param for a in site.node.args for d in flow.upstream(a.value)):
                 return True
         return False
-
-    def _early_return(self, kernel: JitFunction, writes: list[cst.Call]) -> str | None:
-        if not writes:
-            return None
-        reaching = self.reaching(kernel.function)
-        last_write = max(reaching.span(w)[0] for w in writes)
-        for node in walk(kernel.node):
-            if not isinstance(node, cst.Return) or reaching.span(node)[0] > last_write:
-                continue
-            test = next((a.test for a in self.model.ancestors(node) if isinstance(a, cst.If)), None)
-            if test is not None and self._skips_work(kernel, test):
-                return expr_text(self.model, test)
-        return None
-
-    def _skips_work(self, kernel: JitFunction, test: cst.BaseExpression) -> bool:
-        """A data-dependent test, or a program-id test that is not the usual
-        `pid >= limit` guard against an over-sized grid."""
-        if self._reads_call(kernel, test, TL + "load"):
-            return True
-        for node in walk(test):
-            if isinstance(node, cst.Comparison) and len(node.comparisons) == 1:
-                op, right = node.comparisons[0].operator, node.comparisons[0].comparator
-                pid_left = self._reads_call(kernel, node.left, PROGRAM_ID)
-                pid_right = self._reads_call(kernel, right, PROGRAM_ID)
-                guard = (pid_left and isinstance(op, (cst.GreaterThan, cst.GreaterThanEqual))) or \
-                        (pid_right and isinstance(op, (cst.LessThan, cst.LessThanEqual)))
-                if (pid_left or pid_right) and not guard:
-                    return True
-        return False
-
-    def _reads_call(self, kernel: JitFunction, expr: cst.BaseExpression, qualname: str) -> bool:
-        return any(self.model.call_name(c) == qualname for _, e in self.model.sources(kernel, expr)
-                   for c in walk(e) if isinstance(c, cst.Call))
 
     def _strict_mask(self, launch: Launch, store: cst.Call, alloc: Allocation) -> str | None:
         """`offs < n - 1` / `offs < n // 2` where `n` is the output's own size."""
@@ -305,97 +316,31 @@ class UnwrittenOutput(Rule):
 
     def _same_size(self, launch: Launch, size: cst.BaseExpression, alloc: Allocation) -> bool:
         assert launch.wrapper is not None
-        return bool(self._size_keys(launch.wrapper, size, launch.call) & self._alloc_keys(alloc))
-
-    def _size_keys(self, function: Function, expr: cst.BaseExpression, at: cst.CSTNode, depth: int = 3) -> set[str]:
-        keys = {"".join(expr_text(self.model, expr, 200).split())}
-        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in ("numel", "nelement"):
-            keys.add("numel:" + "".join(expr_text(self.model, expr.func.value, 200).split()))
-        elif isinstance(expr, cst.Name) and depth > 0:
-            defs = self.reaching(function).defs(expr.value, at)
-            if len(defs) == 1 and defs[0].kind == "assign" and defs[0].value is not None:
-                keys |= self._size_keys(function, defs[0].value, defs[0].value, depth - 1)
-        return keys
-
-    def _alloc_keys(self, alloc: Allocation) -> set[str]:
-        call, model = alloc.call, self.model
-        name = model.call_name(call)
-        if name == "torch.empty_like" and call.args:
-            return {"numel:" + "".join(expr_text(model, call.args[0].value, 200).split())}
-        sizes = [a.value for a in call.args if a.keyword is None]
-        if name == "torch.empty_strided" or len(sizes) != 1:
-            return set()
-        size = sizes[0]
-        if isinstance(size, (cst.Tuple, cst.List)):
-            if len(size.elements) != 1:
-                return set()
-            size = size.elements[0].value
-        if isinstance(size, cst.Attribute) and size.attr.value == "shape" or \
-                isinstance(size, cst.Call) and isinstance(size.func, cst.Attribute) and size.func.attr.value == "size" and not size.args:
-            base = size.value if isinstance(size, cst.Attribute) else size.func.value
-            return {"numel:" + "".join(expr_text(model, base, 200).split())}
-        return self._size_keys(alloc.function, size, call)
+        return bool(size_keys(self.reaching(launch.wrapper), size, launch.call) &
+                    allocated_size_keys(self.reaching(alloc.function), alloc.call))
 
     def _grid_gap(self, launch: Launch, writes: list[cst.Call]) -> tuple[str, str, str] | None:
-        wrapper = launch.wrapper
+        wrapper, model = launch.wrapper, self.model
         assert wrapper is not None
-        elements = self._grid_elements(wrapper, launch.grid, launch.call)
+        if grid_stride(model, launch.kernel):
+            return None  # a persistent kernel: its loop steps over every tile, whatever the grid
+        host = self.reaching(wrapper)
+        elements = grid_elements(host, launch.grid, launch.call)
         for element in elements:
             for node in walk(element):
-                if self._floor_division(node, element) and not self._divisibility_checked(wrapper):
-                    return ("grid", f"its grid rounds `{expr_text(self.model, node)}` down, so the last "
+                if floor_division(model, node, element) and not divisibility_checked(wrapper) and \
+                        not inside_ceiling(model, node, element) and not exact_division(host, node):
+                    return ("grid", f"its grid rounds `{expr_text(model, node)}` down, so the last "
                             f"partial block is never launched",
                             "size the grid with `triton.cdiv`")
         if elements and all(int_literal(e) is not None for e in elements) and writes and \
                 not any(self._in_loop(w, launch.kernel.function) for w in writes) and \
-                any(self._runtime_mask(launch.kernel, w) for w in writes):
-            return ("grid", f"the grid `{expr_text(self.model, launch.grid)}` is a constant while the store mask "
+                any(self._runtime_mask(launch.kernel, w) for w in writes) and \
+                not any(block_follows_size(host, launch, w) for w in writes):
+            return ("grid", f"the grid `{expr_text(model, launch.grid)}` is a constant while the store mask "
                     f"depends on a runtime size, so larger tensors are only partly written",
                     "size the grid with `triton.cdiv`")
         return None
-
-    def _grid_elements(self, function: Function, grid: cst.BaseExpression, at: cst.CSTNode,
-                       depth: int = 3) -> list[cst.BaseExpression]:
-        if isinstance(grid, cst.Lambda):
-            return self._grid_elements(function, grid.body, at, depth)
-        if isinstance(grid, (cst.Tuple, cst.List)):
-            return [self._resolve(function, e.value, at, depth) for e in grid.elements]
-        if isinstance(grid, cst.Name) and depth > 0:
-            value = self._resolve(function, grid, at, depth)
-            return [] if value is grid else self._grid_elements(function, value, at, depth - 1)
-        return []
-
-    def _resolve(self, function: Function, expr: cst.BaseExpression, at: cst.CSTNode, depth: int) -> cst.BaseExpression:
-        """A name's value when one assignment reaches it (for `grid = (nb,)`, `nb = n // B`)."""
-        if isinstance(expr, cst.Name) and depth > 0:
-            defs = self.reaching(function).defs(expr.value, at)
-            if len(defs) == 1 and defs[0].kind == "assign" and defs[0].value is not None:
-                return self._resolve(function, defs[0].value, defs[0].value, depth - 1)
-        return expr
-
-    def _floor_division(self, node: cst.CSTNode, element: cst.BaseExpression) -> bool:
-        """`n // BLOCK`, but not the ceiling idiom `(n + BLOCK - 1) // BLOCK`
-        nor `n // BLOCK + 1`."""
-        if isinstance(node, cst.Call) and dotted(node.func) in ("int", "math.floor") and node.args:
-            inner = node.args[0].value
-            return isinstance(inner, cst.BinaryOperation) and isinstance(inner.operator, cst.Divide)
-        if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.FloorDivide)):
-            return False
-        left = node.left
-        if isinstance(left, cst.BinaryOperation) and isinstance(left.operator, (cst.Add, cst.Subtract)):
-            return False
-        parent = self.model.parent(node)
-        return not (node is not element and isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Add))
-
-    def _divisibility_checked(self, wrapper: Function) -> bool:
-        """`assert n % BLOCK == 0` (or an `if ...: raise`) makes floor division exact."""
-        for node in walk(wrapper.node):
-            test = node.test if isinstance(node, cst.Assert) else \
-                node.test if isinstance(node, cst.If) and any(isinstance(n, cst.Raise) for n in walk(node.body)) else None
-            if test is not None and any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)
-                                        for n in walk(test)):
-                return True
-        return False
 
     def _runtime_mask(self, kernel: JitFunction, store: cst.Call) -> bool:
         mask = keyword(store, "mask", 2)

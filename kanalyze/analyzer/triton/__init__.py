@@ -10,8 +10,10 @@
   pointers.py       which kernel parameter a pointer expression writes through
   host.py           the host side: reference vs candidate functions, wrappers
   host_compute.py   where a forward path's work happens (torch ops, fallbacks)
+  host_sizes.py     host sizes in order: whose size a value is, exact grid divisions
   shapes.py         constant sizes, shape-derived values
   grids.py          a launch's grid as arithmetic
+  early_exits.py    a kernel's early returns: which programs skip their stores
   shape_asserts.py  conditions that pin a shape
   access_offsets.py the offsets of a load or store
   nan_tests.py      NaN / ±Inf tests and metadata-only reads
