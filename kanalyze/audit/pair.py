@@ -11,6 +11,9 @@ spec: {"candidate", "problem" (or None with "problem_error"), "gates" ("all",
     allclose   KernelBench's criterion on the same problem (allclose.py)
     seconds    {"static", "gates", "allclose"}
 
+`run_pair` is also kanalyze.verifier's per-candidate call (in that process, with
+`"overlap_allclose": True`): one code path for the audit and the Verifier.
+
 The child writes its result to OUT (renamed into place, so the parent never reads
 half of it) and nothing else; the parent writes the journal.  It dies with its
 parent: a watchdog thread ends the child's process group when the parent is gone.
@@ -103,20 +106,42 @@ def run_gates_of(spec: dict, static: list[dict], codes: list[str]) -> dict[str, 
     return verdicts
 
 
-def run_pair(spec: dict) -> dict:
+def allclose_of(spec: dict, seconds: float) -> dict:
     from kanalyze.audit.allclose import check
 
+    if spec.get("problem") is None:
+        return {"verdict": "ERROR", "detail": "no problem to compare with", "seconds": 0.0}
+    return check(os.path.abspath(spec["problem"]), os.path.abspath(spec["candidate"]), spec["device"], seconds)
+
+
+def run_pair(spec: dict) -> dict:
+    """The pair's result.  With `spec["overlap_allclose"]` (kanalyze.verifier) allclose's fresh
+    process starts first and runs while the static pass and the gates do (its import of torch
+    overlaps their work); otherwise it runs after them, with the time that is left."""
     started = time.monotonic()
+    overlapped: list = []
+    thread = None
+    if spec.get("overlap_allclose"):
+        def overlap(limit: float = spec.get("seconds", 600.0) - 2.0) -> None:
+            try:
+                overlapped.append(allclose_of(spec, limit))
+            except Exception as exc:  # kanalyze's own failure (no process could start): raised below
+                overlapped.append(exc)
+
+        thread = threading.Thread(target=overlap, daemon=True)
+        thread.start()
     static = static_pass(spec["candidate"])
     static_seconds = time.monotonic() - started
     codes = gate_codes(spec["gates"], static)
     verdicts = run_gates_of(spec, static, codes) if codes else {}
     gate_seconds = time.monotonic() - started - static_seconds
-    if spec.get("problem") is None:
-        allclose = {"verdict": "ERROR", "detail": "no problem to compare with", "seconds": 0.0}
+    if thread is not None:
+        thread.join()
+        if isinstance(overlapped[0], Exception):
+            raise overlapped[0]
+        allclose = overlapped[0]
     else:
-        left = spec.get("seconds", 600.0) - (time.monotonic() - started) - 2.0
-        allclose = check(os.path.abspath(spec["problem"]), os.path.abspath(spec["candidate"]), spec["device"], left)
+        allclose = allclose_of(spec, spec.get("seconds", 600.0) - (time.monotonic() - started) - 2.0)
     return {"static": static, "verdicts": verdicts, "allclose": allclose,
             "seconds": {"static": round(static_seconds, 3), "gates": round(gate_seconds, 3),
                         "allclose": round(allclose.pop("seconds"), 3)}}

@@ -7,7 +7,9 @@ KernelBench problem, share it.  Finished reference outcomes (and size plans)
 are kept here, their arrays moved into a folder that lives until the process
 exits, so that a later session starts no reference worker at all when every
 case it needs is known.  Keys include the problem file's mtime and size: an
-edited problem is recomputed.
+edited problem is recomputed.  `hits` and `misses` count the outcome look-ups (how a
+long-lived caller, kanalyze.verifier, shows that a later candidate reused the references);
+`forget(problem)` drops one problem's references and their files.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ class ReferenceCache:
         self._outcomes: dict[tuple, tuple[Outcome, bool]] = {}
         self._plans: dict[tuple, tuple[dict, list | None]] = {}
         self._ready: dict[tuple, dict] = {}
+        self.hits = 0        # outcome look-ups answered from the cache
+        self.misses = 0      # ... and those the reference worker had to compute
 
     def clear(self) -> None:
         """Forget every reference (the benchmark measures each start method from the same state)."""
@@ -36,6 +40,24 @@ class ReferenceCache:
             self._outcomes.clear()
             self._plans.clear()
             self._ready.clear()
+
+    def forget(self, problem: str) -> None:
+        """Drop every reference of the problem file at `problem` (any mode), and their arrays."""
+        path = os.path.abspath(problem)
+        with self._lock:
+            outcomes = [key for key in self._outcomes if key[0][0] == path]
+            kept = [self._outcomes.pop(key)[0] for key in outcomes]
+            for key in [key for key in self._plans if key[0][0] == path]:
+                del self._plans[key]
+            for key in [key for key in self._ready if key[0] == path]:
+                del self._ready[key]
+        for outcome in kept:
+            for file in (outcome.arrays, outcome.inputs):
+                if file:
+                    try:
+                        os.remove(file)
+                    except OSError:
+                        pass
 
     @staticmethod
     def _problem(harness: Harness, mode: str) -> tuple:
@@ -63,8 +85,10 @@ class ReferenceCache:
     def get(self, harness: Harness, mode: str, input_key: str, record_ops: bool) -> Outcome | None:
         with self._lock:
             found = self._outcomes.get((self._problem(harness, mode), input_key))
-        if found is None or (record_ops and not found[1]):
-            return None
+            if found is None or (record_ops and not found[1]):
+                self.misses += 1
+                return None
+            self.hits += 1
         return found[0]
 
     def put(self, harness: Harness, mode: str, input_key: str, record_ops: bool, outcome: Outcome) -> Outcome:
