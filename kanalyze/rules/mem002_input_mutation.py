@@ -1,4 +1,8 @@
-"""MEM002 input-mutation: the kernel or its wrapper writes into an input tensor."""
+"""MEM002 input-mutation: the kernel or its wrapper writes into an input tensor.
+
+Which parameters are destinations by contract (and which tensors a function
+reads) is answered by `kanalyze.analyzer.triton.destinations`; this module
+decides which names hold the caller's inputs and reports the writes into them."""
 
 from __future__ import annotations
 
@@ -9,18 +13,17 @@ import libcst as cst
 
 from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.triton.calls import bind_call_args, keyword
+from kanalyze.analyzer.triton.destinations import (OUTPUT_NAME, destination, inplace_name, is_true,
+                                                   under_inplace_flag)
 from kanalyze.analyzer.triton.entities import Function
 from kanalyze.analyzer.triton.host import ALIASING, ALIASING_ATTRS, ALIASING_TORCH, candidate_functions, host_calls, host_params
 from kanalyze.analyzer.triton.model import TritonModule
-from kanalyze.analyzer.triton.pointers import WRITES, pointer_roots
+from kanalyze.analyzer.triton.pointers import WRITES, pointer_bases
 from kanalyze.analyzer.triton.reaching import Reaching
 from kanalyze.rules.base import Report, Rule, expr_text, source
 
-TL = "triton.language."
-# In-place by name but harmless to the values: autograd flags, memory pinning.
-METADATA_ONLY = {"requires_grad_", "retain_grad_", "share_memory_", "record_stream_"}
-# `def add(x, y, out)`: a caller-provided destination is meant to be written.
-OUTPUT_NAME = re.compile(r"^(out|output|result|res|dst|dest|o)$|^out_|_out$|_output$")
+# `def f(x, xs: list[Tensor])`: `xs[0] = ...` replaces an element of a Python sequence, no tensor values.
+SEQUENCE_ANNOTATION = re.compile(r"\b(List|Tuple|Sequence|list|tuple|Iterable|MutableSequence)\b")
 TENSOR_ATTRS = {"shape", "numel", "stride", "size", "dtype", "device", "contiguous", "is_contiguous",
                 "data_ptr", "view", "reshape", "dim", "ndim", "element_size", "is_cuda", "clone"}
 
@@ -38,6 +41,17 @@ class InputMutation(Rule):
     itself when no copy is needed), and in-place operations on inputs in the
     wrapper or `forward`: `x.add_(...)`, `x[...] = ...`, `x += ...`,
     `torch.relu_(x)`, `F.relu(x, inplace=True)`, `torch.add(a, b, out=x)`.
+
+    The tensor written is the pointer parameter the store's address is based
+    on (`Y += row * stride; tl.store(Y + cols, ...)` writes `Y`; a size added
+    to it is an offset), through the assignment that reaches the store
+    (`p = v + o` then `p = v_new + o` stores into `v_new`).  A library API's
+    destinations are not inputs: the first argument of an in-place API named
+    with a trailing underscore (`def relu_(x)`, as in torch), writes under an
+    `if inplace:` flag of the API, and a buffer whose values the API never
+    reads that is optional (`out=None`, `Optional[Tensor]`), allocated when
+    absent, returned, passed as `out=`, or written by an API that returns
+    nothing.  In `forward` every tensor argument is an input.
 
     ## Why is this bad
     The reference returns a new tensor and leaves its inputs alone.  A
@@ -88,6 +102,26 @@ class InputMutation(Rule):
             out.add_(1.0)
             return out
         """),
+        source("""
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + offs, mask=offs < n)
+            tl.store(y_ptr + offs, tl.where(x < 0, 0.0, x), mask=offs < n)
+
+        def relu_(x):
+            # in place by contract, as torch.relu_
+            relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, x, x.numel(), BLOCK=1024)
+            return x
+
+        def relu_into(x, buf):
+            # buf is a destination: never read, handed back
+            relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, buf, x.numel(), BLOCK=1024)
+            return buf
+        """),
     ]
     INVALID = [
         source("""
@@ -116,6 +150,7 @@ class InputMutation(Rule):
     def check(self, model: TritonModule) -> Iterator[Report]:
         self.model = model
         self._reaching: dict[int, Reaching] = {}
+        self._bases_cache: dict = {}  # pointer_bases' cache, shared with the destination questions
         yield from self._check_stores()
         for function in candidate_functions(model):
             yield from self._check_host(function)
@@ -136,7 +171,8 @@ class InputMutation(Rule):
             return set()
         callers = list(host_calls(self.model, function))
         if function.name in ("forward", "__call__") or not callers:
-            return {p for p in params if not OUTPUT_NAME.match(p)}
+            return {p for p in params
+                    if not OUTPUT_NAME.match(p) and not destination(self.model, function, p, self._bases_cache)}
         found: set[str] = set()
         for caller, call in callers:
             caller_inputs = self.inputs(caller, seen | {id(function.node)})
@@ -153,6 +189,8 @@ class InputMutation(Rule):
         if isinstance(expr, cst.Name):
             found = []
             for d in self.reaching(function).defs(expr.value, at):
+                if d.kind != "param" and under_inplace_flag(self.model, function, d.node):
+                    continue  # `if inplace: y = x`: the caller asked for it
                 if d.kind == "param" and d.name in inputs:
                     found.append((d.name, ""))
                 elif d.kind == "augassign":  # `x += 1` keeps x's storage
@@ -178,12 +216,14 @@ class InputMutation(Rule):
 
     def _check_stores(self) -> Iterator[Report]:
         model = self.model
-        bound: dict[tuple[str, str], list[str]] = {}  # (kernel, param) → descriptions
+        bound: dict[tuple[str, str], dict[tuple[str, str], str]] = {}  # (kernel, param) → input → description
         for launch in model.launches:
             wrapper = launch.wrapper
             if wrapper is None:
                 continue
             inputs = self.inputs(wrapper)
+            if under_inplace_flag(model, wrapper, launch.call):
+                continue
             for param, arg in launch.args.items():
                 p = launch.kernel.param(param)
                 if p is None or p.is_constexpr:
@@ -191,9 +231,9 @@ class InputMutation(Rule):
                 for name, how in self.aliases(wrapper, arg, launch.call, inputs):
                     via = f" (via `{how}`, which may share `{name}`'s storage)" if how else ""
                     text = f"input `{name}` of `{wrapper.qualname}`{via}"
-                    bound.setdefault((launch.kernel.name, param), [])
-                    if text not in bound[(launch.kernel.name, param)]:
-                        bound[(launch.kernel.name, param)].append(text)
+                    texts = bound.setdefault((launch.kernel.name, param), {})
+                    if (wrapper.qualname, name) not in texts or not how:  # one per input, directly if it can be
+                        texts[(wrapper.qualname, name)] = text
         if not bound:
             return
         for jit in model.jit.values():
@@ -203,8 +243,8 @@ class InputMutation(Rule):
                 pointer = keyword(site.node, "pointer", 0)
                 if pointer is None:
                     continue
-                for kernel, param in sorted(pointer_roots(model, jit, pointer)):
-                    for text in bound.get((kernel, param), ()):
+                for kernel, param in sorted(pointer_bases(model, jit, pointer, cache=self._bases_cache)):
+                    for text in bound.get((kernel, param), {}).values():
                         op = (site.qualname or "").rpartition(".")[2]
                         call = expr_text(model, site.node)
                         owner = "" if kernel == jit.name else f" of `{kernel}`"
@@ -226,9 +266,14 @@ class InputMutation(Rule):
         where = f"`{function.qualname}`"
 
         def hit(node: cst.CSTNode, target: cst.BaseExpression, what: str, tensor_only: bool = False):
+            if under_inplace_flag(model, function, node):
+                return None
             for name, how in self.aliases(function, target, node, inputs):
                 if tensor_only and not how and not self._is_tensor(function, name):
                     continue
+                if isinstance(target, cst.Name) and not how and isinstance(node, (cst.Assign, cst.AugAssign)) \
+                        and not tensor_only and self._is_sequence(function, name):
+                    continue  # `xs[0] = ...` on a list replaces an element, writes no tensor
                 via = f" (`{how}` may share `{name}`'s storage)" if how else ""
                 return self.report(node, f"`{what}` in {where} modifies the input `{name}` in place{via}; "
                                          f"compute into a new tensor (out-of-place op or `.clone()` first)",
@@ -241,10 +286,10 @@ class InputMutation(Rule):
             func = call.func
             module_function = (model.qualify(func.value) or "").split(".")[0] in ("torch", "triton") \
                 if isinstance(func, cst.Attribute) else True
-            if not module_function and _inplace_name(func.attr.value):
+            if not module_function and inplace_name(func.attr.value):
                 targets.append(func.value)
             elif site.qualname and site.qualname.startswith("torch.") and call.args and (
-                    _inplace_name(site.qualname.rpartition(".")[2]) or _is_true(keyword(call, "inplace"))):
+                    inplace_name(site.qualname.rpartition(".")[2]) or is_true(keyword(call, "inplace"))):
                 targets.append(call.args[0].value)
             out = keyword(call, "out")
             if out is not None:
@@ -267,6 +312,13 @@ class InputMutation(Rule):
                     if report is not None:
                         yield report
 
+    def _is_sequence(self, function: Function, name: str) -> bool:
+        """A parameter annotated as a list or tuple (of tensors)."""
+        for p in host_params(function, with_nodes=True):
+            if p.name.value == name and p.annotation is not None:
+                return bool(SEQUENCE_ANNOTATION.search(self.model.module.code_for_node(p.annotation.annotation)))
+        return False
+
     def _is_tensor(self, function: Function, name: str) -> bool:
         """`x += y` is in place only when x is a tensor, not a Python number."""
         for p in host_params(function, with_nodes=True):
@@ -278,10 +330,3 @@ class InputMutation(Rule):
         return any(isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value == name
                    and n.attr.value in TENSOR_ATTRS for n in walk(function.node))
 
-
-def _inplace_name(name: str) -> bool:
-    return name.endswith("_") and not name.startswith("_") and name not in METADATA_ONLY
-
-
-def _is_true(expr: cst.BaseExpression | None) -> bool:
-    return isinstance(expr, cst.Name) and expr.value == "True"

@@ -10,6 +10,7 @@
   pointers.py       which kernel parameter a pointer expression writes through
   host.py           the host side: reference vs candidate functions, wrappers
   host_compute.py   where a forward path's work happens (torch ops, fallbacks)
+  destinations.py   which tensors a host function writes by contract (out=, in-place APIs), which it reads
   host_sizes.py     host sizes in order: whose size a value is, exact grid divisions
   shapes.py         constant sizes, shape-derived values
   grids.py          a launch's grid as arithmetic
