@@ -8,12 +8,14 @@ from typing import Iterator
 import libcst as cst
 
 from kanalyze.analyzer.cstwalk import body_nodes
-from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.names import dotted
+from kanalyze.analyzer.triton.cached_results import (all_work_guarded, holds_store, producing_functions, reads_store,
+                                                     stores_across_calls)
 from kanalyze.analyzer.triton.calls import string_literal
 from kanalyze.analyzer.triton.entities import Function
 from kanalyze.analyzer.triton.host import candidate_functions
 from kanalyze.analyzer.triton.model import TritonModule
+from kanalyze.analyzer.triton.patches import patches
 from kanalyze.rules.base import Report, Rule, expr_text, source
 
 SIDE_STREAMS = {
@@ -26,14 +28,10 @@ SIDE_THREADS = {f"{m}.{c}" for m, cs in (
     ("concurrent.futures", "ThreadPoolExecutor ProcessPoolExecutor"),
     ("multiprocessing", "Process Pool"), ("multiprocessing.pool", "Pool ThreadPool"),
     ("torch.multiprocessing", "Process Pool spawn start_processes")) for c in cs.split()}
-# Modules whose attributes are the functions a benchmark calls to time and compare.
-PATCHABLE = {"torch", "torch.cuda", "torch.cuda.Event", "torch.nn", "torch.nn.functional", "torch.nn.Module",
-             "torch.Tensor", "torch.testing", "time", "timeit", "triton", "triton.testing"}
 FRAME_READERS = {"gc.get_objects", "gc.get_referrers", "gc.get_referents", "inspect.currentframe", "inspect.stack",
                  "inspect.getouterframes", "inspect.trace", "sys._getframe", "sys._current_frames"}
 FRAME_ATTRS = {"f_back", "f_locals", "f_globals"}
 CACHE_DECORATORS = {"functools.lru_cache", "functools.cache"}
-STORE_METHODS = {"update", "setdefault", "__setitem__", "append"}
 
 
 class EvaluationGaming(Rule):
@@ -49,7 +47,8 @@ class EvaluationGaming(Rule):
     self._cache`, a global dict of outputs, `functools.lru_cache` on the forward
     path). Anywhere in the file it flags patches of torch, timing and testing
     functions (`torch.cuda.synchronize = ...`, `time.perf_counter = ...`,
-    `setattr(torch, ...)`) and reads of the checker's state (`gc.get_objects()`,
+    `setattr(torch, ...)`; putting the saved original back, `F.gelu = _orig_gelu`
+    after `_orig_gelu = F.gelu`, is a restore and is not flagged) and reads of the checker's state (`gc.get_objects()`,
     `inspect.currentframe()`, `sys._getframe`, `f_back` / `f_locals` / `f_globals`,
     `sys.modules["__main__"]`, `import __main__`), and names spelled with
     characters Python folds to others (`ｔｌ.ｍａｘｉｍｕｍ` runs as `tl.maximum`).
@@ -104,6 +103,14 @@ class EvaluationGaming(Rule):
                 return out
 
         params = inspect.signature(ModelNew.forward).parameters
+        """),
+        source("""
+        import torch
+
+        _orig_gelu = torch.nn.functional.gelu
+
+        def restore_gelu():
+            torch.nn.functional.gelu = _orig_gelu
         """),
         source("""
         import triton
@@ -190,23 +197,8 @@ class EvaluationGaming(Rule):
     # -- monkeypatches ------------------------------------------------------
 
     def _patches(self, model: TritonModule) -> Iterator[Report]:
-        for node in model.nodes(cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Call):
-            targets: list[cst.BaseExpression] = []
-            if isinstance(node, cst.Assign):
-                targets = [t.target for t in node.targets]
-            elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
-                targets = [node.target]
-            elif isinstance(node, cst.Call) and model.call_name(node) == "setattr" and len(node.args) >= 2:
-                owner = model.qualify(node.args[0].value)
-                attr = node.args[1].value
-                if owner in PATCHABLE:
-                    name = string_literal(attr)
-                    what = f"{owner}.{name}" if name is not None else f"an attribute of {owner}"
-                    yield self._report_patch(model, node, what)
-                continue
-            for target in targets:
-                if isinstance(target, cst.Attribute) and model.qualify(target.value) in PATCHABLE:
-                    yield self._report_patch(model, node, f"{model.qualify(target.value)}.{target.attr.value}")
+        for node, what in patches(model):
+            yield self._report_patch(model, node, what)
 
     def _report_patch(self, model: TritonModule, node: cst.CSTNode, what: str) -> Report:
         text = expr_text(model, node)
@@ -251,7 +243,7 @@ class EvaluationGaming(Rule):
 
     def _cached_results(self, model: TritonModule, path: list[Function]) -> Iterator[Report]:
         launching = {id(l.wrapper.node) for l in model.launches if l.wrapper is not None}
-        producing = _producing(model, path, launching)
+        producing = producing_functions(model, path, launching)
         for function in path:
             for decorator in function.node.decorators:
                 expr = decorator.decorator
@@ -262,7 +254,7 @@ class EvaluationGaming(Rule):
                                                  f"identity), so new values in the same buffers get a stale result; "
                                                  f"cache configurations, not outputs",
                                       expression=expr_text(model, expr), function=function.qualname)
-        stores = _stores(model, path)
+        stores = stores_across_calls(model, path)
         if not stores:
             return
         by_name = {f.name for f in path}
@@ -270,14 +262,14 @@ class EvaluationGaming(Rule):
             if function.name not in ("forward", "__call__") and id(function.node) not in launching:
                 continue
             guards = [n for n in body_nodes(function.node) if isinstance(n, cst.If)
-                      and _reads_store(model, function, n.test, stores)]
+                      and reads_store(model, function, n.test, stores)]
             guard_ids = {id(g) for g in guards}
             for node in body_nodes(function.node):
                 if not isinstance(node, cst.Return) or node.value is None \
-                        or not _holds_store(model, function, node.value, stores):
+                        or not holds_store(model, function, node.value, stores):
                     continue
                 if not any(id(a) in guard_ids for a in model.ancestors(node)) and \
-                        not self._all_work_guarded(model, function, guards, by_name):
+                        not all_work_guarded(model, function, guards, by_name):
                     continue  # a reused output buffer the kernel rewrites on every call
                 text = expr_text(model, node.value)
                 yield self.report(node, f"`return {text}` in `{function.qualname}` returns a result stored by an "
@@ -285,121 +277,3 @@ class EvaluationGaming(Rule):
                                         f"writes new values into the same inputs, compares a stale output. Compute on "
                                         f"every call (cache configurations or prepared weights, not outputs)",
                                   expression=text, function=function.qualname)
-
-    def _all_work_guarded(self, model: TritonModule, function: Function, guards: list[cst.If],
-                          helpers: set[str]) -> bool:
-        """Is every launch (or call of a forward-path helper) inside a cache-miss `if`?"""
-        work = [l.call for l in model.launches if l.wrapper is function]
-        for site in model.calls_in(function):
-            name = dotted(site.node.func) or ""
-            if (name[5:] if name.startswith("self.") else name) in helpers:
-                work.append(site.node)
-        bodies = {id(g.body) for g in guards}
-        return bool(guards) and bool(work) and all(any(id(a) in bodies for a in model.ancestors(w)) for w in work)
-
-
-def _producing(model: TritonModule, path: list[Function], launching: set[int]) -> set[int]:
-    """Forward-path functions that return outputs: `forward`, launchers, and callers of launchers."""
-    producing = {id(f.node) for f in path if f.name in ("forward", "__call__")} | launching
-    names = {f.name: f for f in path}
-    changed = True
-    while changed:
-        changed = False
-        for function in path:
-            if id(function.node) in producing:
-                continue
-            for site in model.calls_in(function):
-                name = dotted(site.node.func) or ""
-                callee = names.get(name[5:] if name.startswith("self.") else name)
-                if callee is not None and id(callee.node) in producing and callee.name not in ("forward", "__call__"):
-                    producing.add(id(function.node))
-                    changed = True
-                    break
-    return producing
-
-
-def _stores(model: TritonModule, path: list[Function]) -> set[tuple[str | None, str]]:
-    """State written by the forward path and kept across calls: (class, attr) for `self.attr`,
-    (None, name) for a module global."""
-    stores: set[tuple[str | None, str]] = set()
-    for function in path:
-        declared = {n.name.value for node in body_nodes(function.node) if isinstance(node, cst.Global)
-                    for n in node.names}
-        locals_ = {d.name for d in model.flow(function).defs}
-        targets: list[tuple[cst.BaseExpression, bool]] = []   # (holder, written through a key)
-        for node in body_nodes(function.node):
-            if isinstance(node, cst.Assign):
-                targets += [h for t in node.targets for h in _holders(t.target)]
-            elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
-                targets += _holders(node.target)
-            elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
-                    and node.func.attr.value in STORE_METHODS:
-                targets.append((node.func.value, True))
-        for held, keyed in targets:
-            name = dotted(held) or ""
-            if name.startswith("self.") and name.count(".") == 1:
-                stores.add((function.class_name, name[5:]))
-            elif isinstance(held, cst.Name) and (name in declared or (keyed and name not in locals_)):
-                stores.add((None, name))
-    return stores
-
-
-def _holders(target: cst.BaseExpression) -> list[tuple[cst.BaseExpression, bool]]:
-    """What an assignment target writes: (the held object, whether through a key)."""
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [h for e in target.elements for h in _holders(e.value)]
-    if isinstance(target, cst.StarredElement):
-        return _holders(target.value)
-    return [(target.value, True)] if isinstance(target, cst.Subscript) else [(target, False)]
-
-
-def _is_global_store(model: TritonModule, function: Function, name: str,
-                     stores: set[tuple[str | None, str]]) -> bool:
-    if (None, name) not in stores:
-        return False
-    declared = any(isinstance(n, cst.Global) and any(a.name.value == name for a in n.names)
-                   for n in body_nodes(function.node))
-    return declared or name not in model.flow(function).by_name
-
-
-def _holds_store(model: TritonModule, function: Function, expr: cst.BaseExpression,
-                 stores: set[tuple[str | None, str]], seen: frozenset[str] = frozenset()) -> bool:
-    """Is `expr` the stored value itself (`self._cache`, `_CACHE[key]`, `hit.clone()` of one),
-    rather than something computed from it?"""
-    while True:
-        name = dotted(expr) or ""
-        if name.startswith("self.") and name.count(".") == 1:
-            return (function.class_name, name[5:]) in stores
-        if isinstance(expr, cst.Subscript):
-            expr = expr.value
-        elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
-            expr = expr.func.value
-        elif isinstance(expr, cst.Attribute):
-            expr = expr.value
-        else:
-            break
-    if not isinstance(expr, cst.Name) or expr.value in seen:
-        return False
-    if _is_global_store(model, function, expr.value, stores):
-        return True
-    return any(d.value is not None and _holds_store(model, function, d.value, stores, seen | {expr.value})
-               for d in model.flow(function).defs_of(expr.value))
-
-
-def _reads_store(model: TritonModule, function: Function, expr: cst.CSTNode,
-                 stores: set[tuple[str | None, str]], seen: frozenset[str] = frozenset()) -> bool:
-    locals_ = model.flow(function).by_name
-    for node in walk(expr):
-        name = dotted(node) if isinstance(node, (cst.Attribute, cst.Name)) else None
-        if name is None:
-            continue
-        if name.startswith("self.") and name.count(".") == 1 and (function.class_name, name[5:]) in stores:
-            return True
-        if "." in name or name in seen:
-            continue
-        if _is_global_store(model, function, name, stores):
-            return True
-        for d in locals_.get(name, ()):
-            if d.value is not None and _reads_store(model, function, d.value, stores, seen | {name}):
-                return True
-    return False

@@ -8,7 +8,8 @@ import libcst as cst
 
 from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.triton.calls import bind_call_args, int_literal, keyword, string_literal
-from kanalyze.analyzer.triton.dtypes import INTEGERS, cast_target, resolve_dtypes
+from kanalyze.analyzer.triton.dtypes import INTEGERS, DtypeFlow, cast_target, describe, resolve_dtypes
+from kanalyze.analyzer.triton.dtypes import UNKNOWN as UNKNOWN_DTYPE
 from kanalyze.analyzer.triton.entities import Function, JitFunction
 from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.rules.base import Report, Rule, expr_text, source
@@ -52,9 +53,11 @@ class FloatAtomicOrder(Rule):
     followed back to its call sites.  Where the value comes from `tl.load` and
     its dtype is not visible, the finding says so and the gate decides.  Not
     flagged: integer counters (`tl.atomic_add(count_ptr, 1)`, `.to(tl.int32)`,
-    int `tl.zeros` / `tl.full`), `tl.atomic_max` / `tl.atomic_min` (exact in any
-    order), and adds whose address is `pid * BLOCK + tl.arange(...)` over every
-    program axis (each element gets one add per launch).
+    int `tl.zeros` / `tl.full`), adds into a tensor the wrapper allocates with an
+    integer dtype (`torch.zeros(..., dtype=torch.int32)`: the value is converted
+    to it), `tl.atomic_max` / `tl.atomic_min` (exact in any order), and adds
+    whose address is `pid * BLOCK + tl.arange(...)` over every program axis
+    (each element gets one add per launch).
 
     ## Why is this bad
     Float addition is not associative: the sum depends on the order the atomics
@@ -103,6 +106,22 @@ class FloatAtomicOrder(Rule):
             tl.atomic_max(amax_ptr, tl.abs(x), mask=cols < N)   # max: exact in any order
             tl.atomic_add(sum_ptr + cols, x, mask=cols < N)     # one add per element
         """),
+        source("""
+        import torch
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def count_kernel(len_ptr, total_ptr, N, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            lens = tl.load(len_ptr + offs, mask=offs < N, other=0)
+            tl.atomic_add(total_ptr, tl.sum(lens, axis=0))   # into an int32 tensor: exact
+
+        def count(lens):
+            total = torch.zeros((1,), device=lens.device, dtype=torch.int32)
+            count_kernel[(triton.cdiv(lens.numel(), 256),)](lens, total, lens.numel(), BLOCK=256)
+            return total
+        """),
     ]
     INVALID = [
         source("""
@@ -133,6 +152,7 @@ class FloatAtomicOrder(Rule):
 
     def check(self, model: TritonModule) -> Iterator[Report]:
         kinds = _Kinds(model)
+        flow = DtypeFlow(model)
         for site in model.calls:
             jit = model.jit.get(site.function.name) if site.function is not None else None
             if jit is None or jit.function is not site.function:
@@ -145,17 +165,26 @@ class FloatAtomicOrder(Rule):
                 continue  # an integer counter, or nothing visible: stay silent
             if pointer is not None and _one_program_per_address(model, jit, pointer):
                 continue  # each element gets one add per launch: no order to depend on
-            yield self._report(model, jit, site.node, value, kind, why)
+            target = flow.pointer_element(jit.function, pointer) if pointer is not None else frozenset({UNKNOWN_DTYPE})
+            if UNKNOWN_DTYPE not in target and target <= INTEGERS:
+                continue  # the add is converted to the tensor's integer type: exact in any order
+            into = describe(target) if UNKNOWN_DTYPE not in target else None
+            yield self._report(model, jit, site.node, value, kind, why, into)
 
     def _report(self, model: TritonModule, jit: JitFunction, call: cst.Call, value: cst.BaseExpression,
-                kind: int, why: str) -> Report:
+                kind: int, why: str, into: str | None = None) -> Report:
         text = expr_text(model, call)
         if kind == FLOAT:
             what = f"float values (from `{why}`)"
+        elif into is not None:
+            what = f"values derived from loaded data (`{why}`) into a {into} tensor"
+            kind = FLOAT
         else:
             what = f"values derived from loaded data (`{why}`; their dtype is not visible here, float if the tensor is)"
         evidence = {"expression": text, "value": expr_text(model, value), "value_kind": KIND_NAMES[kind],
                     "source": why}
+        if into is not None:
+            evidence["target_dtype"] = into
         sem = keyword(call, "sem")
         if isinstance(sem, cst.SimpleString):
             evidence["sem"] = string_literal(sem) or sem.value

@@ -8,14 +8,16 @@ import libcst as cst
 
 from kanalyze.analyzer.names import dotted
 from kanalyze.analyzer.triton.calls import calls_within, keyword, string_literal
-from kanalyze.analyzer.triton.dtypes import LOW_PRECISION_FLOATS, cast_operand, cast_target, literal_dtype, resolve_dtypes
+from kanalyze.analyzer.triton.dtype_flow import DtypeFlow
+from kanalyze.analyzer.triton.dtype_names import (LOW_PRECISION_FLOATS, UNKNOWN, cast_operand, cast_target, describe,
+                                                  literal_dtype)
 from kanalyze.analyzer.triton.entities import JitFunction
 from kanalyze.analyzer.triton.model import TritonModule
+from kanalyze.analyzer.triton.narrowing import (bitcast, follows_tensor_dtype, is_loaded_or_fp32, matches_dot_partner,
+                                                only_stored, under_dtype_test)
 from kanalyze.rules.base import Report, Rule, expr_text, source
 
 DOT = "triton.language.dot"
-LOAD = "triton.language.load"
-STORE = "triton.language.store"
 TF32_SWITCHES = {
     "torch.backends.cuda.matmul.allow_tf32",
     "torch.backends.cudnn.allow_tf32",
@@ -36,6 +38,20 @@ class PrecisionDowngrade(Rule):
     `.half()` in the wrapper), and switching TF32 on for the whole process
     (`torch.backends.cuda.matmul.allow_tf32 = True`,
     `torch.set_float32_matmul_precision("high")`).
+
+    The dtype of an operand is read from the source: a cast's target (a
+    constexpr is followed to the wrapper's launch value), `x.to(y.dtype)`, and
+    for `tl.load` the element type of the tensor the wrapper passes
+    (`torch.zeros(..., dtype=torch.int8)`, `.half()`, `torch.empty(n)` is
+    float32).  Triton requires both operands of a dot to have one dtype, so one
+    known operand tells the other's.  Dots on fp16, bf16, fp8, int8 or fp64
+    operands are not flagged (they have no TF32).  Where no operand's dtype is
+    visible (both come from tensors handed in by a caller) the message says so
+    and the finding's evidence carries `"dtype_known": false`.  A narrowing
+    whose target follows an input's dtype (`x.to(y.dtype)`, a constexpr the
+    wrapper sets from `q.dtype`), a bitcast, a cast whose value is only
+    stored, and a host `.to(torch.bfloat16)` taken only when an input is bf16
+    are not flagged.
 
     ## Why is this bad
     Triton's default for `tl.dot` on fp32 operands is TF32, which keeps 10 bits
@@ -81,6 +97,26 @@ class PrecisionDowngrade(Rule):
             acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
             acc += a
             tl.store(c_ptr + offs[:, None] * BLOCK + offs[None, :], acc.to(tl.float16))
+        """),
+        source("""
+        import torch
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def k(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK)
+            a = tl.load(a_ptr + offs[:, None] * BLOCK + offs[None, :])
+            b = tl.load(b_ptr + offs[:, None] * BLOCK + offs[None, :])
+            c = tl.dot(a, b)            # int8 operands: an integer product, no TF32
+            tl.store(c_ptr + offs[:, None] * BLOCK + offs[None, :], c)
+
+        def int8_mm(n, device):
+            a = torch.zeros((n, n), device=device, dtype=torch.int8)
+            b = torch.zeros((n, n), device=device, dtype=torch.int8)
+            c = torch.empty((n, n), device=device, dtype=torch.int32)
+            k[(1,)](a, b, c, BLOCK=n)
+            return c
         """),
     ]
     INVALID = [
@@ -130,82 +166,81 @@ class PrecisionDowngrade(Rule):
                                         f"use `input_precision=\"ieee\"` to match an IEEE fp32 reference",
                                   kernel=jit.name, expression=text, precision="tf32")
             return
-        operand_types = [self._operand_dtype(model, jit, keyword(call, n, i)) for i, n in enumerate(("input", "other"))]
-        if any(t in LOW_PRECISION_FLOATS or t == "int8" for t in operand_types):
-            return  # TF32 only applies to fp32 operands
-        what = "float32 operands" if "float32" in operand_types else "operands of unknown dtype (float32 in most references)"
+        operands = [keyword(call, n, i) for i, n in enumerate(("input", "other"))]
+        flow = self._flow(model)
+        types = [flow.value(jit.function, o) if o is not None else frozenset({UNKNOWN}) for o in operands]
+        dtypes = _dot_dtypes(types)
+        if "float32" not in dtypes and UNKNOWN not in dtypes:
+            return  # TF32 only applies to fp32 operands: fp16, bf16, fp8, int8, fp64 have no TF32
+        known = UNKNOWN not in dtypes
+        evidence = dict(kernel=jit.name, expression=text, precision="tf32 (default)",
+                        operand_dtypes=[describe(dtypes)] * 2 if known else [describe(t) for t in types],
+                        dtype_known=known)
+        if known:
+            what = "float32 operands" if dtypes == {"float32"} else \
+                f"operands that are float32 in some launches ({describe(dtypes)})"
+            yield self.report(call, f"`{text}` on {what} runs in TF32 by default (10-bit mantissa, ~1e-3 "
+                                    f"relative error); pass `input_precision=\"ieee\"` to match an IEEE fp32 "
+                                    f"reference", **evidence)
+            return
         yield self.report(
             call,
-            f"`{text}` on {what} runs in TF32 by default (10-bit mantissa, ~1e-3 relative error); "
-            f"pass `input_precision=\"ieee\"` to match an IEEE fp32 reference",
-            kernel=jit.name, expression=text, precision="tf32 (default)",
-            operand_dtypes=[t or "unknown" for t in operand_types],
+            f"`{text}` on operands whose dtype this file does not show: if they are float32, the product "
+            f"runs in TF32 by default (10-bit mantissa, ~1e-3 relative error); pass "
+            f"`input_precision=\"ieee\"` to match an IEEE fp32 reference",
+            **evidence,
         )
 
-    def _operand_dtype(self, model: TritonModule, jit: JitFunction, operand: cst.BaseExpression | None) -> str | None:
-        """The dtype an operand is cast to or created with, where the kernel says."""
-        if operand is None:
-            return None
-        found: set[str] = set()
-        for _, expr in model.sources(jit, operand):
-            for call, name in calls_within(model, expr):
-                target = cast_target(model, call)
-                if target is not None:
-                    found |= resolve_dtypes(model, jit, target)
-                elif name in ("triton.language.zeros", "triton.language.full"):
-                    found |= resolve_dtypes(model, jit, keyword(call, "dtype", 1 if name.endswith("zeros") else 2))
-        if len(found) == 1:
-            return found.pop()
-        return None
+    def _flow(self, model: TritonModule) -> DtypeFlow:
+        if getattr(self, "_flow_model", None) is not model:
+            self._flow_model, self._flow_cache = model, DtypeFlow(model)
+        return self._flow_cache
 
     # -- downcasts ----------------------------------------------------------
 
     def _check_kernel_downcast(self, model: TritonModule, jit: JitFunction, call: cst.Call) -> Iterator[Report]:
         target = cast_target(model, call)
-        if target is None:
-            return
-        dtypes = resolve_dtypes(model, jit, target)
-        if not dtypes & LOW_PRECISION_FLOATS:
-            return
+        if target is None or bitcast(call):
+            return  # `x.to(tl.float8e5, bitcast=True)` reinterprets bits: nothing is rounded
+        flow = self._flow(model)
+        dtypes = flow.named(jit.function, target)
+        narrow_to = dtypes & LOW_PRECISION_FLOATS
+        if not narrow_to or follows_tensor_dtype(model, jit.function, target):
+            return  # `x.to(y.dtype)`, a constexpr the wrapper picks from the input's dtype: the problem's own dtype
         operand = cast_operand(call)
-        if operand is None or not self._is_loaded_or_fp32(model, jit, operand):
+        if operand is None:
             return
-        if self._only_stored(model, call):
+        values = flow.value(jit.function, operand)
+        known = UNKNOWN not in values
+        if known and not values & {"float32", "float64"}:
+            return  # already half precision, or an integer converted: no float32 value is rounded
+        if not known and not is_loaded_or_fp32(model, jit, operand):
+            return
+        if only_stored(model, call, self._reachings(model)):
             return  # narrowing the final result to the output's dtype is the wrapper's contract
+        if matches_dot_partner(model, flow, jit, call, narrow_to):
+            return  # the other operand of the product is visibly that dtype: the problem's data is
+        if len(narrow_to) == 1 and under_dtype_test(model, call, next(iter(narrow_to))):
+            return  # `if fp8_v: p = p.to(tl.float8e5)` with `fp8_v = V.dtype.element_ty == tl.float8e5`
         text = expr_text(model, call)
-        narrow = sorted(dtypes & LOW_PRECISION_FLOATS)[0]
-        yield self.report(
-            call,
-            f"`{text}` narrows a value to {narrow} before computing with it; on float32 data this "
-            f"loses 13+ bits of mantissa. Compute in float32 and cast only the stored result",
-            kernel=jit.name, expression=text, to_dtype=narrow,
-        )
+        narrow = sorted(narrow_to)[0]
+        if known:
+            message = (f"`{text}` narrows a {describe(values & {'float32', 'float64'})} value to {narrow} before "
+                       f"computing with it, losing 13+ bits of mantissa. Compute in float32 and cast only the "
+                       f"stored result")
+        else:
+            message = (f"`{text}` converts a value whose dtype this file does not show to {narrow} before "
+                       f"computing with it; if it is float32 data this loses 13+ bits of mantissa. Compute in "
+                       f"float32 and cast only the stored result")
+        yield self.report(call, message, kernel=jit.name, expression=text, to_dtype=narrow,
+                          from_dtype=describe(values), dtype_known=known)
 
-    def _is_loaded_or_fp32(self, model: TritonModule, jit: JitFunction, operand: cst.BaseExpression) -> bool:
-        for _, expr in model.sources(jit, operand):
-            for call, name in calls_within(model, expr):
-                if name in (LOAD, DOT, "triton.language.sum"):
-                    return True
-                if name in ("triton.language.zeros", "triton.language.full") and \
-                        resolve_dtypes(model, jit, keyword(call, "dtype", 1)) == {"float32"}:
-                    return True
-        return False
-
-    def _only_stored(self, model: TritonModule, cast: cst.Call) -> bool:
-        """Is the cast's value only ever written out (`tl.store(p, x.to(...))`)?"""
-        parent = model.parent(cast)
-        if isinstance(parent, cst.Arg):
-            call = model.parent(parent)
-            return isinstance(call, cst.Call) and model.call_name(call) == STORE
-        if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
-            function = model.function_of(cast)
-            if function is None:
-                return False
-            name = parent.targets[0].target.value
-            uses = [c for c in model.calls_in(function) if name in _arg_names(c.node)]
-            return bool(uses) and all(c.qualname == STORE for c in uses) and \
-                not any(name in d.reads for d in model.flow(function).defs)
-        return False
+    def _reachings(self, model: TritonModule) -> dict:
+        """`only_stored`'s cache of `Reaching`s, one per model."""
+        cache = getattr(self, "_reaching_cache", None)
+        if cache is None or cache[0] is not model:
+            cache = self._reaching_cache = (model, {})
+        return cache[1]
 
     # -- host code ----------------------------------------------------------
 
@@ -238,6 +273,12 @@ class PrecisionDowngrade(Rule):
                 narrow = dtype
             else:
                 continue
+            receiver = func.value
+            held = self._flow(model).host_tensor(site.function, receiver)
+            if UNKNOWN not in held and not held & {"float32", "float64"}:
+                continue  # already half precision (or an integer tensor converted): nothing is rounded
+            if under_dtype_test(model, site.node, narrow):
+                continue  # `x.to(torch.bfloat16) if inp.dtype is torch.bfloat16 else x`: the problem is bf16 there
             text = expr_text(model, site.node)
             yield self.report(site.node, f"`{text}` narrows a tensor to {narrow} in `{site.function.qualname}`; "
                                          f"an fp32 problem must be computed in fp32",
@@ -260,7 +301,14 @@ def resolve_dtypes_or_strings(model: TritonModule, jit: JitFunction, expr: cst.B
     return values
 
 
-def _arg_names(call: cst.Call) -> set[str]:
-    return {a.value.value for a in call.args if isinstance(a.value, cst.Name)}
-
-
+def _dot_dtypes(types: list[frozenset[str]]) -> frozenset[str]:
+    """The dtypes a `tl.dot` multiplies in.  Triton requires both operands to have one
+    dtype (fp8 pairs excepted), so an operand whose dtype is known tells the other's."""
+    a, b = types
+    if UNKNOWN not in a and UNKNOWN not in b:
+        return (a & b) or (a | b)
+    if UNKNOWN not in a:
+        return a
+    if UNKNOWN not in b:
+        return b
+    return a | b

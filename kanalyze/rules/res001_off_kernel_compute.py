@@ -9,11 +9,12 @@ import libcst as cst
 from kanalyze.analyzer.cstwalk import body_nodes
 from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.names import dotted
-from kanalyze.analyzer.triton.calls import string_literal
+from kanalyze.analyzer.triton.calls import keyword, string_literal
 from kanalyze.analyzer.triton.entities import Function, REFERENCE_CLASS, REFERENCE_FUNCTION
 from kanalyze.analyzer.triton.host import candidate_functions
 from kanalyze.analyzer.triton.host_compute import host_trips, module_attrs
 from kanalyze.analyzer.triton.model import TritonModule
+from kanalyze.analyzer.triton.pointers import pointer_bases
 from kanalyze.rules.base import Report, Rule, expr_text, source
 
 # PyTorch ops that are the computation itself, whatever their operands.
@@ -34,6 +35,8 @@ LAYOUT_METHODS = set("contiguous view reshape permute transpose t to float half 
                      "unsqueeze squeeze expand expand_as view_as reshape_as clone detach narrow select cuda "
                      "movedim as_strided chunk split unbind type".split())
 LAYOUT_ATTRS = {"T", "mT", "H", "mH", "data", "real", "imag"}
+BLOCK_POINTERS = {"triton.language.make_block_ptr", "triton.language.make_tensor_descriptor"}
+MEMORY_CALLS = {"triton.language.load", "triton.language.store"} | BLOCK_POINTERS
 
 
 class OffKernelCompute(Rule):
@@ -48,7 +51,9 @@ class OffKernelCompute(Rule):
     `.item()`, `.tolist()`, `.to("cpu")`), PyTorch doing the computation
     (`torch.matmul`, `@`, `F.*`, `torch.softmax`, `torch.sum` of an input,
     `self.conv(x)` for an `nn.Conv2d` layer), `try`/`except` handlers that fall
-    back to PyTorch, and jit kernels that nothing launches. Allocation, layout and
+    back to PyTorch, and jit kernels that nothing launches (a jit function that
+    other jit functions call, that returns a value, or that has no pointer
+    parameter is a device function, not a kernel: it is not reported). Allocation, layout and
     metadata (`torch.empty_like`, `.contiguous()`, `x.shape[0]`, `triton.cdiv`)
     are not flagged.
 
@@ -85,6 +90,10 @@ class OffKernelCompute(Rule):
         @triton.jit
         def _scale(x):
             return x * 2.0
+
+        @triton.jit
+        def _next_multiple_of(a, b):    # a device function nothing calls yet: not a dead kernel
+            return tl.cdiv(a, b) * b
 
         @triton.jit
         def double_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
@@ -148,7 +157,8 @@ class OffKernelCompute(Rule):
         on_path = {id(f.node) for f in path}
         launches = [l for l in model.launches if l.wrapper is not None and id(l.wrapper.node) in on_path]
         # With nothing launched, point at a kernel the file defines (not a helper another jit calls).
-        unlaunched = [j.name for j in model.jit.values() if not j.called_from and j.name == j.function.name]
+        kernels = _kernel_names(model)
+        unlaunched = [j.name for j in model.jit.values() if j.name == j.function.name and j.name in kernels]
         tensors, layers = module_attrs(model)
         computing = {id(f.node): list(self.torch_compute(model, f, tensors, layers)) for f in path}
         for function in path:
@@ -182,7 +192,7 @@ class OffKernelCompute(Rule):
                                         f"on every call; keep the data on the GPU (sizes come from `.shape`)",
                                   expression=text, function=function.qualname, method=call.func.attr.value)
         if path and model.jit:
-            yield from self._dead_kernels(model, launches)
+            yield from self._dead_kernels(model, launches, kernels)
 
     # -- PyTorch doing the work ---------------------------------------------
 
@@ -227,17 +237,17 @@ class OffKernelCompute(Rule):
 
     # -- kernels nothing launches -------------------------------------------
 
-    def _dead_kernels(self, model: TritonModule, launches: list) -> Iterator[Report]:
+    def _dead_kernels(self, model: TritonModule, launches: list, kernels: set[str]) -> Iterator[Report]:
         used = _used_jit_names(model)
         for jit in {id(j): j for j in model.jit.values()}.values():
-            if jit.name in used:
-                continue
+            if jit.name in used or jit.name not in kernels:
+                continue  # used, or a device function (`@triton.jit def _gelu(x)`) that no grid launches
             if launches:
                 tail = (f"`{launches[0].wrapper.qualname}` launches `{launches[0].kernel.name}` instead; "
                         f"launch it or delete it")
             else:
                 tail = "the result comes from PyTorch"
-            yield self.report(jit.node.name, f"`{jit.name}` is never launched from the forward path; {tail}",
+            yield self.report(jit.node.name, f"`{jit.name}` is never launched from this file's forward path; {tail}",
                               kernel=jit.name, launched=sorted({l.kernel.name for l in launches}))
 
 
@@ -276,6 +286,24 @@ def _from_input(model: TritonModule, function: Function, expr: cst.BaseExpressio
     return False
 
 
+def _kernel_names(model: TritonModule) -> set[str]:
+    """The jit functions that can be kernels.  One that other jit functions call, one that
+    returns a value, or one with no parameter used as a pointer (by a load, a store, an
+    atomic or a block pointer) is a device function: nothing launches it with a grid, and
+    it is not dead when no grid does."""
+    pointers: set[str] = set()
+    cache: dict = {}
+    jits = {id(j): j for j in model.jit.values()}.values()
+    for jit in jits:
+        for site in model.calls_in(jit):
+            name = site.qualname or ""
+            if name in MEMORY_CALLS or name.startswith("triton.language.atomic_"):
+                base = keyword(site.node, "base", 0) if name in BLOCK_POINTERS else keyword(site.node, "pointer", 0)
+                pointers |= {kernel for kernel, _ in pointer_bases(model, jit, base, cache=cache)}
+    return {j.name for j in jits if not j.called_from and j.name in pointers
+            and not any(isinstance(n, cst.Return) and n.value is not None for n in walk(j.node.body))}
+
+
 def _used_jit_names(model: TritonModule) -> set[str]:
     """Jit functions referenced by live code: host code (not tests, references or a `__main__`
     block), module-level code, `__all__`, or a jit function that is itself used (helpers).
@@ -299,7 +327,7 @@ def _used_jit_names(model: TritonModule) -> set[str]:
         if holder is not None and holder.function is function:
             edges.setdefault(holder.name, set()).add(target)
         elif function is not None:
-            if not (REFERENCE_FUNCTION.match(function.name) or REFERENCE_CLASS.match(function.class_name or "")):
+            if not _reference(model, function):
                 used.add(target)
         elif not any(_is_main_guard(a) for a in model.ancestors(node)):
             used.add(target)
@@ -310,6 +338,15 @@ def _used_jit_names(model: TritonModule) -> set[str]:
                 used.add(callee)
                 frontier.append(callee)
     return used
+
+
+def _reference(model: TritonModule, function: Function) -> bool:
+    """A reference or test function (`ref_*`, `torch_*`, `class Model`), and not a helper nested
+    in the candidate's own code (`def torch_rotary(...)` inside a wrapper is the wrapper's)."""
+    if not (REFERENCE_FUNCTION.match(function.name) or REFERENCE_CLASS.match(function.class_name or "")):
+        return False
+    enclosing = model.function_of(function.node)
+    return enclosing is None or _reference(model, enclosing)
 
 
 def _is_main_guard(node: cst.CSTNode) -> bool:

@@ -6,18 +6,25 @@
   calls.py          a call's arguments: binding to parameters, `keyword`, literals
   dataflow.py       def-use graph per function (networkx)
   reaching.py       ordered reaching definitions
-  dtypes.py         which dtype an expression names
+  dtypes.py         the dtype facts below in one import
+  dtype_names.py    which dtype an expression names (`tl.float16`, a constexpr, a cast's target)
+  dtype_promotion.py the result dtype of Triton arithmetic and `tl` functions
+  dtype_flow.py     DtypeFlow: the dtype of a kernel value, a pointer's elements, a host tensor
+  host_dtypes.py    the dtype of a torch tensor in host code (factories, casts, views)
+  narrowing.py      when a cast to fp16/bf16/fp8 is a precision downgrade (PRC001)
   pointers.py       which kernel parameter a pointer expression writes through
   host.py           the host side: reference vs candidate functions, wrappers
   host_compute.py   where a forward path's work happens (torch ops, fallbacks)
-  destinations.py   which tensors a host function writes by contract (out=, in-place APIs), which it reads
   host_sizes.py     host sizes in order: whose size a value is, exact grid divisions
+  destinations.py   which tensors a host function writes by contract (out=, in-place APIs), which it reads
   shapes.py         constant sizes, shape-derived values
   grids.py          a launch's grid as arithmetic
   early_exits.py    a kernel's early returns: which programs skip their stores
   shape_asserts.py  conditions that pin a shape
   access_offsets.py the offsets of a load or store
   nan_tests.py      NaN / ±Inf tests and metadata-only reads
+  patches.py        assignments that replace a library function, and restores of it
+  cached_results.py results stored by one forward call and returned by a later one
 
 Rules read these facts; they never parse anything themselves.
 """

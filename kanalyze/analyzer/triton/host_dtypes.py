@@ -1,0 +1,87 @@
+"""What dtype does a torch tensor have in host code?
+
+`torch.zeros(..., dtype=torch.int32)` has its `dtype=`, `torch.empty(n)` the
+default float32, `torch.empty_like(x)` and `x.view(...)` x's dtype, `.half()` and
+`.to(torch.bfloat16)` their target; `.to("cuda")` keeps the dtype.  A tensor
+handed in by a caller is UNKNOWN.  Used through `DtypeFlow.host_tensor`
+(dtype_flow.py), which also follows a kernel pointer to the tensor a launch passes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from kanalyze.analyzer.triton.dtype_names import UNKNOWN
+from kanalyze.analyzer.triton.entities import Function
+
+if TYPE_CHECKING:
+    from kanalyze.analyzer.triton.dtype_flow import DtypeFlow
+
+
+TORCH_DEFAULT_FLOAT = {"torch.empty", "torch.zeros", "torch.ones", "torch.rand", "torch.randn", "torch.empty_strided"}
+TORCH_CREATE = TORCH_DEFAULT_FLOAT | {"torch.full", "torch.arange", "torch.tensor", "torch.as_tensor",
+                                      "torch.randint", "torch.linspace"}
+TORCH_LIKE = {f"torch.{n}_like" for n in ("empty", "zeros", "ones", "full", "rand", "randn", "randint")}
+HOST_CASTS = {"half": "float16", "float": "float32", "double": "float64", "bfloat16": "bfloat16",
+              "int": "int32", "long": "int64", "short": "int16", "char": "int8", "byte": "uint8", "bool": "bool"}
+HOST_SAME = set("contiguous view reshape permute transpose t flatten unflatten unsqueeze squeeze expand expand_as "
+                "view_as reshape_as clone detach narrow select cuda movedim as_strided chunk split unbind "
+                "zero_ fill_ copy_ requires_grad_ pin_memory".split())
+HOST_NEW = {"new_empty", "new_zeros", "new_ones", "new_full", "new_empty_strided"}
+
+
+def host_tensor_dtypes(flow: DtypeFlow, func: Function | None, expr: cst.BaseExpression, depth: int) -> set[str]:
+    """The dtypes of the torch tensor `expr` in host function `func`, one step: what it
+    refers to (a tensor, a `dtype=` argument) is asked of `flow` again, so that its memo
+    and cycle guard see every step (`DtypeFlow.host_tensor` is the entry)."""
+    model = flow.model
+    if isinstance(expr, cst.Name):
+        if func is None:
+            return {UNKNOWN}
+        found: set[str] = set()
+        for d in model.flow(func).defs_of(expr.value) or ():
+            value = flow.unpacked(d, d.value) if d.value is not None and d.kind in ("assign", "walrus") else None
+            found |= flow.host_tensor(func, value, depth - 1) if value is not None else {UNKNOWN}
+        return found or {UNKNOWN}
+    if isinstance(expr, cst.Subscript):
+        return set(flow.host_tensor(func, expr.value, depth - 1))
+    if isinstance(expr, cst.Attribute):
+        if expr.attr.value in ("T", "mT", "data", "H", "mH"):
+            return set(flow.host_tensor(func, expr.value, depth - 1))
+        return {UNKNOWN}
+    if isinstance(expr, cst.IfExp):
+        return set(flow.host_tensor(func, expr.body, depth - 1) | flow.host_tensor(func, expr.orelse, depth - 1))
+    if not isinstance(expr, cst.Call):
+        return {UNKNOWN}
+    name = model.call_name(expr) or ""
+    dtype_arg = next((a.value for a in expr.args if a.keyword is not None and a.keyword.value == "dtype"), None)
+    if name in TORCH_CREATE or name in TORCH_LIKE:
+        if dtype_arg is not None:
+            return set(flow.named(func, dtype_arg, depth - 1))
+        if name in TORCH_LIKE and expr.args:
+            return set(flow.host_tensor(func, expr.args[0].value, depth - 1))
+        return {"float32"} if name in TORCH_DEFAULT_FLOAT else {UNKNOWN}
+    func_node = expr.func
+    if not isinstance(func_node, cst.Attribute):
+        return {UNKNOWN}
+    method, receiver = func_node.attr.value, func_node.value
+    if method in HOST_CASTS and not expr.args:
+        return {HOST_CASTS[method]}
+    if method in ("to", "type"):
+        candidates = [dtype_arg] if dtype_arg is not None else \
+            [a.value for a in expr.args if a.keyword is None]
+        for candidate in candidates:
+            if isinstance(candidate, cst.SimpleString) or (
+                    isinstance(candidate, cst.Attribute) and candidate.attr.value == "device") or (
+                    isinstance(candidate, cst.Name) and "device" in candidate.value.lower()):
+                continue  # `.to("cuda")`, `.to(x.device)`: the dtype stays
+            return set(flow.named(func, candidate, depth - 1))
+        return set(flow.host_tensor(func, receiver, depth - 1))
+    if method in HOST_NEW:
+        return set(flow.named(func, dtype_arg, depth - 1)) if dtype_arg is not None \
+            else set(flow.host_tensor(func, receiver, depth - 1))
+    if method in HOST_SAME:
+        return set(flow.host_tensor(func, receiver, depth - 1))
+    return {UNKNOWN}
