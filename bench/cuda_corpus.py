@@ -238,16 +238,17 @@ class ModelNew(nn.Module):
 '''
 
 
-def solution(rng: random.Random, index: int) -> tuple[str, str]:
-    """(suffix, text) of one generated solution."""
-    family = rng.choice(sorted(KERNELS))
+def solution(rng: random.Random, index: int, family: str | None = None, expr: str | None = None,
+             suffix: str | None = None) -> tuple[str, str]:
+    """(suffix, text) of one generated solution; `family`, `expr` and `suffix` fix what is otherwise drawn."""
+    family = family or rng.choice(sorted(KERNELS))
     name = f"{family}_{index}"
     kernel = KERNELS[family].format(name=name, upper=name.upper(), block=rng.choice([128, 256, 512]),
-                                    tile=rng.choice([16, 32]), expr=rng.choice(EXPRESSIONS),
+                                    tile=rng.choice([16, 32]), expr=expr or rng.choice(EXPRESSIONS),
                                     const=rng.choice(["1.0", "0.5", "2.0"]))
     signature = re.search(r"torch::Tensor \w+_cuda\([^)]*\)", kernel).group(0)
     params = re.findall(r"(?:torch::Tensor|double) (\w+)", signature.split("(", 1)[1])
-    if rng.random() < 0.4:
+    if suffix == ".cu" or (suffix is None and rng.random() < 0.4):
         return ".cu", "#include <torch/extension.h>\n#include <cuda_runtime.h>\n" + kernel
     return ".py", PYTHON.format(name=name, kernel=kernel, signature=signature, params=", ".join(params))
 

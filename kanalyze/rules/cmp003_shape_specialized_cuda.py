@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
+import libcst as cst
 import tree_sitter as ts
 
 from kanalyze.analyzer.cuda.build import read_declaration
@@ -14,6 +15,8 @@ from kanalyze.analyzer.cuda.facts import (
     COMPARISONS, expr_taint, floor_divisions, grid_strides, launches_of, shared_index_dims,
 )
 from kanalyze.analyzer.cuda.model import CudaModule
+from kanalyze.analyzer.cuda.values import walk
+from kanalyze.analyzer.names import dotted
 from kanalyze.analyzer.cuda.types import eval_int
 from kanalyze.rules.base import Report, source
 from kanalyze.rules.cmp003_shape_specialized import ShapeSpecialized
@@ -40,6 +43,16 @@ class ShapeSpecializedCuda(CudaRule, clause=ShapeSpecialized):
     that assumes `blockDim.x` is a literal (`blockIdx.x * 256 + threadIdx.x`)
     when a launch uses another block size.
 
+    Not flagged: loop counters and warp arithmetic (`for (int offset = 16;
+    offset > 0; offset /= 2) __shfl_down_sync(...)` is not a size), a
+    constant the code routes on (`if (k == 4) specialised<<<...>>> else
+    general<<<...>>>` in the host code, `kernel_size == 4` in the Python file,
+    or a `TORCH_CHECK` on it whose extension call the Python file wraps in a
+    `try`), and `blockIdx.x * TILE` where each block covers TILE elements
+    (threads times items per thread) and the grid is divided by the same
+    TILE. A `TORCH_CHECK` alone is named in the message: other shapes fail
+    instead of computing.
+
     ```cuda
     int blocks = n / threads;                        // flagged: drops n % threads elements
     int blocks = (n + threads - 1) / threads;        // instead
@@ -54,6 +67,19 @@ class ShapeSpecializedCuda(CudaRule, clause=ShapeSpecialized):
             int threads = 256;
             int blocks = (n + threads - 1) / threads;
             scale<<<blocks, threads>>>(x, y, n);
+        }
+        """), source("""
+        #define THREADS 128
+        #define ITEMS 4
+        #define TILE (THREADS * ITEMS)
+        __global__ void scale(const float* x, float* y, int n) {
+            for (int k = 0; k < ITEMS; ++k) {
+                int i = blockIdx.x * TILE + k * THREADS + threadIdx.x;
+                if (i < n) y[i] = 2.0f * x[i];
+            }
+        }
+        void launch(const float* x, float* y, int n) {
+            scale<<<(n + TILE - 1) / TILE, THREADS>>>(x, y, n);
         }
         """)]
     INVALID = [source("""
@@ -109,16 +135,27 @@ class ShapeSpecializedCuda(CudaRule, clause=ShapeSpecialized):
             python = problem.get(value)
             if not SIZE_NAME.match(name) and python is None:
                 continue
+            if _varies(cuda, name, node) or _warp_arithmetic(cuda, name):
+                continue  # `for (int offset = 16; offset > 0; offset /= 2)`: a counter, not a size
             use = _size_use(cuda, name, node)
             if use is None:
                 continue
+            guard = _guard(cuda, name, value, python)
+            if guard is not None and guard[0] == "route":
+                continue  # other sizes take another path (a general kernel, PyTorch)
             matches = f", the problem's `{python} = {value}`" if python is not None else ""
+            if guard is not None:
+                consequence = (f"`{cuda.text(guard[1], 50)}` rejects every other size, so any other shape fails "
+                               f"instead of computing")
+            else:
+                consequence = "any other shape reads or writes the wrong elements"
             yield self.report_at(
                 cuda, node,
                 f"`{text}` fixes the size `{name}` at {value}{matches}, and the code uses it as a runtime size "
-                f"(`{cuda.text(use, 40)}`): any other shape reads or writes the wrong elements; take it from the "
+                f"(`{cuda.text(use, 40)}`): {consequence}; take it from the "
                 f"tensor (`x.size(0)`) and pass it to the kernel",
-                kernel=kernel_name(cuda, cuda.function_of(node)), name=name, value=value)
+                kernel=kernel_name(cuda, cuda.function_of(node)), name=name, value=value,
+                guarded=guard is not None)
 
     def _literal_bounds(self, cuda: CudaModule) -> Iterator[Report]:
         # A literal on the left starts after no letter or digit: a match begun inside a long
@@ -184,8 +221,8 @@ class ShapeSpecializedCuda(CudaRule, clause=ShapeSpecialized):
             if value is None or value < 2:
                 continue
             problem = _block_mismatch(cuda, launches, "x", value, exact=True)
-            if problem is None:
-                continue
+            if problem is None or all(_grid_per(cuda, launch, 0, value) for launch in launches):
+                continue  # each block covers `value` elements (threads × items per thread) and the grid agrees
             text = cuda.text(node, 40)
             yield self.report_at(
                 cuda, node,
@@ -236,3 +273,117 @@ def _size_use(cuda: CudaModule, name: str, declaration: ts.Node) -> ts.Node | No
                                                                  "initializer_list", "init_declarator"):
             return parent
     return None
+
+
+# -- what makes a fixed size not one ------------------------------------------------
+
+SHUFFLES = ("__shfl_sync", "__shfl_down_sync", "__shfl_up_sync", "__shfl_xor_sync", "__shfl_down", "__shfl_up",
+            "__shfl_xor", "__shfl")
+CHECKS = ("TORCH_CHECK", "assert", "AT_ASSERT", "AT_ASSERTM", "TORCH_INTERNAL_ASSERT", "CHECK_EQ", "TORCH_CHECK_EQ")
+_EQUALITIES = ("==", "!=")
+
+
+def _varies(cuda: CudaModule, name: str, declaration: ts.Node) -> bool:
+    """Is the variable assigned after its declaration (a loop counter)?  Then its
+    initial value is where an iteration starts, not a size."""
+    function = cuda.function_of(declaration)
+    return function is not None and bool(function.assignments(name))
+
+
+def _warp_arithmetic(cuda: CudaModule, name: str) -> bool:
+    """Is the constant a shuffle offset or width (`__shfl_down_sync(mask, v, offset)`)?
+    Warp arithmetic (warpSize / 2, lane masks) is tied to the warp, not to the problem."""
+    pattern = re.compile(rf"\b{re.escape(name)}\b")
+    return any(any(pattern.search(cuda.text(a)) for a in call.args[2:] or call.args[1:])
+               for call in cuda.calls_named(*SHUFFLES))
+
+
+def _guard(cuda: CudaModule, name: str, value: int, python: str | None) -> tuple[str, ts.Node] | None:
+    """A check of the runtime size against the fixed one: ("route", node) when other sizes
+    take another path (an `if` in the host code or in the Python file, a `try` around the
+    extension call in Python), ("raise", node) when they are rejected (`TORCH_CHECK`)."""
+    names = {name.lower()} | ({python.lower()} if python else set())
+    raised = None
+    for call in cuda.calls_named(*CHECKS):
+        if call.function is not None and not call.function.is_device and call.args and \
+                _compares(cuda, call.args[0], name, value):
+            raised = call.node
+            break
+    for function in cuda.functions:
+        if function.is_device or function.body is None:
+            continue
+        for statement in cuda.nodes_in(function, "if_statement"):
+            condition = statement.child_by_field_name("condition")
+            if condition is None or not _compares(cuda, condition, name, value):
+                continue
+            body = cuda.text(statement.child_by_field_name("consequence"))
+            if re.search(r"\b(?:throw|TORCH_CHECK|AT_ERROR|TORCH_INTERNAL_ASSERT)\b", body) and \
+                    statement.child_by_field_name("alternative") is None:
+                raised = raised or condition
+                continue
+            return "route", condition
+    host = cuda.host
+    if host is not None:
+        for match in re.finditer(rf"(?:\b([A-Za-z_][\w.]*)\s*[=!]=\s*{value}\b|(?<![\w.]){value}\s*[=!]=\s*"
+                                 rf"([A-Za-z_][\w.]*))", host.text):
+            compared = (match.group(1) or match.group(2)).rsplit(".", 1)[-1].lower()
+            line = host.text[host.text.rfind("\n", 0, match.start()) + 1: match.start()].strip()
+            if compared in names and not line.startswith("assert"):
+                return "route", cuda.root
+        if raised is not None and _caught(cuda):
+            return "route", raised
+    return ("raise", raised) if raised is not None else None
+
+
+def _compares(cuda: CudaModule, condition: ts.Node, name: str, value: int) -> bool:
+    """Does `condition` test a runtime value for equality with `name` (or with `value`)?"""
+    for node in walk(condition):
+        if node.type != "binary_expression" or cuda.text(node.child_by_field_name("operator")) not in _EQUALITIES:
+            continue
+        sides = [node.child_by_field_name("left"), node.child_by_field_name("right")]
+        if any(s is None for s in sides):
+            continue
+        fixed = [s.type == "identifier" and cuda.text(s) == name or
+                 s.type == "number_literal" and eval_int(cuda.text(s)) == value for s in sides]
+        literal = [s.type == "number_literal" or s.type == "identifier" and cuda.text(s) == name for s in sides]
+        if (fixed[0] and not literal[1]) or (fixed[1] and not literal[0]):
+            return True
+    return False
+
+
+def _caught(cuda: CudaModule) -> bool:
+    """Does the Python file call the extension inside a `try` (whose handler then does the work)?"""
+    host, ext = cuda.host, cuda.unit.extension
+    if host is None or ext is None or not ext.functions:
+        return False
+    for call in host.calls:
+        last = (dotted(call.node.func) or "").rsplit(".", 1)[-1]
+        if last in ext.functions and any(isinstance(a, cst.Try) for a in host.ancestors(call.node)):
+            return True
+    return False
+
+
+def _grid_per(cuda: CudaModule, launch, axis: int, value: int) -> bool:
+    """Is the launch's grid along `axis` a division by `value` (`(w + TILE - 1) / TILE`)?"""
+    grid = launch.config_at(0)
+    if grid is None:
+        return False
+    resolved = cuda.resolve(grid, launch.host)
+    if resolved is not None and resolved.type == "identifier":
+        variable = cuda.variable(cuda.text(resolved), launch.host)
+        resolved = variable.init if variable is not None else None
+    parts: list[ts.Node] = []
+    if resolved is not None and resolved.type in ("argument_list", "parameter_list", "initializer_list"):
+        parts = list(resolved.named_children)
+    elif resolved is not None and resolved.type == "call_expression" and \
+            cuda.text(resolved.child_by_field_name("function")) == "dim3":
+        args = resolved.child_by_field_name("arguments")
+        parts = list(args.named_children) if args is not None else []
+    elif resolved is not None:
+        parts = [resolved]
+    if axis >= len(parts):
+        return False
+    expr = cuda.resolve(parts[axis], launch.host)
+    if expr is None or expr.type != "binary_expression" or cuda.text(expr.child_by_field_name("operator")) != "/":
+        return False
+    return cuda.int_value(expr.child_by_field_name("right"), launch.host) == value

@@ -8,8 +8,9 @@ from typing import Iterator
 import tree_sitter as ts
 
 from kanalyze.analyzer.cuda.entities import CudaFunction
-from kanalyze.analyzer.cuda.facts import expr_taint
+from kanalyze.analyzer.cuda.facts import LOOPS, expr_taint
 from kanalyze.analyzer.cuda.model import CudaModule
+from kanalyze.analyzer.cuda.nan_paths import ANY_TYPE, FLOAT_ONLY, NAN_TEST_WORDS, NanPaths
 from kanalyze.analyzer.cuda.sources import Extension
 from kanalyze.analyzer.cuda.types import FLOATS, type_of
 from kanalyze.analyzer.cuda.values import walk
@@ -19,13 +20,10 @@ from kanalyze.rules.base import Report, source
 from kanalyze.rules.cuda_rule import CudaRule, kernel_name
 from kanalyze.rules.exc001_nonfinite_swallowed import NonFiniteSwallowed
 
-FLOAT_ONLY = {"fmaxf", "fminf", "__hmax", "__hmin", "__hmax2", "__hmin2"}
-ANY_TYPE = {"fmax", "fmin", "max", "min", "std::max", "std::min", "::max", "::min", "std::fmax", "std::fmin"}
 NAN_TESTS = re.compile(r"\b(?:isnan|isinf|__isnanf|__isinff|__isnan|__isinf|__hisnan|__hisinf|isfinite|"
                        r"std::isnan|std::isinf|std::isfinite)\s*\(")
 NAN_VALUES = re.compile(r"\b(?:NAN|NAN_F|CUDART_NAN_F|CUDART_NAN|nanf?|__int_as_float\s*\(\s*0x7fc00000|"
                         r"std::numeric_limits<\w+>::quiet_NaN|INFINITY|CUDART_INF_F)\b")
-NAN_TEST_WORDS = ["isnan", "isinf", "isfinite", "__isnanf", "__isinff", "__isnan", "__isinf", "__hisnan", "__hisinf"]
 FAST_MATH = {"--use_fast_math", "-use_fast_math", "-ffast-math", "--ffast-math", "-ffinite-math-only",
              "-fno-honor-nans", "-fno-honor-infinities"}
 # References whose own max/min skip NaN: fmaxf there is the same contract.
@@ -39,7 +37,12 @@ class NonFiniteSwallowedCuda(CudaRule, clause=NonFiniteSwallowed):
     or clamp they turn NaN into the bound, while `torch.max`, `amax`, `relu`
     and `clamp` propagate it. A call already guarded by `isnan` is not
     flagged, nor one whose Python file's reference uses `torch.fmax`/`fmin`
-    (the same NaN-skipping contract). Also flags NaN tests that replace the
+    (the same NaN-skipping contract), nor one whose dropped NaN reaches the
+    output by another path: the max that stabilises a softmax, log-softmax,
+    logsumexp or cross-entropy (`expf(x - m)` and its sum carry the NaN on,
+    as in torch), the relu6 inside `x * relu6(x + 3) / 6` (NaN times anything
+    is NaN). A device helper's result (a `__shfl` max reduction) is followed
+    into its callers. Also flags NaN tests that replace the
     value (`isnan(v) ? 0.0f : v`, `if (isnan(v)) v = 0;`, `v != v ? ...`) and
     `--use_fast_math`, `-ffast-math` or `-ffinite-math-only` in the build
     flags, under which the compiler assumes there are no NaN or Inf.
@@ -54,6 +57,13 @@ class NonFiniteSwallowedCuda(CudaRule, clause=NonFiniteSwallowed):
             float m = -INFINITY;
             for (int i = 0; i < n; ++i) m = (x[i] > m || isnan(x[i])) ? x[i] : m;
             out[0] = m;
+        }
+        """), source("""
+        __global__ void softmax_row(const float* x, float* y, int n) {
+            float m = -INFINITY, sum = 0.0f;
+            for (int i = 0; i < n; ++i) m = fmaxf(m, x[i]);
+            for (int i = 0; i < n; ++i) sum += expf(x[i] - m);
+            for (int i = 0; i < n; ++i) y[i] = expf(x[i] - m) / sum;
         }
         """)]
     INVALID = [source("""
@@ -71,6 +81,7 @@ class NonFiniteSwallowedCuda(CudaRule, clause=NonFiniteSwallowed):
 
     def check_cuda(self, cuda: CudaModule) -> Iterator[Report]:
         skip_max = cuda.host is not None and _reference_skips_nan(cuda.host)
+        paths = NanPaths(cuda)
         for call in cuda.calls_named(*FLOAT_ONLY, *ANY_TYPE):
             function = call.function
             if function is None or not function.is_device or len(call.args) < 2:
@@ -81,6 +92,8 @@ class NonFiniteSwallowedCuda(CudaRule, clause=NonFiniteSwallowed):
                     continue
                 if not any(expr_taint(cuda, a, function) & {"data", "param"} for a in call.args):
                     continue
+                if not paths.reaches_output(call.node, function):
+                    continue  # a softmax's max: `expf(x - m)` carries the NaN on
                 yield self._max_report(cuda, call.node, call.name, call.args, function)
         tests = cuda.find_words(NAN_TEST_WORDS, "conditional_expression", "if_statement")
         tests += [n for n in cuda.find(rb"!=", "conditional_expression", "if_statement") if n not in tests]
@@ -110,7 +123,13 @@ class NonFiniteSwallowedCuda(CudaRule, clause=NonFiniteSwallowed):
         parent = node.parent
         target = parent.child_by_field_name("left") if parent is not None and parent.type == "assignment_expression" \
             else None
-        reduction = (target is not None and any(cuda.text(a) == cuda.text(target) for a in args)) or \
+        looped = False
+        current = node.parent
+        while current is not None and current.id != function.node.id and not looped:
+            looped = current.type in LOOPS
+            current = current.parent
+        # `m = fmaxf(m, x[i])` in a loop reduces; `r = fmaxf(0.0f, r)` once is a ReLU in place
+        reduction = (looped and target is not None and any(cuda.text(a) == cuda.text(target) for a in args)) or \
             any("__shfl" in cuda.text(a) for a in args)
         if reduction:
             advice = (f"a NaN in the input vanishes from the reduction (`{name}` returns the other operand) while "

@@ -8,7 +8,8 @@ from typing import Iterator
 
 import libcst as cst
 
-from kanalyze.analyzer.cstwalk import body_nodes
+from kanalyze.analyzer.cstwalk import body_nodes, walk
+from kanalyze.analyzer.cuda.forward_paths import OnGpu
 from kanalyze.analyzer.cuda.model import CudaModule
 from kanalyze.analyzer.cuda.sources import Extension
 from kanalyze.analyzer.names import dotted
@@ -40,7 +41,14 @@ class OffKernelComputeCuda(CudaRule, clause=OffKernelCompute):
     file that builds it, flags `forward` paths that compute with PyTorch
     beside or instead of the extension, `.cpu()`/`.item()` round trips,
     `try`/`except` fallbacks to PyTorch, and extensions whose functions the
-    forward path never calls.
+    forward path never calls (a function stored in `__init__`,
+    `self.act = ext.act_cuda`, and called as `self.act(x)` is called).
+    PyTorch on a branch a GPU run never takes is not flagged: the CPU path
+    of `if x.is_cuda: return ext(...)` or `if not x.is_cuda:`, an
+    `if self.ext is None` (or stream, or build flag set only in the `except`
+    of the build) fallback, the `else` of `if torch.cuda.is_available()`, the
+    training branch of a model whose `__init__` calls `self.eval()`; nor
+    is `nn.Dropout(p=0.0)`, which returns its input.
 
     ```cpp
     torch::Tensor forward(torch::Tensor a, torch::Tensor b) {
@@ -141,7 +149,8 @@ class OffKernelComputeCuda(CudaRule, clause=OffKernelCompute):
             return
         on_path = {id(f.node) for f in path}
         calls = [c for c in host.calls if c.function is not None and id(c.function.node) in on_path]
-        used = {e for e in built for c in calls if _calls_extension(c.node, e)}
+        aliases = _aliases(host, built)
+        used = {e for e in built for c in calls if _calls_extension(c.node, e, aliases)}
         for ext in built:
             if ext in used:
                 continue
@@ -154,10 +163,14 @@ class OffKernelComputeCuda(CudaRule, clause=OffKernelCompute):
         tensors, layers = module_attrs(host)
         computing = {id(f.node): list(rule.torch_compute(host, f, tensors, layers)) for f in path}
         called = sorted({(dotted(c.node.func) or "").rpartition(".")[2] for c in calls for e in used
-                         if _calls_extension(c.node, e)}) or ["the extension"]
+                         if _calls_extension(c.node, e, aliases)}) or ["the extension"]
+        gpu = OnGpu(host, built)
         for function in path:
+            dead = gpu.dead(function)
             handled: set[int] = set()
             for handler in (n for n in body_nodes(function.node) if isinstance(n, cst.ExceptHandler)):
+                if any(id(a) in dead for a in host.ancestors(handler)):
+                    continue
                 report = rule.fallback(host, handler, function, computing, path)
                 if report is not None:
                     handled.add(id(handler))
@@ -166,6 +179,10 @@ class OffKernelComputeCuda(CudaRule, clause=OffKernelCompute):
             for node, what in computing[id(function.node)]:
                 if any(id(a) in handled or id(a) in trips for a in host.ancestors(node)):
                     continue
+                if id(node) in dead or any(id(a) in dead for a in host.ancestors(node)):
+                    continue  # a branch a CUDA input never takes (`if not x.is_cuda:`, `if ext is None:`)
+                if gpu.identity(function, node):
+                    continue  # `nn.Dropout(p=0.0)` returns its input
                 text = expr_text(host, node)
                 yield self.report(node, f"`{text}` in `{function.qualname}` computes with PyTorch ({what}) instead "
                                         f"of the CUDA extension; move the work into `{called[0]}`",
@@ -179,10 +196,28 @@ class OffKernelComputeCuda(CudaRule, clause=OffKernelCompute):
                                   function=function.qualname)
 
 
-def _calls_extension(call: cst.Call, ext: Extension) -> bool:
+def _calls_extension(call: cst.Call, ext: Extension, aliases: dict[int, set[str]] | None = None) -> bool:
     name = dotted(call.func) or ""
+    if aliases and name in aliases.get(id(ext), ()):
+        return True  # `self.act = ext.act_cuda` in `__init__`, `self.act(x)` in `forward`
     if ext.builder == "RawKernel":
         return name in ext.bindings
     head, _, attr = name.rpartition(".")
     return attr in ext.functions and (not ext.bindings or head in ext.bindings or bool(head))
 
+
+def _aliases(host: TritonModule, extensions: list[Extension]) -> dict[int, set[str]]:
+    """Names an extension's functions are stored under: `self.act = ext.act_cuda`,
+    `act = ext.act_cuda` (per extension, by id)."""
+    found: dict[int, set[str]] = {}
+    for node in walk(host.module):
+        if not isinstance(node, cst.Assign) or not isinstance(node.value, cst.Attribute):
+            continue
+        value = dotted(node.value) or ""
+        head, _, attr = value.rpartition(".")
+        for ext in extensions:
+            if head and attr in ext.functions and (not ext.bindings or head in ext.bindings or
+                                                   head.removeprefix("self.") in ext.bindings):
+                found.setdefault(id(ext), set()).update(
+                    t for t in (dotted(target.target) for target in node.targets) if t)
+    return found

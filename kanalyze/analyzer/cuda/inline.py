@@ -70,9 +70,13 @@ def find_extensions(host: TritonModule) -> list[Extension]:
             _unit(folder, host, ext, keyword(call, "code", 0), "code", "cuda", "")
         else:
             _unit(folder, host, ext, keyword(call, "code"), "code", "cuda", "")
+        ext.flags_folded = not any(arg.star == "**" for arg in call.args)
         for kw in FLAG_KEYWORDS:
             value = keyword(call, kw, 2 if builder == "RawKernel" and kw == "options" else None)
-            for item in (folder.fold_list(value) or []) if value is not None else []:
+            items = folder.fold_list(value) if value is not None else []
+            if items is None or any(item.holes for item in items):
+                ext.flags_folded = False
+            for item in items or []:
                 node = item.spans[0].node if item.spans else value
                 ext.flags.extend(Flag(kw, flag, node) for flag in item.text.split())
         extensions.append(ext)

@@ -201,6 +201,7 @@ class Extension:
     functions: list[str] = field(default_factory=list)  # what Python can call on it
     bindings: set[str] = field(default_factory=set)     # names the result is bound to: "ext", "self.ext"
     flags: list[Flag] = field(default_factory=list)
+    flags_folded: bool = True          # every flag argument folded to constants (no `**kwargs`)
     source_files: list[str] = field(default_factory=list)  # load(sources=[...]) that fold to paths
     units: list[CudaUnit] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)   # arguments that are not constant
