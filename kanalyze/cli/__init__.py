@@ -13,7 +13,7 @@ make a pass mean nothing is a usage error, never a green run: a code or prefix
 that names no clause, or a pass asked for whose packages are not installed.
 This package (with the LSP server) is the only place that prints: parser.py the
 grammar, check.py `kanalyze check` (output.py its report and `-o`, add_noqa.py
-`--add-noqa`), commands.py the other subcommands.
+`--add-noqa`, fix.py `--fix` and `--diff`), commands.py the other subcommands.
 """
 
 from __future__ import annotations

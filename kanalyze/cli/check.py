@@ -1,5 +1,5 @@
 """`kanalyze check`: the passes asked for, the profile, the report (output.py), the exit code;
-standard input (`-`, `--stdin-filename`) and `--add-noqa` (add_noqa.py)."""
+standard input (`-`, `--stdin-filename`), `--add-noqa` (add_noqa.py) and `--fix`/`--diff` (fix.py)."""
 
 from __future__ import annotations
 
@@ -55,6 +55,8 @@ def _check(args: argparse.Namespace, stdin_name: str | None, paths: list[str], c
     if stdin_name is not None:
         result = _check_stdin(args, stdin_name, config, texts)
         if result is None:  # --force-exclude leaves it out: nothing to say, as ruff
+            if args.fix and not args.diff:
+                sys.stdout.buffer.write(sys.stdin.buffer.read())  # `--fix` echoes it unchanged, as ruff
             return EXIT_CLEAN
     else:
         result = run_static(paths, config, force_exclude=args.force_exclude,
@@ -72,6 +74,10 @@ def _check(args: argparse.Namespace, stdin_name: str | None, paths: list[str], c
         result = _run_dynamic(args, paths, config, result)
     # The last step: a library's policy findings fold into one note per file and clause.
     findings = apply_profiles(result.findings, config, result.profiles)
+    if args.fix or args.diff:
+        from kanalyze.cli.fix import run_fixes
+
+        return run_fixes(args, findings, config, fmt, result.suppressed, texts, stdin_name, output)
     if args.add_noqa:
         from kanalyze.cli.add_noqa import add_noqa
 
@@ -106,6 +112,10 @@ def _stdin_name(args: argparse.Namespace) -> str | None:
 
 def _check_the_modes_go_together(args: argparse.Namespace, stdin_name: str | None, wants_ir: bool) -> None:
     elsewhere = [flag for flag, on in (("--dynamic", args.dynamic), ("--gates", args.gates), ("--ir", wants_ir)) if on]
+    if args.fix or args.diff:
+        from kanalyze.cli.fix import check_fix_options
+
+        check_fix_options(args, elsewhere)
     if stdin_name is not None and (elsewhere or args.add_noqa):
         raise UsageError(f"{(elsewhere or ['--add-noqa'])[0]} needs files on disk, not standard input")
     if args.add_noqa and elsewhere:

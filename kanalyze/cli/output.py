@@ -71,8 +71,10 @@ def source_rows(texts: dict[str, str]) -> Callable[[str], list[str] | None]:
     return rows
 
 
-def render(fmt: str, findings: list, args: argparse.Namespace, suppressed: int, texts: dict[str, str]) -> str:
-    """The report in `fmt`; `texts`: what was read from standard input, by its name."""
+def render(fmt: str, findings: list, args: argparse.Namespace, suppressed: int, texts: dict[str, str],
+           fixed: int = 0) -> str:
+    """The report in `fmt`; `texts`: what was read from standard input, by its name;
+    `fixed`: how many findings `--fix` fixed (the text summary counts them)."""
     from kanalyze import __version__
     from kanalyze.cli.commands import rule_metadata
     from kanalyze.report import render_github, render_json, render_sarif, render_statistics, render_text
@@ -91,7 +93,8 @@ def render(fmt: str, findings: list, args: argparse.Namespace, suppressed: int, 
     color = args.color == "always" or (args.color == "auto" and to_tty and not os.environ.get("NO_COLOR"))
     rows = source_rows({relative_to_cwd(path): text for path, text in texts.items()}) if fmt == "full" else None
     # -q: each finding's line (and the dynamic pass's verdict under it), no summary
-    report = render_text(findings, color=color, suppressed=suppressed, summary=not args.quiet, source=rows)
+    report = render_text(findings, color=color, suppressed=suppressed, summary=not args.quiet, source=rows,
+                         fixed=fixed)
     if args.statistics:
         report += render_statistics(findings, {f.code: f.name for f in findings})
     return report

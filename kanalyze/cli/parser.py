@@ -94,6 +94,15 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--add-noqa", action="store_true",
                        help="add `# noqa: CODE` (`// NOLINT(CODE)` in CUDA) to each line with a finding, and report "
                             "how many were added")
+    check.add_argument("--fix", action="store_true",
+                       help="apply the safe fixes, write the files, and report what remains (standard input: "
+                            "the fixed text on stdout, the report on stderr)")
+    check.add_argument("--unsafe-fixes", action="store_true",
+                       help="with --fix or --diff, apply the unsafe fixes too (they change numerics, NaN handling "
+                            "or register use)")
+    check.add_argument("--diff", action="store_true",
+                       help="print a unified diff of what --fix would change, write nothing; exit 1 if there is "
+                            "something to fix")
     check.add_argument("--stdin-filename", metavar="NAME",
                        help="check standard input (also the path `-`) as the file NAME: its suffix, "
                             "per-file-ignores and the report use it")

@@ -270,7 +270,7 @@ def build_server() -> KanalyzeServer:
         only = params.context.only
         if only and not any(kind.startswith(types.CodeActionKind.QuickFix) for kind in only):
             return []
-        return actions.code_actions(ls, state, state.published, params.range)
+        return actions.code_actions(ls, state, state.published, params.range, only)
 
     @server.command(EXPLAIN_COMMAND)
     async def explain(ls: KanalyzeServer, *args: Any) -> str:

@@ -37,11 +37,16 @@ class Summary:
     def failed(self) -> bool:
         return self.errors > 0 or self.unconfirmed > 0
 
-    def line(self) -> str:
-        """`Found 3 errors (1 confirmed); 2 refuted, 1 unconfirmed.`, or `All checks passed!`."""
+    def line(self, fixed: int = 0) -> str:
+        """`Found 3 errors (1 confirmed); 2 refuted, 1 unconfirmed.`, or `All checks passed!`;
+        after `--fix` (`fixed` of them fixed), as ruff: `Found 3 errors (2 fixed, 1 remaining).`"""
         apart = ", ".join(f"{count} {label}" for count, label in (
             (self.refuted, "refuted"), (self.unconfirmed, "unconfirmed"), (self.informational, "informational"))
             if count)
+        if fixed:
+            total = self.errors + fixed
+            return (f"Found {total} error{'' if total == 1 else 's'} ({fixed} fixed, {self.errors} remaining)"
+                    + (f"; {apart}" if apart else "") + ".")
         if not self.failed:
             return "All checks passed!" + (f" ({apart})" if apart else "")
         found = f"Found {self.errors} error{'' if self.errors == 1 else 's'}"

@@ -33,10 +33,12 @@ def status_tag(finding: Finding) -> str:
 
 
 def render_text(findings: list[Finding], *, color: bool = False, suppressed: int = 0,
-                summary: bool = True, source: Callable[[str], list[str] | None] | None = None) -> str:
+                summary: bool = True, source: Callable[[str], list[str] | None] | None = None,
+                fixed: int = 0) -> str:
     """Each finding's line (and the dynamic pass's verdict under it); with `summary`,
     the summary line and the count that `# noqa` suppressed.  With `source` (a file's
-    rows, or None where they cannot be read), the `full` format: the source lines too."""
+    rows, or None where they cannot be read), the `full` format: the source lines too.
+    `fixed`: how many findings `--fix` fixed, for the summary line."""
     def paint(text: str, *codes: str) -> str:
         return "".join(codes) + text + _RESET if color else text
 
@@ -57,7 +59,7 @@ def render_text(findings: list[Finding], *, color: bool = False, suppressed: int
         if source is not None:
             lines.append("")
     if summary:
-        lines.append(Summary.of(findings).line())
+        lines.append(Summary.of(findings).line(fixed))
         if suppressed:
             lines.append(paint(f"({suppressed} suppressed by noqa)", _DIM))
     return "".join(line + "\n" for line in lines)
