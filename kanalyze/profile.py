@@ -60,7 +60,8 @@ def _tf32_dot(finding: Finding) -> bool:
 
 
 def _unknown_dtype(finding: Finding) -> bool:
-    return "unknown" in (finding.evidence.get("operand_dtypes") or ())
+    evidence = finding.evidence
+    return evidence.get("dtype_known") is False or "unknown" in (evidence.get("operand_dtypes") or ())
 
 
 def _in_backward_pass(finding: Finding) -> bool:
