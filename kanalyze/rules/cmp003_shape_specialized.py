@@ -1,32 +1,35 @@
-"""CMP003 shape-specialized: the kernel only works at the benchmark's shape."""
+"""CMP003 shape-specialized: the kernel only works at the benchmark's shape.
+
+What it reports lives here; the analysis it reads lives in kanalyze.analyzer.triton:
+size_literals (literal sizes and shape checks that do or do not pin a shape),
+tile_extents (aranges that stay inside their axis) and full_blocks (loops and guards
+that keep unmasked accesses on full blocks).
+"""
 
 from __future__ import annotations
 
-import re
 from typing import Iterator
 
 import libcst as cst
 
 from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.triton.access_offsets import (compared_bound, covers_dimension, guarded_by_masked_branch,
-                                              offsets_name, size_params, wrapped_or_clamped)
-from kanalyze.analyzer.triton.calls import calls_within, int_literal, keyword
+                                                     offsets_name, size_params, wrapped_or_clamped)
+from kanalyze.analyzer.triton.calls import calls_within, keyword
 from kanalyze.analyzer.triton.dataflow import Dataflow, names_read
 from kanalyze.analyzer.triton.entities import Function, JitFunction, Launch
+from kanalyze.analyzer.triton.full_blocks import guarded_block, in_loop, peeled_loops
 from kanalyze.analyzer.triton.grids import grid_arithmetic, grid_dims, grid_literal_sizes
 from kanalyze.analyzer.triton.model import TritonModule
-from kanalyze.analyzer.triton.shape_asserts import host_size_like, shape_pin
-from kanalyze.analyzer.triton.shapes import (ARANGE, LOAD, PROGRAM_ID, STORE, TL, constant_int, is_none, pointer_params,
-                                      reaches, runtime_params, shape_kinds, single_value)
+from kanalyze.analyzer.triton.shape_asserts import host_size_like
+from kanalyze.analyzer.triton.shapes import (ARANGE, LOAD, PROGRAM_ID, STORE, TL, constant_int, is_none,
+                                             pointer_params, reaches, runtime_params, shape_kinds)
+from kanalyze.analyzer.triton.size_literals import (MACHINE, RESHAPES, SIZED, TILE_NAME, block_follows_programs,
+                                                    grid_divisor_is_tile, host_tile, is_harness, kernel_tile,
+                                                    rounded, shape_pins)
+from kanalyze.analyzer.triton.tile_extents import (arange_reaches, exact_extent, fixed_arity, index_aranges,
+                                                   within_row, wrapped_later)
 from kanalyze.rules.base import Report, Rule, expr_text, source
-
-# Host calls whose positional arguments are sizes (None: all of them; n: only the n-th).
-SIZED = {"torch.empty": None, "torch.zeros": None, "torch.ones": None, "torch.full": 0, "torch.rand": None,
-         "torch.randn": None, "torch.empty_strided": 0, "torch.reshape": 1}
-RESHAPES = {"view": None, "reshape": None, "expand": None, "new_empty": None, "new_zeros": None,
-            "new_ones": None, "new_full": 0}
-# A grid sized by the machine (persistent kernels), not by the input.
-_MACHINE = re.compile(r"(?i)(^|_)(num_)?sms?($|_)|sm_count|multi_processor")
 
 
 class ShapeSpecialized(Rule):
@@ -45,6 +48,17 @@ class ShapeSpecialized(Rule):
     `assert K % 64 == 0`, `tl.static_assert(N % BLOCK == 0)` on a runtime size),
     grids rounded down (`n // BLOCK`), and `tl.load` / `tl.store` without a mask
     whose offsets run over a dimension of runtime size.
+
+    It leaves alone what does not tie the kernel to a size the problem varies:
+    definitional checks (`assert w.shape[0] == 3` where the kernel reads
+    `w[0]`, `w[1]`, `w[2]`; `assert HQ % H == 0` between two inputs' sizes;
+    `N % num_groups`), a modulus of 2 (halves), comparisons of loaded data with a
+    literal (`x < 6`), lower bounds (`2 < span`), an arange as wide as an exact
+    factor of its axis (`i_h * G + tl.arange(0, G)` with `G = HQ // H`), loops
+    over full blocks whose last block is peeled and masked (`range(0, K - BLOCK,
+    BLOCK)`, `range(0, n // BLOCK)`, `range(0, pid * BLOCK, BLOCK)`), accesses
+    under `if start + BLOCK <= n:`, offsets wrapped on the way (`rm % M`),
+    indices read from memory, and tests or benchmarks that pick a shape.
 
     ## Why is this bad
     KernelBench checks five inputs of one fixed shape.  A kernel that hard-codes
@@ -84,6 +98,25 @@ class ShapeSpecialized(Rule):
             add_kernel[((n + 1024 - 1) // 1024,)](x, out, n, BLOCK=1024)
             return out
         """),
+        source("""
+        import torch, triton
+        import triton.language as tl
+
+        @triton.jit
+        def lse_kernel(q_ptr, lse_ptr, HQ: tl.constexpr, G: tl.constexpr, D: tl.constexpr):
+            i_t, i_h = tl.program_id(0), tl.program_id(1)
+            o_g = i_h * G + tl.arange(0, G)
+            q = tl.load(q_ptr + (i_t * HQ + o_g[:, None]) * D + tl.arange(0, D)[None, :])
+            tl.store(lse_ptr + i_t * HQ + o_g, tl.sum(q, axis=1))
+
+        def lse(q, k):
+            T, HQ, D = q.shape
+            H = k.shape[1]
+            assert HQ % H == 0
+            out = torch.empty(T, HQ, device=q.device, dtype=torch.float32)
+            lse_kernel[(T, H)](q, out, HQ=HQ, G=HQ // H, D=D)
+            return out
+        """),
     ]
     INVALID = [
         source("""
@@ -106,10 +139,11 @@ class ShapeSpecialized(Rule):
 
     def check(self, model: TritonModule) -> Iterator[Report]:
         for launch in model.launches:
-            if launch.wrapper is not None:
+            if launch.wrapper is not None and not is_harness(launch.wrapper):
                 yield from self._launch(model, launch)
         for fn in model.forward_path:
-            yield from self._host_sizes(model, fn)
+            if not is_harness(fn):  # a test or benchmark picks the problem's shape: that is its job
+                yield from self._host_sizes(model, fn)
             yield from self._host_asserts(model, fn)
         for jit in model.jit.values():
             if jit.name == jit.function.name:  # skip aliases of `k = triton.jit(_k)`
@@ -123,10 +157,16 @@ class ShapeSpecialized(Rule):
 
     def _launch(self, model: TritonModule, launch: Launch) -> Iterator[Report]:
         jit, flow = launch.kernel, model.flow(launch.wrapper)
+        pointers = pointer_params(model, jit)
+        comparisons = [(n.left, n.comparisons[0].comparator) for n in walk(jit.node)
+                       if isinstance(n, cst.Comparison) and len(n.comparisons) == 1]
+        sizes = size_params(model, jit, runtime_params(model, jit, pointers), comparisons)
         for name, arg in launch.args.items():
             param, value = jit.param(name), constant_int(flow, arg)
             if param is None or param.is_constexpr or "seed" in name or value is None or value < 2:
                 continue  # constexprs are tile sizes; literals passed to them stay silent
+            if name not in sizes:
+                continue  # `bits_per_pass=4`, `value=10`: a parameter of the algorithm, not a size
             text = expr_text(model, arg)
             yield self.report(arg, f"`{text}` passes the literal size {value} to `{name}` of `{jit.name}`; derive "
                                    f"it from the tensor (`x.numel()`, `x.shape[i]`, `x.stride(i)`)",
@@ -136,7 +176,8 @@ class ShapeSpecialized(Rule):
         for dim in grid_dims(flow, launch.grid):
             for node, value, whole in grid_literal_sizes(model, flow, dim):
                 text = expr_text(model, node)
-                if whole and (grid_stride or text in constexpr_args or _MACHINE.search(text)):
+                if whole and (grid_stride or text in constexpr_args or MACHINE.search(text)
+                              or block_follows_programs(model, launch, value)):
                     continue  # a split-K factor, a persistent or a grid-stride launch
                 yield self.report(node, f"grid size `{text}` is the literal {value}; compute it from the tensor "
                                         f"(`triton.cdiv(x.shape[i], BLOCK)`) so the grid follows the input",
@@ -158,9 +199,17 @@ class ShapeSpecialized(Rule):
             if len(args) == 1 and isinstance(args[0], (cst.Tuple, cst.List)):
                 args = [e.value for e in args[0].elements]
             values = [constant_int(flow, arg) for arg in args]
+            # A tile passed to a kernel as a constexpr (`BT=BT`, `BLOCK_M=BLOCK_M`) sizes a buffer
+            # of per-chunk blocks (`torch.empty(B, T, H, BT)`): the tile, not the problem's size.
+            tiles = {expr_text(model, v) for launch in model.launches if launch.wrapper is fn
+                     for k, v in launch.args.items() if k in launch.kernel.constexpr_names}
+            values = [None if isinstance(arg, cst.Name) and (arg.value in tiles or TILE_NAME.search(arg.value))
+                      else value for arg, value in zip(args, values)]
             for arg, value in zip(args, values):
-                # A small literal among runtime dims is structure (`qkv.view(B, T, 3, H, D)`), not a size.
-                if value is not None and (value > 8 or None not in values) and value >= 2:
+                # A small literal among runtime dims is structure (`qkv.view(B, T, 3, H, D)`), not a size;
+                # so is a buffer of a few scalars (`torch.zeros(2)` for a complex pair, `torch.zeros(3)`
+                # for three weights' gradients).
+                if value is not None and (value > 8 or (None not in values and max(values) > 4)) and value >= 2:
                     call = expr_text(model, site.node)
                     yield self.report(arg, f"`{call}` hard-codes the size {value}; use the tensor's own shape "
                                            f"(`x.shape[i]`, or `-1` for one inferred dimension)",
@@ -172,10 +221,15 @@ class ShapeSpecialized(Rule):
             if isinstance(node, cst.Comparison) and len(node.comparisons) == 1 and isinstance(
                     node.comparisons[0].operator, (cst.LessThan, cst.LessThanEqual, cst.GreaterThan,
                                                    cst.GreaterThanEqual)):
-                sides = (node.left, node.comparisons[0].comparator)
-                for a, b in (sides, sides[::-1]):
+                # Only an upper bound on the offsets is a size: `offs < 4096` (or `4096 > offs`);
+                # `2 < span` (a tap below a span) bounds the other side from below.
+                small, big = (node.left, node.comparisons[0].comparator)
+                if isinstance(node.comparisons[0].operator, (cst.GreaterThan, cst.GreaterThanEqual)):
+                    small, big = big, small
+                for a, b in ((small, big),):
                     value = constant_int(flow, b)
-                    if value is not None and value >= 2 and reaches(model, jit, a, ARANGE):
+                    # `x < 6` on values loaded from memory is a data threshold (relu6), not a size.
+                    if value is not None and value >= 2 and arange_reaches(model, jit.function, a):
                         text = expr_text(model, node)
                         yield self.report(node, f"`{text}` bounds the offsets by the literal {value}; pass the "
                                                 f"size as a kernel argument and compare against it",
@@ -193,7 +247,9 @@ class ShapeSpecialized(Rule):
 
     def _host_asserts(self, model: TritonModule, fn: Function) -> Iterator[Report]:
         flow = model.flow(fn)
-        size_like = lambda e: host_size_like(model, fn, e)  # noqa: E731
+        # A block rounded from a size (`next_power_of_2(n)`) is a tile, not a size the problem sets.
+        size_like = lambda e: host_size_like(model, fn, e) and not rounded(model, fn, e)  # noqa: E731
+        tile = lambda m: host_tile(model, fn, m)  # noqa: E731
         for node in walk(fn.node):
             if isinstance(node, cst.Assert):
                 at, test, text, form = node, node.test, f"assert {expr_text(model, node.test)}", True
@@ -202,14 +258,17 @@ class ShapeSpecialized(Rule):
                 at, test, text, form = node.test, node.test, f"if {expr_text(model, node.test)}: raise", False
             else:
                 continue
-            pin = shape_pin(flow, test, size_like, form)
-            if pin is not None:
+            for pin in shape_pins(flow, test, size_like, form, tile):
+                if pin[0] == "equality" and fixed_arity(model, fn, pin[1], pin[2]):
+                    continue  # `assert w.shape[0] == 3` where the kernel reads w[0], w[1], w[2]
                 yield self._pin_report(model, at, text, pin, None)
+                break
 
     def _kernel_asserts(self, model: TritonModule, jit: JitFunction, runtime: set[str]) -> Iterator[Report]:
         flow = model.flow(jit)
         # Only runtime sizes count: `tl.static_assert(BLOCK_K % 16 == 0)` checks a tile.
         size_like = lambda e: bool((names_read(e) | {d.name for d in flow.upstream(e)}) & runtime)  # noqa: E731
+        tile = lambda m: kernel_tile(model, jit, m)  # noqa: E731
         for node in walk(jit.node):
             if isinstance(node, cst.Call) and node.args and model.call_name(node) in (
                     TL + "static_assert", TL + "device_assert"):
@@ -218,9 +277,9 @@ class ShapeSpecialized(Rule):
                 test, text = node.test, f"assert {expr_text(model, node.test)}"
             else:
                 continue
-            pin = shape_pin(flow, test, size_like, True)
-            if pin is not None:
+            for pin in shape_pins(flow, test, size_like, True, tile):
                 yield self._pin_report(model, node, text, pin, jit.name)
+                break
 
     def _pin_report(self, model, node, text, pin, kernel) -> Report:
         kind, size, value = pin
@@ -243,7 +302,7 @@ class ShapeSpecialized(Rule):
             if isinstance(left, cst.UnaryOperation) or (isinstance(left, cst.BinaryOperation) and isinstance(
                     left.operator, (cst.Add, cst.Subtract))):
                 continue  # `(n + B - 1) // B` and `-(-n // B)` round up
-            if not _is_tile(model, flow, launch, node.right):
+            if not grid_divisor_is_tile(model, flow, launch, node.right):
                 continue  # `x.numel() // x.shape[-1]` is an exact row count
             text, n, b = (expr_text(model, e) for e in (node, left, node.right))
             yield self.report(node, f"grid `{text}` rounds down: the last `{n} % {b}` elements get no program; "
@@ -267,10 +326,21 @@ class ShapeSpecialized(Rule):
             calls = {id(c): (c, n, f, e) for f, e in exprs for c, n in calls_within(model, e)}
             if any(n in (TL + "make_block_ptr", TL + "advance") for _, n, _, _ in calls.values()):
                 continue
+            reachable = index_aranges(model, jit.function, pointer)
+            if not reachable:
+                continue  # `mid_index + tl.argmax(tl.load(...))`: one index read from data, not a span
             open_ranges = {id(c): (c, f, e) for c, n, f, e in calls.values()
-                           if n == ARANGE and not wrapped_or_clamped(model, c, e) and not covers_dimension(model, c)}
-            if not open_ranges:
-                continue  # a scalar load, or every arange covers its dimension exactly
+                           if n == ARANGE and not wrapped_or_clamped(model, c, e) and not covers_dimension(model, c)
+                           and not exact_extent(model, c) and not wrapped_later(model, jit, pointer, f, e)
+                           and (f is not jit.function or id(c) in reachable)}
+            # Full blocks only: a loop that stops a block early (its tail peeled and masked) runs
+            # its aranges in bounds, and so does an access under `if start + BLOCK <= n:`.
+            loops = peeled_loops(model, jit, call, pointer, pointers)
+            open_ranges = {k: v for k, v in open_ranges.items()
+                           if not any(in_loop(model, jit, v, loop) for loop in loops)
+                           and not within_row(model, jit, pointer, *v)}
+            if not open_ranges or guarded_block(model, jit, call, sizes):
+                continue  # a scalar load, or every arange covers its dimension (or one factor of it) exactly
             offs, ids = offsets_name(model, jit, pointer, pointers, set(open_ranges))
             arange, fn, root = open_ranges[next((k for k in open_ranges if k in ids), next(iter(open_ranges)))]
             tiled = reaches(model, fn, root, PROGRAM_ID)
@@ -289,21 +359,3 @@ class ShapeSpecialized(Rule):
                                     f"{fix}" + (" (and `other=`)" if is_load else ""),
                               kernel=jit.name, expression=text, bound=bound or "",
                               access="load" if is_load else "store")
-
-
-# --- helpers -----------------------------------------------------------------------
-
-def _is_tile(model: TritonModule, flow: Dataflow, launch: Launch, expr) -> bool:
-    """Is a grid divisor a block size: a literal, `meta['BLOCK']`, a constexpr argument?"""
-    if constant_int(flow, expr) is not None or (isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Name)):
-        return True
-    text = expr_text(model, expr)
-    if any(text == expr_text(model, launch.args[p]) for p in launch.kernel.constexpr_names if p in launch.args):
-        return True
-    if isinstance(expr, cst.Name):
-        param, value = flow.param(expr.value), single_value(flow, expr.value)
-        if param is not None and int_literal(param.node.default) is not None:
-            return True
-        if isinstance(value, cst.Call) and (model.call_name(value) or "").endswith("next_power_of_2"):
-            return True
-    return "BLOCK" in text

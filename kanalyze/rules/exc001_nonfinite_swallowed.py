@@ -1,4 +1,10 @@
-"""EXC001 non-finite-swallowed: NaN/±Inf dropped or replaced where the reference keeps them."""
+"""EXC001 non-finite-swallowed: NaN/±Inf dropped or replaced where the reference keeps them.
+
+What EXC001 reports, and in which words.  The analysis lives in
+kanalyze/analyzer/triton/: nan_carriers (which values can hold an input NaN),
+nan_paths and nan_escape (does a dropped NaN reach the output by another path),
+exp_overflow (NaN made where the reference is finite).
+"""
 
 from __future__ import annotations
 
@@ -9,43 +15,50 @@ import libcst as cst
 from kanalyze.analyzer.cstwalk import node_text
 from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.names import dotted
-from kanalyze.analyzer.triton.calls import bind_call_args, calls_within, keyword
-from kanalyze.analyzer.triton.dataflow import Def
+from kanalyze.analyzer.triton.calls import calls_within, keyword
+from kanalyze.analyzer.triton.exp_overflow import OverflowRatio, log_product_operand
 from kanalyze.analyzer.triton.host import candidate_functions
 from kanalyze.analyzer.triton.model import TritonModule
-from kanalyze.analyzer.triton.nan_tests import nan_test, shape_only, value_names
-from kanalyze.analyzer.triton.pointers import WRITES
-from kanalyze.analyzer.triton.reaching import Reaching
+from kanalyze.analyzer.triton.nan_carriers import (CLAMP, ELEMENTWISE, FLIP, LANE, REDUCTIONS, TL, NanLevels, literal,
+                                                   propagates)
+from kanalyze.analyzer.triton.nan_escape import NanEscape
+from kanalyze.analyzer.triton.nan_tests import nan_test, value_names
 from kanalyze.rules.base import Report, Rule, expr_text, source
-
-TL = "triton.language."
-# Triton 3.x: maximum/minimum/clamp default to PropagateNan.NONE (maxnumf:
-# NaN loses), and tl.max/tl.min reduce with that same maximum/minimum.
-ELEMENTWISE = {TL + "maximum": 2, TL + "minimum": 2, "max": 2, "min": 2}
-REDUCTIONS = {TL + "max", TL + "min"}
-CLAMP = TL + "clamp"
-FLOAT_SOURCES = {TL + f for f in ("load", "dot", "exp", "exp2", "log", "log2", "sqrt", "sqrt_rn", "rsqrt",
-                                  "sigmoid", "fdiv", "div_rn", "erf", "cos", "sin", "softmax", "sum")}
-FLIP = {cst.GreaterThan: "<=", cst.GreaterThanEqual: "<", cst.LessThan: ">=", cst.LessThanEqual: ">"}
 
 
 class NonFiniteSwallowed(Rule):
     code = "EXC001"
     name = "non-finite-swallowed"
-    summary = "NaN or ±Inf is dropped or replaced where the reference propagates it"
+    summary = "NaN or ±Inf is dropped or replaced where the reference propagates it, or NaN is made where it has none"
     gate = "exc001-nonfinite-injection"
     docs = """
     ## What it does
     In kernels: `tl.maximum` / `tl.minimum` / `tl.clamp` without
     `propagate_nan=tl.PropagateNan.ALL`, `tl.max` / `tl.min` reductions (they
-    reduce with that same NaN-dropping maximum), comparison-based activations
-    whose NaN lanes take the constant branch (`tl.where(x > 0, x, 0.0)`), and
-    explicit replacement (`tl.where(x != x, 0.0, x)`, `libdevice.isnan`,
-    `isinf`).  A finding needs the dropped value to reach a store (or a
-    helper's return) by no other path: in a softmax, `tl.max(x)` drops NaN but
-    `exp(x - m)` carries it on.  In `forward`: `torch.nan_to_num`,
-    `torch.where(torch.isnan(y), ...)`, `masked_fill(y.isnan(), ...)`.
-    Integer operands (program ids, offsets) are left alone.
+    reduce with that same NaN-dropping maximum), comparison-based selects
+    whose NaN lanes take the other branch (`tl.where(x > 0, x, 0.0)`, a
+    running max `m = tl.where(v > m, v, m)`), and explicit replacement
+    (`tl.where(x != x, 0.0, x)`, `libdevice.isnan`, `isinf`).  In `forward`:
+    `torch.nan_to_num`, `torch.where(torch.isnan(y), ...)`,
+    `masked_fill(y.isnan(), ...)`.
+
+    A finding needs an operand that can hold the input's NaN and the dropped
+    value to reach a store (or a helper's return) by no other path.  Left
+    alone: integers and values computed from them only (program ids, sizes,
+    `min(BLOCK, n - start)`, a count of mask lanes, even in a float), random
+    draws, a value already clamped (reported where it was clamped), a `tl.max`
+    of a row that a `tl.sum` made NaN in every lane; a softmax stabiliser
+    (`x - tl.max(x)`, an online softmax's running max), whose NaN `exp(x - m)`
+    carries on, also when the max is stored beside the running sum it scales
+    (the two a log-sum-exp is made of) or returned by a helper whose callers
+    only store it next to that sum.
+
+    The other direction: a ratio of exponentials that overflows float32
+    (`(tl.exp(2 * x) - 1) / (tl.exp(2 * x) + 1)`, a tanh or GELU-tanh by hand)
+    is inf / inf = NaN for large inputs where the function it stands for is
+    finite; the finding quotes an input, found by evaluating the ratio in
+    float32 and float64.  A cumulative product through logarithms
+    (`tl.exp(tl.cumsum(tl.log(x)))`) is NaN from the first negative x on.
 
     ## Why is this bad
     The contract is that NaN and ±Inf appear exactly where the reference has
@@ -59,11 +72,19 @@ class NonFiniteSwallowed(Rule):
     y = tl.maximum(x, 0.0)
     ```
 
+    ```python
+    t = (tl.exp(2 * x) - 1) / (tl.exp(2 * x) + 1)  # NaN from x = 45 on
+    ```
+
     ## Use instead
     ```python
     y = tl.maximum(x, 0.0, propagate_nan=tl.PropagateNan.ALL)
     # or, with where: NaN > 0 is False, so let NaN lanes take the x branch
     y = tl.where(x <= 0, 0.0, x)
+    ```
+
+    ```python
+    t = libdevice.tanh(x)  # or from e = tl.exp(-2 * tl.abs(x)), which cannot overflow
     ```
     """
 
@@ -91,6 +112,11 @@ class NonFiniteSwallowed(Rule):
             e = tl.exp(x - m)
             tl.store(y_ptr + offs, e / tl.sum(tl.where(mask, e, 0.0), axis=0), mask=mask)
         """),
+        source(_HEAD + """
+            e = tl.exp(x - tl.max(x, axis=0))
+            n = tl.maximum(tl.sum(mask.to(tl.int32), axis=0), 1)
+            tl.store(y_ptr + offs, tl.where(x < 0.0, 0.0, x) + e / n, mask=mask)
+        """),
     ]
     INVALID = [
         source(_HEAD + """
@@ -99,6 +125,10 @@ class NonFiniteSwallowed(Rule):
         """),
         source(_HEAD + """
             tl.store(y_ptr + offs, tl.where(x > 0, x, 0.0), mask=mask)
+        """),
+        source(_HEAD + """
+            x = x.to(tl.float32)
+            tl.store(y_ptr + offs, (tl.exp(2 * x) - 1) / (tl.exp(2 * x) + 1), mask=mask)
         """),
         source("""
         import torch
@@ -111,16 +141,18 @@ class NonFiniteSwallowed(Rule):
 
     def check(self, model: TritonModule) -> Iterator[Report]:
         self.model = model
+        self._nan = NanLevels(model)
         for jit in model.jit.values():
             if jit.name != jit.function.name:
                 continue  # an alias (`k = triton.jit(_k)`) of a function seen already
-            self.jit, self.reach, self._feeds = jit, Reaching(model, jit), {}
-            self._pointer_cache = self._address_cache = self._sink_cache = self._by_value = None
-            self._evidence_cache: dict[int, tuple[bool, bool]] = {}
+            self.jit, self.reach = jit, self._nan.reaching(jit)
+            self._flow = NanEscape(model, jit, self.reach, self._nan)
             for call, name in calls_within(model, jit.node):
                 report = self._check_kernel_call(call, name)
                 if report is not None:
                     yield report
+            yield from self._overflow_ratios()
+            yield from self._log_products()
         yield from self._check_host()
 
     # -- kernels --------------------------------------------------------------
@@ -130,9 +162,11 @@ class NonFiniteSwallowed(Rule):
         # quadratic in a chain of calls (`x.to(...).to(...)...`).
         positional = [a.value for a in call.args if a.keyword is None]
         if name in ELEMENTWISE and len(positional) == ELEMENTWISE[name]:
-            if self._propagates(keyword(call, "propagate_nan", 2)):
+            if propagates(self.jit, keyword(call, "propagate_nan", 2)):
                 return None
-            if not any(self._floaty(o) for o in positional) or not self._swallows(call, positional):
+            # a float among the operands (`0.0` counts), and one that can hold the input's NaN
+            if not any(self._nan.level(self.jit, o) >= LANE for o in positional) \
+                    or not any(self._flow.floaty(o) for o in positional) or not self._flow.swallows(call, positional):
                 return None
             what = "the other operand" if name.startswith(TL) else "the other argument"
             fix = "pass `propagate_nan=tl.PropagateNan.ALL`" if name.startswith(TL) else \
@@ -141,16 +175,17 @@ class NonFiniteSwallowed(Rule):
             return self._kernel_report(call, f"`{text}` returns {what} where one is NaN (torch.maximum, "
                                              f"torch.relu and torch.clamp propagate NaN); {fix}", "nan-dropping-minmax")
         if name == CLAMP and positional:
-            if self._propagates(keyword(call, "propagate_nan", 3)) or not self._floaty(positional[0]) \
-                    or not self._swallows(call, positional[:1]):
+            if propagates(self.jit, keyword(call, "propagate_nan", 3)) or not self._flow.nan_data(positional[0]) \
+                    or not self._flow.swallows(call, positional[:1]):
                 return None
             text = expr_text(self.model, call)
             return self._kernel_report(call, f"`{text}` maps NaN to a bound (torch.clamp keeps NaN); pass "
                                              f"`propagate_nan=tl.PropagateNan.ALL`", "nan-dropping-clamp")
         if name in REDUCTIONS and positional:
             indices = keyword(call, "return_indices", 2)
-            if (indices is not None and dotted(indices) != "False") or not self._floaty(positional[0]) \
-                    or not self._swallows(call, positional[:1]):
+            # a row NaN in every lane (after a softmax, `x - mean`) has a NaN max: nothing is dropped
+            if (indices is not None and dotted(indices) != "False") or not self._flow.nan_data(positional[0], (LANE,)) \
+                    or not self._flow.swallows(call, positional[:1]):
                 return None
             op = name.rpartition(".")[2]
             text = expr_text(self.model, call)
@@ -163,162 +198,49 @@ class NonFiniteSwallowed(Rule):
             if found is None:
                 return None
             subject, _, kind, message = found
-            if kind == "compare" and not self._floaty(subject):
+            if kind == "compare" and not self._flow.nan_data(subject):
                 return None
-            if not self._swallows(call, [subject]):
+            if not self._flow.swallows(call, [subject]):
                 return None
             return self._kernel_report(call, message, kind)
         return None
 
+    def _overflow_ratios(self) -> Iterator[Report]:
+        """The other direction: NaN made where the reference is finite."""
+        ratio = None
+        for node in walk(self.jit.node):
+            if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide)):
+                continue
+            ratio = ratio or OverflowRatio(self.model, self.jit, self.reach)
+            found = ratio.witness(node)
+            if found is None or not self._flow.reaches_output(node) or self._flow.selected_away(node, found[2]):
+                continue
+            probe, exact, variable = found
+            text = expr_text(self.model, node)
+            yield self.report(node, f"`{text}` is NaN at {variable} = {probe:g}: both sides overflow float32 "
+                                    f"(inf / inf) where the value it computes is {exact:.6g}, so the kernel makes "
+                                    f"NaN where the reference (torch.tanh, gelu, sigmoid...) is finite; call the "
+                                    f"function itself (`tl.math.tanh`, `libdevice.tanh`, `tl.sigmoid`) or rewrite "
+                                    f"the ratio with exp(-|{variable}|), which cannot overflow",
+                              kernel=self.jit.name, expression=text, pattern="overflow-nan")
+
+    def _log_products(self) -> Iterator[Report]:
+        """`tl.exp(tl.cumsum(tl.log(x)))`: a cumulative product through logarithms is NaN
+        from the first negative x on, where torch.cumprod is finite."""
+        for call, name in calls_within(self.model, self.jit.node):
+            operand = log_product_operand(self.model, self.reach, call, name)
+            if operand is None or not self._flow.nan_data(operand) or not self._flow.reaches_output(call):
+                continue
+            text = expr_text(self.model, call)
+            yield self.report(call, f"`{text}` is a cumulative product taken through logarithms: the log of a "
+                                    f"negative `{expr_text(self.model, operand)}` is NaN, and so is every product "
+                                    f"after it, where torch.cumprod is finite; multiply instead (`tl.cumprod`, or "
+                                    f"`tl.associative_scan` with a product)", kernel=self.jit.name,
+                              expression=text, pattern="log-product-nan")
+
     def _kernel_report(self, call: cst.Call, message: str, pattern: str) -> Report:
         text = expr_text(self.model, call)
         return self.report(call, message, kernel=self.jit.name, expression=text, pattern=pattern)
-
-    def _propagates(self, value: cst.BaseExpression | None) -> bool:
-        if value is None:
-            return False
-        name = dotted(value) or ""
-        if name.endswith(".ALL"):
-            return True
-        if name.endswith(".NONE"):
-            return False
-        values = self.jit.constexpr_values(name) if "." not in name else []
-        return not values or any((dotted(v) or "").endswith(".ALL") for v in values)
-
-    def _floaty(self, expr: cst.BaseExpression) -> bool:
-        """Can `expr` hold floating-point data?  Program ids, aranges and
-        integer scalars cannot hold NaN.  A helper's parameter is as floaty as
-        the arguments its callers pass."""
-        if self._evidence(expr)[0]:
-            return True
-        for d in self._closure(self._reads(expr)):
-            if d.value is not None and self._evidence(d.value)[0]:
-                return True
-            if d.kind == "param" and self.jit.called_from:
-                for caller, call in self.jit.called_from:
-                    arg = bind_call_args(call, self.jit.params).get(d.name)
-                    if arg is not None and any(self._evidence(e)[0] for _, e in self.model.sources(caller, arg, depth=1)):
-                        return True
-        return False
-
-    def _evidence(self, expr: cst.CSTNode) -> tuple[bool, bool]:
-        """(holds a float literal or a float-producing call, holds a `tl.load`)."""
-        if id(expr) not in self._evidence_cache:
-            floaty = loads = False
-            for node in walk(expr):
-                if isinstance(node, cst.Float):
-                    floaty = True
-                elif isinstance(node, cst.Call):
-                    name = self.model.call_name(node) or ""
-                    floaty |= name in FLOAT_SOURCES or dotted(node.func) == "float"
-                    loads |= name == TL + "load"
-            self._evidence_cache[id(expr)] = (floaty, loads)
-        return self._evidence_cache[id(expr)]
-
-    # A NaN dropped here matters only if the value reaches the output through
-    # the dropping call alone: `tl.exp(x - tl.max(x))` still carries x's NaN.
-    def _swallows(self, call: cst.Call, operands: list[cst.BaseExpression]) -> bool:
-        holders = self._holders(call)
-        if holders & self._addressing() or any(self.reach.inside(call, p) for p in self._pointers()):
-            return False  # used as a pointer offset: an integer
-        data: set[Def] = set()
-        for operand in operands:
-            reads = self._reads(operand)
-            data |= {d for defs in reads for d in defs if d.kind == "param"}
-            data |= {d for d in self._closure(reads) if d.value is not None and self._evidence(d.value)[1]}
-        for sink, upstream in self._sinks():
-            if not (self.reach.inside(call, sink) or upstream & holders):
-                continue  # this output does not see the call's result
-            if not self._closure(self._reads(sink, skip=call), avoid=holders, stop=data):
-                return True
-        return False
-
-    def _holders(self, call: cst.Call) -> set[Def]:
-        """The definitions whose value holds `call` (`y = call`, `y = 2 * call`): those
-        of the call's enclosing expressions, found up the tree rather than by asking
-        every definition of the kernel (quadratic in a kernel of many statements)."""
-        if self._by_value is None:
-            self._by_value = {}
-            for d in self.reach.flow.defs:
-                if d.value is not None:
-                    self._by_value.setdefault(id(d.value), []).append(d)
-        found = set(self._by_value.get(id(call), ()))
-        for node in self.model.ancestors(call):
-            if node is self.jit.node:
-                break
-            found.update(self._by_value.get(id(node), ()))
-        return found
-
-    def _pointers(self) -> list[cst.BaseExpression]:
-        if self._pointer_cache is None:
-            self._pointer_cache = [p for site in self.model.calls_in(self.jit, TL + "load", *WRITES)
-                                   if (p := keyword(site.node, "pointer", 0)) is not None]
-        return self._pointer_cache
-
-    def _addressing(self) -> set[Def]:
-        """Every definition that flows into a load or store address."""
-        if self._address_cache is None:
-            self._address_cache = self._closure([d for p in self._pointers() for d in self._reads(p)])
-        return self._address_cache
-
-    def _sinks(self) -> list[tuple[cst.BaseExpression, set[Def]]]:
-        """Stored values and a helper's returned values, with what flows into each."""
-        if self._sink_cache is None:
-            sinks = []
-            for site in self.model.calls_in(self.jit, *WRITES):
-                value = keyword(site.node, "value", 1)
-                sinks.append(keyword(site.node, "val") if value is None else value)
-            for node in walk(self.jit.node):
-                if isinstance(node, cst.Return) and node.value is not None:
-                    value = node.value
-                    sinks += [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [value]
-            self._sink_cache = [(s, self._closure(self._reads(s))) for s in sinks if s is not None]
-        return self._sink_cache
-
-    def _reads(self, expr: cst.CSTNode, skip: cst.CSTNode | None = None) -> list[list[Def]]:
-        """For each name `expr` reads (outside `skip`, and not only for its
-        shape or dtype), the definitions that can reach that read."""
-        groups: list[list[Def]] = []
-        stack = [expr]
-        while stack:
-            node = stack.pop()
-            if node is skip or shape_only(self.model, node):
-                continue
-            if isinstance(node, cst.Name):
-                groups.append(self.reach.defs(node.value, node))
-            elif isinstance(node, (cst.Attribute, cst.Arg)):
-                stack.append(node.value)
-            else:
-                stack.extend(node.children)
-        return groups
-
-    def _closure(self, groups: list[list[Def]], avoid: set[Def] = frozenset(), stop: set[Def] | None = None):
-        """Every definition whose value flows into the reads `groups`.  With
-        `avoid`, a read that can see an avoided definition is not followed:
-        its other definitions are alternatives to it, not a second path.
-        With `stop`, only whether one of those is reached (early exit)."""
-        seen: set[Def] = set()
-        stack: list[Def] = []
-        reads = groups
-        while True:
-            for defs in reads:
-                if avoid and any(d in avoid for d in defs):
-                    continue
-                for d in defs:
-                    if d not in seen:
-                        if stop is not None and d in stop:
-                            return True
-                        seen.add(d)
-                        stack.append(d)
-            if not stack:
-                return False if stop is not None else seen
-            reads = self._feeding(stack.pop())
-
-    def _feeding(self, d: Def) -> list[list[Def]]:
-        if d not in self._feeds:
-            at = d.node if d.kind == "augassign" or d.value is None else d.value
-            self._feeds[d] = [self.reach.defs(n, at) for n in sorted(d.reads)]
-        return self._feeds[d]
 
     def _where(self, call: cst.Call):
         """(subject, NaN branch, pattern, message) when a `where` sends the
@@ -328,11 +250,8 @@ class NonFiniteSwallowed(Rule):
             defs = self.reach.defs(cond.value, call)
             if len(defs) == 1 and defs[0].kind == "assign":
                 cond = defs[0].value
-        return _where_swallow(self.model, call, cond, a, b, self._carries)
-
-    def _carries(self, branch: cst.BaseExpression, subject: cst.BaseExpression) -> bool:
-        subject_defs = {d for defs in self._reads(subject) for d in defs}
-        return bool(self._closure(self._reads(branch)) & subject_defs)
+        return _where_swallow(self.model, call, cond, a, b,
+                              lambda branch, subject: self._flow.carries(call, branch, subject))
 
     # -- host code ------------------------------------------------------------
 
@@ -394,7 +313,7 @@ def _where_swallow(model: TritonModule, call: cst.Call, cond, a, b, carries, hos
     nan_true = isinstance(op, cst.NotEqual) != negated  # every ordered comparison with NaN is False
     nan_branch, kept = (a, b) if nan_true else (b, a)
     key = lambda e: node_text(model.module, e).replace(" ", "")
-    subject = next((s for s in (cond.left, right) if key(s) == key(kept)), None)
+    subject = next((s for s in (cond.left, right) if key(s) == key(kept) and not literal(s)), None)
     if subject is None or carries(nan_branch, subject):
         return None  # a branch that is not the tested value: a mask or a step function
     fix = "rewrite it so that NaN lanes take the value branch"

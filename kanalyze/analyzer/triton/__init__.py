@@ -22,7 +22,14 @@
   early_exits.py    a kernel's early returns: which programs skip their stores
   shape_asserts.py  conditions that pin a shape
   access_offsets.py the offsets of a load or store
+  size_literals.py  literal sizes and shape checks that pin one shape, or are tiles, halves, a test's shape
+  tile_extents.py   whether an arange stays inside its axis (exact factors, rows of a stride, fixed-arity reads)
+  full_blocks.py    loops that visit only full blocks (tail peeled and masked), guards keeping a block in bounds
   nan_tests.py      NaN / ±Inf tests and metadata-only reads
+  nan_carriers.py   which values can hold an input NaN (none, a lane, a whole row), which calls drop it
+  nan_paths.py      the def-use paths a NaN travels; what reaches a store or return, a load address
+  nan_escape.py     whether a dropped NaN reaches the output by another path (softmax statistics excused)
+  exp_overflow.py   NaN made where the reference is finite: exp ratios overflowing fp32, log-cumsum products
   patches.py        assignments that replace a library function, and restores of it
   cached_results.py results stored by one forward call and returned by a later one
 
