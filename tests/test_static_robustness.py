@@ -579,3 +579,21 @@ def test_a_panic_in_the_parser_is_a_finding_not_a_crash(monkeypatch) -> None:
     findings, _ = analyze_source("k.py", TF32_KERNEL)
     assert [(f.code, f.message) for f in findings] == [
         ("KAN001", "analysis failed: PanicException: index out of bounds")]
+
+
+# --- the same input, the same report ---------------------------------------------
+
+def test_findings_do_not_depend_on_the_hash_seed(tmp_path: Path) -> None:
+    """A message once named whichever `tl.arange` a set of definitions yielded first, so
+    two runs of one file could disagree; every message must follow the source order."""
+    fixtures = Path(__file__).resolve().parent.parent / "fixtures"
+    reports = []
+    for seed in ("1", "2"):
+        done = subprocess.run([sys.executable, "-m", "kanalyze", "check", "--isolated", "--no-cache",
+                               "--select", "ALL", "--output-format", "json", "--exit-zero",
+                               str(fixtures / "triton"), str(fixtures / "cuda")],
+                              capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "PYTHONHASHSEED": seed})
+        assert done.returncode == 0, done.stderr
+        reports.append(done.stdout)
+    assert reports[0] == reports[1]

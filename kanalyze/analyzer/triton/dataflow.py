@@ -184,6 +184,12 @@ class Dataflow:
                 return d
         return None
 
+    def in_order(self, defs) -> list[Def]:
+        """`defs` in source order: what a message names must not depend on set iteration."""
+        if not hasattr(self, "_position"):
+            self._position = {d: i for i, d in enumerate(self.defs)}
+        return sorted(defs, key=lambda d: self._position.get(d, len(self._position)))
+
     def upstream(self, expr: cst.CSTNode) -> set[Def]:
         """Every definition whose value can reach `expr`."""
         return set().union(*(self._upstream_of(name) for name in names_read(expr)))

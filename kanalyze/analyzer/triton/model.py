@@ -189,7 +189,7 @@ class TritonModule:
         func = function.function if isinstance(function, JitFunction) else function
         flow = self.flow(func)
         yield func, expr
-        upstream = flow.upstream(expr)
+        upstream = flow.in_order(flow.upstream(expr))
         for d in upstream:
             if d.value is not None:
                 yield func, d.value
