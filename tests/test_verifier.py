@@ -116,7 +116,8 @@ def test_a_plant_is_confirmed_with_a_witness(loop) -> None:
 def test_the_second_call_reuses_the_reference(loop) -> None:
     first, second = loop["results"]["plant"], loop["results"]["plant again, as source"]
     assert first.references["computed"] > 0
-    assert second.references == {"reused": first.references["computed"], "computed": 0}
+    # every reference outcome the first call needed (computed, or reused within that call) is reused
+    assert second.references == {"reused": sum(first.references.values()), "computed": 0}
     assert {c: v.status for c, v in second.clauses.items()} == {c: v.status for c, v in first.clauses.items()}
     # a source string's file is kept while a witness refers to it
     assert Path(second.clauses["MEM001"].witness).is_file()
