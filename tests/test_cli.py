@@ -6,31 +6,18 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import jsonschema
 import pytest
 
 from kanalyze.cli import main
+from kernels import TF32_KERNEL
 
 ROOT = Path(__file__).resolve().parent.parent
 SARIF_SCHEMA = json.loads((ROOT / "tests/data/sarif-schema-2.1.0.json").read_text())
 FINDINGS_SCHEMA = json.loads((ROOT / "kanalyze/schemas/findings.schema.json").read_text())
 
-TF32_KERNEL = textwrap.dedent('''\
-    import triton
-    import triton.language as tl
-
-
-    @triton.jit
-    def matmul(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr):
-        offs = tl.arange(0, BLOCK)
-        a = tl.load(a_ptr + offs[:, None] * BLOCK + offs[None, :]).to(tl.float32)
-        b = tl.load(b_ptr + offs[:, None] * BLOCK + offs[None, :]).to(tl.float32)
-        c = tl.dot(a, b)
-        tl.store(c_ptr + offs[:, None] * BLOCK + offs[None, :], c)
-''')
 DOT_ROW, DOT_COL = 10, 9
 
 

@@ -20,21 +20,9 @@ from kanalyze.cli import build_parser, main
 from kanalyze.findings import Finding, Location, Status
 from kanalyze.report import render_text
 from kanalyze.report.snippet import MAX_WIDTH, split_rows
+from kernels import TF32_KERNEL
 
 ROOT = Path(__file__).resolve().parent.parent
-TF32_KERNEL = textwrap.dedent('''\
-    import triton
-    import triton.language as tl
-
-
-    @triton.jit
-    def matmul(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr):
-        offs = tl.arange(0, BLOCK)
-        a = tl.load(a_ptr + offs[:, None] * BLOCK + offs[None, :]).to(tl.float32)
-        b = tl.load(b_ptr + offs[:, None] * BLOCK + offs[None, :]).to(tl.float32)
-        c = tl.dot(a, b)
-        tl.store(c_ptr + offs[:, None] * BLOCK + offs[None, :], c)
-''')
 DOT = "tl.dot(a, b)"
 ATOMIC_CU = textwrap.dedent('''\
     __global__ void sum_atomic(const float* x, float* out, int n) {

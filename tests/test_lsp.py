@@ -26,20 +26,8 @@ from pygls.protocol import default_converter
 from pygls.uris import to_fs_path
 
 from kanalyze.rules import explanation, rules_by_code
+from kernels import TF32_KERNEL
 
-TF32_KERNEL = textwrap.dedent('''\
-    import triton
-    import triton.language as tl
-
-
-    @triton.jit
-    def matmul(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr):
-        offs = tl.arange(0, BLOCK)
-        a = tl.load(a_ptr + offs[:, None] * BLOCK + offs[None, :]).to(tl.float32)
-        b = tl.load(b_ptr + offs[:, None] * BLOCK + offs[None, :]).to(tl.float32)
-        c = tl.dot(a, b)
-        tl.store(c_ptr + offs[:, None] * BLOCK + offs[None, :], c)
-''')
 FIXED_KERNEL = TF32_KERNEL.replace("tl.dot(a, b)", 'tl.dot(a, b, input_precision="ieee")')
 # `tl.dot(a, b)` on line 10, column 9 (1-based) → LSP line 9, characters 8..20.
 DOT_LINE, DOT_START, DOT_END = 9, 8, 8 + len("tl.dot(a, b)")

@@ -13,7 +13,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -25,22 +24,10 @@ from kanalyze.cli import main
 from kanalyze.config import closest_selector, is_known_selector, known_codes
 from kanalyze.lsp.settings import Settings
 from kanalyze.rules import rules_by_code
+from kernels import TF32_KERNEL
 
 ROOT = Path(__file__).resolve().parent.parent
 
-TF32_KERNEL = textwrap.dedent('''\
-    import triton
-    import triton.language as tl
-
-
-    @triton.jit
-    def matmul(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr):
-        offs = tl.arange(0, BLOCK)
-        a = tl.load(a_ptr + offs[:, None] * BLOCK + offs[None, :]).to(tl.float32)
-        b = tl.load(b_ptr + offs[:, None] * BLOCK + offs[None, :]).to(tl.float32)
-        c = tl.dot(a, b)
-        tl.store(c_ptr + offs[:, None] * BLOCK + offs[None, :], c)
-''')
 DOT_ROW = 10
 
 

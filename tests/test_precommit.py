@@ -15,27 +15,14 @@ import re
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
+from kernels import TF32_KERNEL
 
 ROOT = Path(__file__).resolve().parent.parent
 
-TF32_KERNEL = textwrap.dedent('''\
-    import triton
-    import triton.language as tl
-
-
-    @triton.jit
-    def matmul(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr):
-        offs = tl.arange(0, BLOCK)
-        a = tl.load(a_ptr + offs[:, None] * BLOCK + offs[None, :]).to(tl.float32)
-        b = tl.load(b_ptr + offs[:, None] * BLOCK + offs[None, :]).to(tl.float32)
-        c = tl.dot(a, b)
-        tl.store(c_ptr + offs[:, None] * BLOCK + offs[None, :], c)
-''')
 FIXED_KERNEL = TF32_KERNEL.replace("tl.dot(a, b)", 'tl.dot(a, b, input_precision="ieee")')
 SUPPRESSED_KERNEL = TF32_KERNEL.replace("c = tl.dot(a, b)", "c = tl.dot(a, b)  # noqa: PRC001")
 

@@ -12,7 +12,7 @@ import tree_sitter as ts
 from kanalyze.analyzer.cuda.build import read_declaration
 from kanalyze.analyzer.cuda.entities import Variable
 from kanalyze.analyzer.cuda.facts import (
-    COMPARISONS, expr_taint, floor_divisions, grid_strides, launches_of, shared_index_dims,
+    COMPARISONS, dim3_parts, expr_taint, floor_divisions, grid_strides, launches_of, shared_index_dims,
 )
 from kanalyze.analyzer.cuda.model import CudaModule
 from kanalyze.analyzer.cuda.values import walk
@@ -372,15 +372,7 @@ def _grid_per(cuda: CudaModule, launch, axis: int, value: int) -> bool:
     if resolved is not None and resolved.type == "identifier":
         variable = cuda.variable(cuda.text(resolved), launch.host)
         resolved = variable.init if variable is not None else None
-    parts: list[ts.Node] = []
-    if resolved is not None and resolved.type in ("argument_list", "parameter_list", "initializer_list"):
-        parts = list(resolved.named_children)
-    elif resolved is not None and resolved.type == "call_expression" and \
-            cuda.text(resolved.child_by_field_name("function")) == "dim3":
-        args = resolved.child_by_field_name("arguments")
-        parts = list(args.named_children) if args is not None else []
-    elif resolved is not None:
-        parts = [resolved]
+    parts = dim3_parts(cuda, resolved)
     if axis >= len(parts):
         return False
     expr = cuda.resolve(parts[axis], launch.host)

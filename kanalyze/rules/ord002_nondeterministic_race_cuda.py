@@ -8,7 +8,7 @@ from typing import Iterator
 import tree_sitter as ts
 
 from kanalyze.analyzer.cuda.entities import BLOCK_BARRIERS, CudaFunction
-from kanalyze.analyzer.cuda.facts import BUILTINS, conditions_above, name_taint
+from kanalyze.analyzer.cuda.facts import BUILTINS, conditions_above, leaf_taint, name_taint
 from kanalyze.analyzer.cuda.model import CudaModule
 from kanalyze.analyzer.cuda.shared_races import Access, SharedRaceScan, shared_names
 from kanalyze.analyzer.cuda.values import walk
@@ -205,14 +205,8 @@ def _scoped_taint(cuda: CudaModule, function: CudaFunction, node: ts.Node, depth
                 kinds |= name_taint(cuda, function, name)
                 continue
             kinds |= _variable_taint(cuda, function, name, *found, depth)
-        elif kind == "subscript_expression" or (kind == "pointer_expression" and cuda.text(inner)[:1] == "*"):
-            kinds.add("data")
-        elif kind == "call_expression":
-            callee = cuda.text(inner.child_by_field_name("function"))
-            if callee.startswith(("__ldg", "__ldcs", "__ldcg", "__shfl", "atomic", "tex")):
-                kinds.add("data")
-        elif kind == "number_literal":
-            kinds.add("literal")
+        else:
+            kinds |= leaf_taint(cuda, inner)
     return kinds
 
 

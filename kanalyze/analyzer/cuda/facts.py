@@ -81,16 +81,22 @@ def expr_taint(cuda: CudaModule, node: ts.Node | None, function: CudaFunction) -
                 kinds.add(BUILTINS[name])
             else:
                 kinds |= name_taint(cuda, function, name)
-        elif kind == "subscript_expression" or (kind == "pointer_expression" and cuda.text(inner)[:1] == "*"):
-            kinds.add("data")
-        elif kind == "call_expression":
-            callee = cuda.text(inner.child_by_field_name("function"))
-            if callee.startswith(("__ldg", "__ldcs", "__ldcg", "__shfl", "atomic", "tex")):
-                kinds.add("data")
-        elif kind == "number_literal":
-            kinds.add("literal")
+        else:
+            kinds |= leaf_taint(cuda, inner)
     cache[key] = frozenset(kinds)
     return kinds
+
+
+def leaf_taint(cuda: CudaModule, node: ts.Node) -> set[str]:
+    """What a node other than a name contributes to an expression's taint: a memory read
+    (`a[i]`, `*p`, `__ldg`, a shuffle, an atomic, a texture fetch) is data, a number a literal."""
+    kind = node.type
+    if kind == "subscript_expression" or (kind == "pointer_expression" and cuda.text(node)[:1] == "*"):
+        return {"data"}
+    if kind == "call_expression":
+        callee = cuda.text(node.child_by_field_name("function"))
+        return {"data"} if callee.startswith(("__ldg", "__ldcs", "__ldcg", "__shfl", "atomic", "tex")) else set()
+    return {"literal"} if kind == "number_literal" else set()
 
 
 def conditions_above(cuda: CudaModule, node: ts.Node, function: CudaFunction) -> Iterator[tuple[ts.Node, ts.Node]]:
@@ -176,21 +182,24 @@ def floor_divisions(cuda: CudaModule, launch: CudaLaunch) -> list[tuple[ts.Node,
     return cache[key]
 
 
+def dim3_parts(cuda: CudaModule, resolved: ts.Node | None) -> list[ts.Node]:
+    """The components of a launch dimension: `{x, y}`, `dim3(x, y)`, or one value."""
+    if resolved is None:
+        return []
+    if resolved.type in ("argument_list", "parameter_list", "initializer_list"):
+        return list(resolved.named_children)
+    if resolved.type == "call_expression" and cuda.text(resolved.child_by_field_name("function")) == "dim3":
+        args = resolved.child_by_field_name("arguments")
+        return list(args.named_children) if args is not None else []
+    return [resolved]
+
+
 def _floor_divisions(cuda: CudaModule, launch: CudaLaunch) -> list[tuple[ts.Node, ts.Node]]:
     grid = launch.config_at(0)
     if grid is None:
         return []
     host = launch.host
-    candidates: list[ts.Node] = []
-    resolved = cuda.resolve(grid, host)
-    if resolved is not None and resolved.type in ("argument_list", "parameter_list", "initializer_list"):
-        candidates = list(resolved.named_children)
-    elif resolved is not None and resolved.type == "call_expression" and \
-            cuda.text(resolved.child_by_field_name("function")) == "dim3":
-        args = resolved.child_by_field_name("arguments")
-        candidates = list(args.named_children) if args is not None else []
-    elif resolved is not None:
-        candidates = [resolved]
+    candidates = dim3_parts(cuda, cuda.resolve(grid, host))
     found = []
     for candidate in candidates:
         expr = cuda.resolve(candidate, host)
