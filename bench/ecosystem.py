@@ -58,7 +58,10 @@ FILE_TARGET_S, FALSE_TARGET, LIBRARY_TRUE_TARGET = 5.0, 0.05, 0.80
 
 def materialise(project: dict, cache: Path, mirror: Path | None) -> Path:
     """The project's source files at its pinned commit, under `cache` (fetched once)."""
-    target = cache / f"{project['name']}-{project['commit'][:12]}"
+    version = project["commit"]
+    if project.get("corpus"):  # pinned by its lock file: a changed lock is a new corpus
+        version = hashlib.sha256((ROOT / project["corpus"] / project["commit"]).read_bytes()).hexdigest()
+    target = cache / f"{project['name']}-{version[:12]}"
     done = target / ".complete"
     if done.exists():
         return target
