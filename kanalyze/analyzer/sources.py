@@ -319,6 +319,16 @@ def read_source(path: str, *, explicit: bool = False) -> SourceText | SourceErro
     return decode_source(path, data, explicit=explicit)
 
 
+def read_for_rewrite(path: str) -> tuple[str, str]:
+    """A file's whole text as written (a BOM kept) and its encoding, for a tool that edits
+    it in place (`--fix`, `--add-noqa`); raises OSError, SyntaxError, LookupError or
+    UnicodeDecodeError on a file it cannot read back faithfully."""
+    with open(path, "rb") as handle:
+        data = handle.read()
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return data.decode(encoding), encoding
+
+
 def decode_source(path: str, data: bytes, *, explicit: bool = False) -> SourceText | SourceError | None:
     """`data` (a file's bytes, or standard input's) as source text, as `read_source` reads a file."""
     if len(data) > MAX_FILE_BYTES:

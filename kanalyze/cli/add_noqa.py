@@ -23,6 +23,7 @@ from collections import defaultdict
 
 from kanalyze.analyzer.cuda.sources import is_cuda_path
 from kanalyze.analyzer.cuda.suppressions import _NOLINT, CudaSuppressions
+from kanalyze.analyzer.sources import read_for_rewrite
 from kanalyze.analyzer.suppressions import _CODE, _LINE_NOQA, Suppressions
 from kanalyze.findings import Finding, Status
 
@@ -137,10 +138,7 @@ def add_noqa(findings: list[Finding]) -> tuple[int, list[str]]:
     added, warnings = 0, []
     for path, wanted in sorted(to_annotate(findings).items()):
         try:
-            with open(path, "rb") as handle:
-                data = handle.read()
-            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-            text = data.decode(encoding)
+            text, encoding = read_for_rewrite(path)
         except (OSError, SyntaxError, LookupError, UnicodeDecodeError) as exc:
             warnings.append(f"{path}: cannot add noqa comments: {exc}")
             continue

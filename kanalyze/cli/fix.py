@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import io
 import sys
-import tokenize
 from dataclasses import dataclass, field
 
+from kanalyze.analyzer.sources import read_for_rewrite
 from kanalyze.cli.output import render, write_report
 from kanalyze.cli.parser import EXIT_CLEAN, EXIT_FINDINGS, UsageError
 from kanalyze.findings import Finding
@@ -71,10 +70,7 @@ def fix_files(findings: list[Finding], config, *, unsafe: bool, write: bool,
             text = stdin[1]
         else:
             try:
-                with open(path, "rb") as handle:
-                    data = handle.read()
-                encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-                text = data.decode(encoding)
+                text, encoding = read_for_rewrite(path)
             except (OSError, SyntaxError, LookupError, UnicodeDecodeError) as exc:
                 outcome.warnings.append(f"{path}: cannot fix: {exc}")
                 outcome.findings += members

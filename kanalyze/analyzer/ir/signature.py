@@ -28,7 +28,7 @@ import libcst as cst
 from kanalyze.analyzer.cstwalk import node_text, walk
 from kanalyze.analyzer.names import dotted
 from kanalyze.analyzer.triton.calls import bind_call_args
-from kanalyze.analyzer.triton.dataflow import names_read
+from kanalyze.analyzer.triton.dataflow import names_read, own_value
 from kanalyze.analyzer.triton.dtypes import literal_dtype
 from kanalyze.analyzer.triton.entities import Function, JitFunction
 from kanalyze.analyzer.triton.model import TritonModule
@@ -254,7 +254,7 @@ class LaunchReader:
             if d.kind == "param":
                 k, t = self._param_annotation(function, d.name)
             elif d.value is not None and d.kind in ("assign", "walrus", "with"):
-                k, t = self._classify(function, _assigned(d), depth + 1)
+                k, t = self._classify(function, own_value(d), depth + 1)
             else:
                 continue
             if t is not None and dtype is None:
@@ -388,19 +388,6 @@ class LaunchReader:
             return ""
         text = node_text(self.model.module, expr)
         return text if len(text) <= 50 else text[:49] + "…"
-
-
-def _assigned(d) -> cst.BaseExpression:
-    """The value a definition gives its own name: the matching element of
-    `a, b = x.half(), y.half()`, else the whole right-hand side."""
-    value = d.value
-    if isinstance(d.node, cst.Assign) and isinstance(value, (cst.Tuple, cst.List)):
-        for target in d.node.targets:
-            if isinstance(target.target, (cst.Tuple, cst.List)) and len(target.target.elements) == len(value.elements):
-                for element, item in zip(target.target.elements, value.elements):
-                    if isinstance(element.value, cst.Name) and element.value.value == d.name:
-                        return item.value
-    return value
 
 
 _OPERATORS = {cst.Add: "+", cst.Subtract: "-", cst.Multiply: "*", cst.FloorDivide: "//", cst.Divide: "/",

@@ -43,6 +43,19 @@ class Def:
         return f"Def({self.name!r}, {self.kind})"
 
 
+def own_value(d: Def) -> cst.BaseExpression | None:
+    """The part of a definition's value that lands in its own name: `b` of
+    `a, b = x.to(tl.int32), y` is `y`; else the whole value."""
+    value = d.value
+    if isinstance(d.node, cst.Assign) and isinstance(value, (cst.Tuple, cst.List)):
+        for target in d.node.targets:
+            if isinstance(target.target, (cst.Tuple, cst.List)) and len(target.target.elements) == len(value.elements):
+                for element, part in zip(target.target.elements, value.elements):
+                    if isinstance(element.value, cst.Name) and element.value.value == d.name:
+                        return part.value
+    return value
+
+
 def names_read(expr: cst.CSTNode | None) -> set[str]:
     """Names an expression reads (attribute names and keyword names excluded)."""
     names: set[str] = set()

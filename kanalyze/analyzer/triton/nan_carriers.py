@@ -16,7 +16,7 @@ from kanalyze.analyzer.cstwalk import node_text
 from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.names import dotted
 from kanalyze.analyzer.triton.calls import bind_call_args, keyword, string_literal
-from kanalyze.analyzer.triton.dataflow import Def
+from kanalyze.analyzer.triton.dataflow import Def, own_value
 from kanalyze.analyzer.triton.dtypes import INTEGERS, UNKNOWN, DtypeFlow, cast_operand, cast_target, resolve_dtypes
 from kanalyze.analyzer.triton.entities import JitFunction
 from kanalyze.analyzer.triton.model import TritonModule
@@ -147,7 +147,7 @@ class NanLevels:
             if d.name in jit.constexpr_names:
                 return NONE
             return context if context is not None else self._param(jit, d.name)
-        found = self._expr(jit, unpacked(d), levels, context)
+        found = self._expr(jit, own_value(d), levels, context)
         if d.kind == "augassign":
             earlier = self.reaching(jit).defs(d.name, d.node)
             found = max(found, max((levels.get(p, NONE) for p in earlier), default=NONE))
@@ -264,19 +264,6 @@ class NanLevels:
         levels = self._fix(helper, context)
         return max((self._expr(helper, n.value, levels, context) for n in walk(helper.node)
                     if isinstance(n, cst.Return) and n.value is not None), default=NONE)
-
-
-def unpacked(d: Def) -> cst.BaseExpression | None:
-    """The part of a definition's value that lands in its name: `b` of
-    `a, b = x.to(tl.int32), y` is `y`."""
-    value = d.value
-    if isinstance(d.node, cst.Assign) and isinstance(value, (cst.Tuple, cst.List)):
-        for target in d.node.targets:
-            if isinstance(target.target, (cst.Tuple, cst.List)) and len(target.target.elements) == len(value.elements):
-                for element, part in zip(target.target.elements, value.elements):
-                    if isinstance(element.value, cst.Name) and element.value.value == d.name:
-                        return part.value
-    return value
 
 
 def literal(expr: cst.BaseExpression) -> bool:

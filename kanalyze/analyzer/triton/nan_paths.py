@@ -16,10 +16,10 @@ import libcst as cst
 from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.names import dotted
 from kanalyze.analyzer.triton.calls import bind_call_args, keyword
-from kanalyze.analyzer.triton.dataflow import Def
+from kanalyze.analyzer.triton.dataflow import Def, own_value
 from kanalyze.analyzer.triton.entities import JitFunction
 from kanalyze.analyzer.triton.model import TritonModule
-from kanalyze.analyzer.triton.nan_carriers import LANE, ROW, TL, NanLevels, unpacked
+from kanalyze.analyzer.triton.nan_carriers import LANE, ROW, TL, NanLevels
 from kanalyze.analyzer.triton.nan_tests import shape_only
 from kanalyze.analyzer.triton.pointers import WRITES
 from kanalyze.analyzer.triton.reaching import Reaching
@@ -183,7 +183,7 @@ class NanPaths:
         `x` of `y.to(x.dtype)` or `tl.zeros_like(x)` carries none of x's values)."""
         key = (d, nan)
         if key not in self._feeds:
-            feeds = self.reads(unpacked(d), nan=nan) if d.value is not None else []
+            feeds = self.reads(own_value(d), nan=nan) if d.value is not None else []
             if d.kind == "augassign":
                 feeds.append(self.reach.defs(d.name, d.node))
             self._feeds[key] = feeds
