@@ -16,7 +16,8 @@ import copy
 
 import torch
 
-from kanalyze.dynamic.sandbox.transport import dtype_name, numpy_to_tensor, tensor_to_numpy
+from kanalyze.dynamic.sandbox.device_share import put
+from kanalyze.dynamic.sandbox.transport import dtype_name, numpy_to_tensor
 
 
 def _differentiable(values: list, dtype=None) -> list:
@@ -39,10 +40,9 @@ def _input_gradients(values: list) -> list:
 
 
 def _keep(tensors: list, prefix: str, arrays: dict) -> dict:
-    for i, tensor in enumerate(tensors):
-        arrays[f"{prefix}{i}"] = tensor_to_numpy(tensor.detach())
+    nbytes = [put(arrays, f"{prefix}{i}", tensor.detach()) for i, tensor in enumerate(tensors)]
     return {"prefix": prefix, "dtypes": [dtype_name(t.dtype) for t in tensors], "structure": "gradients",
-            "nbytes": [int(arrays[f"{prefix}{i}"].nbytes) for i in range(len(tensors))]}
+            "nbytes": nbytes}
 
 
 def reference_gradients(model, values: list, seed: int, result: dict, arrays: dict) -> None:

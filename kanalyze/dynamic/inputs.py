@@ -29,28 +29,30 @@ SPECIALS = {"nan": float("nan"), "+inf": float("inf"), "-inf": float("-inf")}
 
 
 def _draw(distribution: str, shape, dtype, generator: torch.Generator) -> torch.Tensor:
+    device = generator.device
+
     def normal():
-        return torch.randn(shape, generator=generator, dtype=torch.float64)
+        return torch.randn(shape, generator=generator, dtype=torch.float64, device=device)
 
     if distribution == "normal":
         values = normal()
     elif distribution == "uniform":
-        values = torch.rand(shape, generator=generator, dtype=torch.float64)
+        values = torch.rand(shape, generator=generator, dtype=torch.float64, device=device)
     elif distribution == "heavy_tailed":
         chi2 = (normal() ** 2 + normal() ** 2) / 2
         values = (normal() / chi2.sqrt()).clamp(-1e4, 1e4)
     elif distribution == "large":
         values = normal() * _LARGE.get(dtype, 1e4)
     elif distribution == "mixed_sign":
-        magnitude = 10.0 ** (torch.rand(shape, generator=generator, dtype=torch.float64) * 6 - 3)
-        sign = torch.where(torch.rand(shape, generator=generator, dtype=torch.float64) < 0.5, -1.0, 1.0)
+        magnitude = 10.0 ** (torch.rand(shape, generator=generator, dtype=torch.float64, device=device) * 6 - 3)
+        sign = torch.where(torch.rand(shape, generator=generator, dtype=torch.float64, device=device) < 0.5, -1.0, 1.0)
         values = magnitude * sign
     elif distribution == "common_mean":
         values = 1.0 + 0.1 * normal()
     elif distribution == "subnormal":
         tiny = torch.finfo(dtype).tiny
-        fraction = torch.rand(shape, generator=generator, dtype=torch.float64) * 0.9 + 0.05
-        sign = torch.where(torch.rand(shape, generator=generator, dtype=torch.float64) < 0.5, -1.0, 1.0)
+        fraction = torch.rand(shape, generator=generator, dtype=torch.float64, device=device) * 0.9 + 0.05
+        sign = torch.where(torch.rand(shape, generator=generator, dtype=torch.float64, device=device) < 0.5, -1.0, 1.0)
         values = sign * fraction * tiny
     else:
         raise ValueError(f"unknown input distribution {distribution!r}")
@@ -68,21 +70,28 @@ def keep_structure(given: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
 
 def apply(inputs: list, distribution: str, special: str | None, seed: int) -> list:
     """The inputs with new values for every floating tensor; specials injected."""
-    generator = torch.Generator().manual_seed(seed * 7919 + 17)
+    generators: dict = {}   # one per device: values are drawn where they are used
+
+    def generator_for(device) -> torch.Generator:
+        if device not in generators:
+            generators[device] = torch.Generator(device=device).manual_seed(seed * 7919 + 17)
+        return generators[device]
+
     out = []
     for value in inputs:
         if not (isinstance(value, torch.Tensor) and value.is_floating_point()):
             out.append(value)
             continue
         tensor = value
+        generator = generator_for(value.device)
         if distribution != "given":
-            drawn = _draw(distribution, tuple(value.shape), value.dtype, generator).to(value.device)
+            drawn = _draw(distribution, tuple(value.shape), value.dtype, generator)
             tensor = keep_structure(value, drawn)
         if special is not None and tensor.numel() > 0:
             tensor = tensor.clone()
             flat = tensor.view(-1) if tensor.is_contiguous() else tensor.reshape(-1)
             count = max(1, tensor.numel() // 64)
-            positions = torch.randperm(tensor.numel(), generator=generator)[:count].to(tensor.device)
+            positions = torch.randperm(tensor.numel(), generator=generator, device=tensor.device)[:count]
             flat[positions] = SPECIALS[special]
             tensor = flat.view(tensor.shape)
         out.append(tensor)

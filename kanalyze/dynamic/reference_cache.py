@@ -52,12 +52,9 @@ class ReferenceCache:
             for key in [key for key in self._ready if key[0] == path]:
                 del self._ready[key]
         for outcome in kept:
-            for file in (outcome.arrays, outcome.inputs):
-                if file:
-                    try:
-                        os.remove(file)
-                    except OSError:
-                        pass
+            for folder in (outcome.arrays, outcome.inputs):
+                if isinstance(folder, str):
+                    shutil.rmtree(folder, ignore_errors=True)
 
     @staticmethod
     def _problem(harness: Harness, mode: str) -> tuple:
@@ -102,15 +99,16 @@ class ReferenceCache:
             self._outcomes[(self._problem(harness, mode), input_key)] = (kept, record_ops)
         return kept
 
-    def _keep(self, path: str | None) -> str | None:
-        """The file moved into the cache (GPU-sized inputs: gigabytes, not copied); callers use the kept path."""
-        if not path:
+    def _keep(self, path) -> str | None:
+        """The folder of arrays moved into the cache (GPU-sized inputs: gigabytes, not copied); callers
+        use the kept path."""
+        if not isinstance(path, str) or not os.path.isdir(path):
             return None
-        kept = os.path.join(self._folder(), f"{uuid.uuid4().hex}.npz")
+        kept = os.path.join(self._folder(), uuid.uuid4().hex)
         try:
             os.replace(path, kept)
         except OSError:
-            shutil.copyfile(path, kept)
+            shutil.copytree(path, kept)
         return kept
 
     def ready(self, harness: Harness, mode: str) -> dict:

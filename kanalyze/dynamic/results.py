@@ -8,25 +8,25 @@ with its outputs, error, launches and out-of-bounds report.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
-import numpy as np
 
 from kanalyze.dynamic.cases import Case
 from kanalyze.dynamic.sandbox.process import Outcome
-from kanalyze.dynamic.sandbox.transport import Leaf
+from kanalyze.dynamic.sandbox.transport import ArrayFolder, Leaf
 
 
 # Errors after which the device is gone: the worker stops, the next case gets a fresh one.
 FATAL_MARKERS = ("CUDA error", "illegal memory access", "device-side assert", "CUBLAS_STATUS", "cudaError")
 
 
-def _load(path: str | None) -> dict[str, np.ndarray]:
-    if not path:
-        return {}
-    with np.load(path, allow_pickle=False) as data:
-        return {k: data[k] for k in data.files}
+def _load(arrays) -> Mapping:
+    """A case's arrays: the folder a worker saved (read on demand), or what was read already."""
+    if isinstance(arrays, Mapping):
+        return arrays
+    return ArrayFolder(arrays)
 
 
 def leaves(output: dict | None, arrays: dict) -> list[Leaf] | None:
@@ -95,7 +95,7 @@ class Result:
 
     @cached_property
     def reference_arrays(self) -> dict:
-        return {**_load(self.reference.inputs), **_load(self.reference.arrays)}
+        return {**_load(self.reference.inputs), **_load(self.reference.arrays)}   # mapped, not read
 
     @cached_property
     def expected(self) -> list[Leaf] | None:
@@ -156,7 +156,7 @@ class Result:
         return None
 
     @cached_property
-    def candidate_arrays(self) -> dict:
+    def candidate_arrays(self) -> Mapping:
         return _load(self.candidate.arrays if self.candidate else None)
 
     @cached_property

@@ -4,15 +4,10 @@
     run_at_sizes(harness, [{"N": 1025}])              one candidate at given sizes
                                                       (the z3 bounds pass's hand-off)
 
-A `Session` owns one scratch directory and the workers: the reference worker
-and one candidate worker per variant (the candidate as written, and for
-PRC002 the candidate with fp32 accumulators) start together, so that their
-imports of torch, triton and the candidate overlap.  The reference worker first
-scales the size knobs down (on the CPU) and then computes, once per distinct
-input set, the inputs, the reference output in the working dtype and in
-float64; the candidate workers run every case on those inputs (compile once,
-every gate in the same worker).  Every case starts with a baseline: the
-problem's own inputs at the base sizes, which is KernelBench's check.
+Each gate plans its cases (gates/), a `Session` runs them through the
+reference and candidate workers (session.py), and each gate judges what came
+back.  Every run starts with a baseline: the problem's own inputs at the base
+sizes, which is KernelBench's check.
 """
 
 from __future__ import annotations
@@ -25,18 +20,14 @@ from dataclasses import dataclass, field, replace
 
 from kanalyze.dynamic.cases import Case
 from kanalyze.dynamic.gates import gates_by_code
-from kanalyze.dynamic.gates.base import (CONFIRMED, REFUTED, UNCONFIRMED, GateContext, Verdict, value_failure,
-                                         witness_arrays)
+from kanalyze.dynamic.gates.base import (CONFIRMED, REFUTED, UNCONFIRMED, CannotJudge, GateContext, Verdict,
+                                         value_failure, witness_arrays)
 from kanalyze.dynamic.harness import Harness
-from kanalyze.dynamic.reference_cache import REFERENCES
 from kanalyze.dynamic.results import Result
 from kanalyze.dynamic.sandbox import rundir
-from kanalyze.dynamic.sandbox.dispatch import run_cases
-from kanalyze.dynamic.sandbox.process import (Limits, Outcome, ProtocolViolation, Worker, WorkerGone,
-                                              new_scratch_root, remove_scratch_root)
+from kanalyze.dynamic.sandbox.process import Limits, Outcome
+from kanalyze.dynamic.session import BASELINE, MAX_NUMEL, Session
 
-MAX_NUMEL = {"cpu": 2 ** 16, "cuda": 2 ** 26}
-BASELINE = "baseline"
 # Gates that judge values against the reference: a candidate already wrong on the
 # problem's own inputs fails them all for that one reason (reported once, as CMP001),
 # unless a static flag asked for the gate.
@@ -60,10 +51,6 @@ def resolve_mode(mode: str) -> str:
     return mode
 
 
-# A kernel harness's cases have no reference run: the gate judges what the call did.
-NO_REFERENCE = Outcome("done", meta={"status": "ok", "inputs": [], "init_inputs": []})
-
-
 @dataclass
 class Options:
     mode: str = "auto"
@@ -78,131 +65,6 @@ class GateRun:
     environment: dict
     sizes: dict[str, int]
     seconds: float
-
-
-class Session:
-    def __init__(self, harness: Harness, mode: str, limits: Limits, promoted_source: str | None = None) -> None:
-        self.harness, self.mode, self.limits = harness, mode, limits
-        self.root = new_scratch_root()
-        absolute = {**harness.to_dict(), "candidate": os.path.abspath(harness.candidate),
-                    "problem": os.path.abspath(harness.problem)}
-        self.spec = {"harness": absolute}
-        # The reference worker starts now (its imports overlap the candidate's) unless
-        # earlier sessions of this process already know this problem's references.
-        self._reference: Worker | None = None
-        if harness.kind != "kernel" and REFERENCES.plan(harness, mode, MAX_NUMEL[mode]) is None:
-            self._reference = Worker("reference", mode, self.spec, limits, self.root)
-        self.candidates = {"original": Worker("candidate", mode, self.spec, limits, self.root)}
-        if promoted_source is not None:
-            folder = os.path.join(self.root, "promoted")
-            os.makedirs(folder)
-            path = os.path.join(folder, os.path.basename(harness.candidate))
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.write(promoted_source)
-            self.candidates["promoted"] = Worker("candidate", mode, {**self.spec, "candidate_file": path},
-                                                 limits, self.root)
-        self.environment: dict = {"mode": mode}
-        self.output_shapes: list | None = None   # the reference's, at the planned sizes
-
-    @property
-    def reference(self) -> Worker:
-        if self._reference is None:
-            self._reference = Worker("reference", self.mode, self.spec, self.limits, self.root)
-        return self._reference
-
-    def plan_sizes(self, max_numel: int) -> dict[str, int]:
-        """The knobs scaled down until the inputs hold at most `max_numel` elements."""
-        known = REFERENCES.plan(self.harness, self.mode, max_numel)
-        if known is not None:
-            self.output_shapes = known[1]
-            return dict(known[0])
-        knobs = dict(self.harness.knobs)
-        try:
-            self.reference.wait_ready()
-            self.reference.send({"kind": "plan", "knobs": knobs, "max_numel": max_numel,
-                                 "dtype": self.harness.dtypes[0] if self.harness.dtypes else None})
-            event = self.reference.next_event(self.limits.case_seconds)
-        except (WorkerGone, ProtocolViolation):
-            return knobs
-        if not event or event.get("event") != "plan":
-            return knobs
-        self.output_shapes = event.get("output_shapes")
-        REFERENCES.put_plan(self.harness, self.mode, max_numel, event.get("sizes", knobs), self.output_shapes)
-        return event.get("sizes", knobs)
-
-    def execute(self, cases: list[Case]) -> list[Result]:
-        """Reference, then candidates, for every case; one Result per case, in order."""
-        reference_cases: dict[str, dict] = {}
-        for case in cases:
-            if case.call is not None:  # a kernel harness's call: nothing to compute first
-                continue
-            entry = reference_cases.setdefault(case.input_key, {**case.to_dict(), "record_ops": False})
-            entry["record_ops"] = entry["record_ops"] or case.record_ops
-        by_key = {key: REFERENCES.get(self.harness, self.mode, key, entry["record_ops"])
-                  for key, entry in reference_cases.items()}
-        missing = [key for key, outcome in by_key.items() if outcome is None]
-        ready = REFERENCES.ready(self.harness, self.mode)
-        if missing:
-            outcomes, ready, _ = run_cases("reference", self.mode, self.spec,
-                                           [(i, reference_cases[key]) for i, key in enumerate(missing)],
-                                           self.limits, self.root, first_worker=self.reference)
-            REFERENCES.put_ready(self.harness, self.mode, ready)
-            for i, key in enumerate(missing):
-                by_key[key] = REFERENCES.put(self.harness, self.mode, key, reference_cases[key]["record_ops"],
-                                             outcomes[i])
-        self.environment.update(_describe_ready(ready, "reference"))
-        results = [Result(case, NO_REFERENCE if case.call is not None else by_key[case.input_key]) for case in cases]
-        for variant, worker in self.candidates.items():
-            spec = worker.spec
-            runnable = [(i, r.case.to_dict()) for i, r in enumerate(results)
-                        if r.case.variant == variant and r.reference_ok]
-            if not runnable:
-                worker.close()
-                continue
-
-            def references(indices, results=results):
-                # The candidate's share of the reference's arrays: inputs and model state, never its outputs.
-                return {"references": {str(i): {"meta": results[i].reference.meta,
-                                                "arrays": results[i].reference.inputs} for i in indices}}
-
-            # The baseline first: a candidate that hangs on the problem's own
-            # inputs is not given the time limit once per remaining case.
-            first = [(i, c) for i, c in runnable if c["id"] == BASELINE]
-            rest = [(i, c) for i, c in runnable if c["id"] != BASELINE]
-            for batch in (first, rest):
-                if not batch:
-                    continue
-                outcomes, ready, worker = run_cases("candidate", self.mode, worker.spec if worker else spec,
-                                                    batch, self.limits, self.root, job_extra=references,
-                                                    first_worker=worker, keep=True)
-                if variant == "original" and ready:
-                    self.environment.update(_describe_ready(ready, "candidate"))
-                for i, outcome in outcomes.items():
-                    results[i].candidate = outcome
-                if batch is first and outcomes[first[0][0]].status == "timeout":
-                    for i, _ in rest:
-                        results[i].candidate = Outcome("not-started", detail="skipped: the candidate did not "
-                                                       "finish on the problem's own inputs")
-                    break
-            if worker is not None:
-                worker.close()
-        return results
-
-    def close(self) -> None:
-        for worker in [self._reference, *self.candidates.values()]:
-            if worker is not None:
-                worker.close()
-        remove_scratch_root(self.root)
-
-
-def _describe_ready(ready: dict, role: str) -> dict:
-    if not ready:
-        return {}
-    out = {"versions": ready.get("versions", {}), f"{role}_confinement": ready.get("confinement", {}),
-           f"{role}_numerics": ready.get("numerics", {})}
-    if role == "candidate" and ready.get("import_error"):
-        out["candidate_import_error"] = ready["import_error"]
-    return out
 
 
 def _baseline_verdict(result: Result) -> Verdict | None:
@@ -296,12 +158,15 @@ def _judge(results: list[Result], codes, contexts, gates, replay: bool, flags_by
         elif baseline.kanalyze_failure():
             blocked = f"kanalyze could not run the candidate on the problem's own inputs: {baseline.kanalyze_failure()}"
         elif not baseline.candidate_ok or not baseline.runs or not baseline.runs[0].ok:
-            found = _baseline_verdict(baseline)
+            found = _baseline_verdict(baseline)   # a failed run: no values compared, nothing to calibrate
             if found:
                 verdicts.append(found)
             blocked = f"the candidate fails on the problem's own inputs: {found.summary if found else '?'}"
         else:
-            found = _baseline_verdict(baseline)
+            try:
+                found = _baseline_verdict(baseline)
+            except CannotJudge:   # the value gates say so each; the others judge what they can
+                found = None
             if found:
                 wrong = ("the candidate's values are already wrong on the problem's own inputs (CMP001), so "
                          "this gate's property cannot be told apart from that")
@@ -327,6 +192,8 @@ def _judge(results: list[Result], codes, contexts, gates, replay: bool, flags_by
         try:
             judged = gates[code].judge(contexts[code], own)
             verdicts.extend(_without_lost_power(v, lost) for v in (judged if isinstance(judged, list) else [judged]))
+        except CannotJudge as exc:
+            verdicts.append(Verdict(code, UNCONFIRMED, str(exc), [r.case for r in own], gate=gates[code].name))
         except Exception as exc:  # a bug in one gate must not hide the others
             verdicts.append(Verdict(code, UNCONFIRMED, f"the gate failed: {type(exc).__name__}: {exc}",
                                     [r.case for r in own], gate=gates[code].name))

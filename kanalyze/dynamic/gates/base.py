@@ -96,6 +96,11 @@ def witness_arrays(observed: list[Leaf] | None, expected: list[Leaf] | None, pre
     return arrays
 
 
+class CannotJudge(Exception):
+    """What a gate needs to judge a case is missing (not the candidate's doing): the verdict is
+    `unconfirmed` with this reason."""
+
+
 def run_problem(result: Result, run: RunView | None = None) -> str | None:
     """Why a candidate run cannot be compared with the reference, or None."""
     if not result.candidate_ok:
@@ -112,7 +117,12 @@ def compare_with_float64(result: Result, run: RunView | None = None) -> tuple[st
     if problem:
         return problem, None, -1
     run = run or result.runs[0]
-    expected64 = result.expected64 or result.expected
+    expected64 = result.expected64
+    if expected64 is None:
+        if any(leaf.is_float for leaf in result.expected):
+            raise CannotJudge(f"the reference has no float64 result to calibrate against "
+                              f"({result.reference.meta.get('output64_error', 'none was computed')})")
+        expected64 = result.expected   # integers and booleans: compared exactly
     worst, worst_index = None, -1
     for i, (observed, working, exact) in enumerate(zip(run.outputs, result.expected, expected64)):
         check = check_values(observed, working, exact)
@@ -137,5 +147,5 @@ def first_value(leaf: Leaf, index) -> float:
     return float(as_float64(leaf)[tuple(index)]) if index is not None else float("nan")
 
 
-__all__ = ["CONFIRMED", "REFUTED", "UNCONFIRMED", "Case", "Gate", "GateContext", "Run", "Verdict",
+__all__ = ["CONFIRMED", "REFUTED", "UNCONFIRMED", "CannotJudge", "Case", "Gate", "GateContext", "Run", "Verdict",
            "compare_with_float64", "run_problem", "value_failure", "witness_arrays", "first_value"]

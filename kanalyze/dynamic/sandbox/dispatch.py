@@ -1,4 +1,4 @@
-"""Running a list of cases through workers of one role (parent side; stdlib only).
+"""Running a list of cases through workers of one role (parent side; stdlib and numpy).
 
 `run_cases` sends the cases to a worker as one job and reads their outcomes as
 they come.  A case that outlives its time limit, a worker that dies, or a line
@@ -14,16 +14,20 @@ import json
 import os
 
 from kanalyze.dynamic.sandbox.process import Limits, Outcome, ProtocolViolation, Worker, WorkerGone
+from kanalyze.dynamic.sandbox.transport import ArrayFolder
 
 _job_ids = itertools.count(1)
 
 
 def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], limits: Limits,
               scratch_root: str, job_extra=None, first_worker: Worker | None = None,
-              keep: bool = False) -> tuple[dict[int, Outcome], dict, Worker | None]:
+              keep: bool = False, on_case=None) -> tuple[dict[int, Outcome], dict, Worker | None]:
     """Run every case through workers of `role`; one `Outcome` per case index.
 
     `job_extra(indices)` adds fields to the job (the candidate side's references).
+    A candidate's worker waits after each case until its arrays are read into
+    this process (`ack`), so that nothing it leaves running can change them later;
+    `on_case(index, outcome)` reads what the worker shared on the device (runner.py).
     Returns the outcomes, the first worker's `ready` message (versions,
     confinement), and with `keep` the last worker if it is still alive (the
     caller closes it), else None.
@@ -53,7 +57,7 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
             break
         job_id = next(_job_ids)
         job = {"kind": "cases", "id": job_id, "indices": pending, "cases": [by_index[i] for i in pending],
-               "out": worker.scratch}
+               "out": worker.scratch, "ack": role == "candidate"}
         if job_extra:
             job.update(job_extra(pending))
         restart = False
@@ -75,8 +79,12 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
                     index = event.get("index")
                     if index not in pending:
                         raise ProtocolViolation(f"a result for case {index!r}, which was not asked for")
-                    outcomes[index] = _read_case(worker.scratch, index)
+                    outcomes[index] = _read_case(worker.scratch, index, now=role == "candidate")
+                    if on_case is not None:
+                        outcomes[index] = on_case(index, outcomes[index])
                     pending.remove(index)
+                    if role == "candidate":
+                        worker.send({"kind": "ack", "index": index})
                 elif event.get("event") == "fatal":
                     restart = True
                     break
@@ -106,12 +114,24 @@ def _fill(outcomes: dict[int, Outcome], pending: list[int]) -> dict[int, Outcome
     return outcomes
 
 
-def _read_case(scratch: str, index: int) -> Outcome:
+# A candidate's arrays up to this size are read into memory when its case ends; larger ones are
+# read from their files when a gate looks (a known gap: docs/worker-protocol.md).
+READ_NOW_BYTES = 512 * 2 ** 20
+
+
+def _read_case(scratch: str, index: int, now: bool = False) -> Outcome:
     base = os.path.join(scratch, f"case-{index}")
     try:
         with open(base + ".json", encoding="utf-8") as handle:
             meta = json.load(handle)
     except (OSError, ValueError) as exc:
         return Outcome("crashed", detail=f"the worker's result for this case is unreadable: {exc}")
-    return Outcome("done", meta=meta, arrays=base + ".npz" if os.path.exists(base + ".npz") else None,
-                   inputs=base + ".inputs.npz" if os.path.exists(base + ".inputs.npz") else None)
+    arrays = base + ".arrays"
+    if now:
+        try:
+            folder = ArrayFolder(arrays)
+            if folder.nbytes <= READ_NOW_BYTES:
+                arrays = folder.load()
+        except (OSError, ValueError) as exc:  # written in the candidate's process: never its verdict
+            meta = {**meta, "status": "internal", "error": f"kanalyze could not read the case's arrays: {exc}"}
+    return Outcome("done", meta=meta, arrays=arrays, inputs=base + ".inputs")

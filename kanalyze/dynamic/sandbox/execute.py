@@ -1,15 +1,15 @@
-"""Running one case in a worker: the reference side and the candidate side (imports torch).
+"""Running one case in a worker: the candidate side, and what both sides share (imports torch).
 
-Each side writes `case-N.json` (what happened) and `case-N.npz` (the arrays)
-into the job's output folder; the parent reads both and decides.  The reference
-side writes what the candidate needs (inputs, the model's state) apart, in
-`case-N.inputs.npz`: that file alone goes to the candidate's worker, never the
-reference's outputs.  Nothing here judges a result.
+Each side writes `case-N.json` (what happened) and `case-N.arrays/` (the
+arrays, transport.save_arrays) into the job's output folder; the parent reads
+both and decides.  The reference side (reference_side.py) saves what the
+candidate needs (inputs, the model's state) apart, in `case-N.inputs/`: that
+folder alone goes to the candidate's worker, never the reference's outputs.
+Nothing here judges a result.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 import traceback
@@ -17,10 +17,10 @@ import traceback
 import numpy as np
 import torch
 
-from kanalyze.dynamic import inputs as input_values
-from kanalyze.dynamic.loading import Problem, build_candidate, load_matching_state, move
+from kanalyze.dynamic.loading import build_candidate, load_matching_state, move
 from kanalyze.dynamic.results import FATAL_MARKERS
-from kanalyze.dynamic.sandbox.transport import dtype_name, flatten_value, numpy_to_tensor, tensor_to_numpy
+from kanalyze.dynamic.sandbox.device_share import DeviceArrays, export, put
+from kanalyze.dynamic.sandbox.transport import dtype_name, flatten_value, numpy_to_tensor, save_arrays
 
 
 
@@ -32,7 +32,7 @@ def describe_error(exc: BaseException) -> str:
     return text if len(text) <= 600 else text[:599] + "…"
 
 
-def _tail(exc: BaseException) -> str:
+def traceback_tail(exc: BaseException) -> str:
     lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
     return "".join(lines)[-3000:]
 
@@ -42,7 +42,7 @@ def encode_list(values: list, prefix: str, arrays: dict) -> list[dict]:
     for i, value in enumerate(values):
         if isinstance(value, torch.Tensor):
             key = f"{prefix}{i}"
-            arrays[key] = tensor_to_numpy(value)
+            put(arrays, key, value)
             described.append({"kind": "tensor", "dtype": dtype_name(value.dtype), "key": key})
         else:
             try:
@@ -74,9 +74,8 @@ def encode_output(value, prefix: str, arrays: dict) -> dict:
 def encode_leaves(structure: str, leaves: list, prefix: str, arrays: dict) -> dict:
     dtypes, nbytes = [], []
     for i, leaf in enumerate(leaves):
-        arrays[f"{prefix}{i}"] = array = tensor_to_numpy(leaf)
+        nbytes.append(put(arrays, f"{prefix}{i}", leaf))
         dtypes.append(dtype_name(leaf.dtype))
-        nbytes.append(int(array.nbytes))
     return {"structure": structure, "dtypes": dtypes, "prefix": prefix, "nbytes": nbytes}
 
 
@@ -85,112 +84,14 @@ CANDIDATE_SIDE_KEYS = ("in", "init", "state", "second_in", "upstream")
 REPEAT_SEED_OFFSET = 1000   # the second input set of a repeated call (INT001): another seed, same shapes
 
 
-def _synchronize(device: str) -> None:
+def synchronize(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
 
 
-def _seed(seed: int) -> None:
+def seed_all(seed: int) -> None:
     torch.manual_seed(seed)
     np.random.seed(seed % 2 ** 32)
-
-
-# ---------------------------------------------------------------- reference
-
-class ReferenceSide:
-    def __init__(self, harness: dict, device: str, recorder_factory) -> None:
-        self.harness, self.device, self.recorder_factory = harness, device, recorder_factory
-        self._problems: dict[str, Problem] = {}
-
-    def problem(self, sizes: dict, dtype: str | None) -> Problem:
-        key = json.dumps([sorted(sizes.items()), dtype])
-        if key not in self._problems:
-            self._problems[key] = Problem(self.harness, sizes, dtype)
-        return self._problems[key]
-
-    def run(self, case: dict, out_base: str) -> dict:
-        arrays: dict[str, np.ndarray] = {}
-        result: dict = {"status": "ok"}
-        try:
-            problem = self.problem(case["sizes"], case.get("dtype"))
-            _seed(case["seed"])
-            init_inputs = problem.init_inputs()
-            _seed(case["seed"])
-            model = move(problem.model(init_inputs), self.device)
-            _seed(case["seed"] + 1)
-            values = [v.to(self.device) if isinstance(v, torch.Tensor) else v for v in problem.inputs()]
-            values = input_values.apply(values, case["distribution"], case.get("special"), case["seed"])
-        except BaseException as exc:  # the problem rejects these sizes, or is broken
-            return {"status": "rejected", "error": describe_error(exc), "traceback": _tail(exc)}
-        result["inputs"] = encode_list(values, "in", arrays)
-        result["init_inputs"] = encode_list(init_inputs, "init", arrays)
-        if isinstance(model, torch.nn.Module):
-            state = model.state_dict()
-            result["state"] = list(state)
-            for i, tensor in enumerate(state.values()):
-                arrays[f"state{i}"] = tensor_to_numpy(tensor)
-            result["state_dtypes"] = [dtype_name(t.dtype) for t in state.values()]
-        recorder = self.recorder_factory() if case.get("record_ops") else None
-        try:
-            with torch.no_grad():
-                if recorder is not None:
-                    with recorder:
-                        out = model(*[v.clone() if isinstance(v, torch.Tensor) else v for v in values])
-                    result["ops"] = dict(recorder.calls)
-                else:
-                    out = model(*[v.clone() if isinstance(v, torch.Tensor) else v for v in values])
-            _synchronize(self.device)
-            result["output"] = encode_output(out, "out", arrays)
-        except BaseException as exc:
-            return {"status": "rejected", "error": describe_error(exc), "traceback": _tail(exc)}
-        try:  # the same computation in float64, on upcast inputs
-            model64 = copy.deepcopy(model).to(torch.float64) if isinstance(model, torch.nn.Module) else model
-            values64 = [v.to(torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-                        for v in values]
-            with torch.no_grad():
-                out64 = model64(*values64)
-            _synchronize(self.device)
-            result["output64"] = encode_output(out64, "out64_", arrays)
-        except BaseException as exc:
-            result["output64_error"] = describe_error(exc)
-        if case.get("gradients"):
-            from kanalyze.dynamic.gradients import reference_gradients
-
-            try:
-                reference_gradients(model, values, case["seed"], result, arrays)
-            except BaseException as exc:  # the problem cannot be differentiated: the gate says so
-                result["gradients_error"] = describe_error(exc)
-        if case.get("repeat_new_values"):
-            try:
-                self._second_inputs(problem, model, case, result, arrays)
-            except BaseException as exc:
-                return {"status": "rejected", "error": f"second input set: {describe_error(exc)}",
-                        "traceback": _tail(exc)}
-        given = {key: arrays.pop(key) for key in list(arrays) if key.startswith(CANDIDATE_SIDE_KEYS)}
-        np.savez(out_base + ".inputs.npz", **given)
-        np.savez(out_base + ".npz", **arrays)
-        return result
-
-    def _second_inputs(self, problem: Problem, model, case: dict, result: dict, arrays: dict) -> None:
-        """INT001's second call: new values of the same shapes (the problem's own `get_inputs`,
-        another seed) and the reference's outputs for them, in the working dtype and float64."""
-        _seed(case["seed"] + 1 + REPEAT_SEED_OFFSET)
-        values = [v.to(self.device) if isinstance(v, torch.Tensor) else v for v in problem.inputs()]
-        values = input_values.apply(values, case["distribution"], case.get("special"), case["seed"] + 1)
-        result["inputs2"] = encode_list(values, "second_in", arrays)
-        with torch.no_grad():
-            out = model(*[v.clone() if isinstance(v, torch.Tensor) else v for v in values])
-        _synchronize(self.device)
-        result["output2"] = encode_output(out, "second_out", arrays)
-        try:
-            model64 = copy.deepcopy(model).to(torch.float64) if isinstance(model, torch.nn.Module) else model
-            values64 = [v.to(torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-                        for v in values]
-            with torch.no_grad():
-                out64 = model64(*values64)
-            result["output2_64"] = encode_output(out64, "second_out64_", arrays)
-        except BaseException as exc:
-            result["output2_64_error"] = describe_error(exc)
 
 
 # ---------------------------------------------------------------- candidate
@@ -202,10 +103,12 @@ class CandidateSide:
 
     def __init__(self, harness: dict, device: str, module, env, phase=lambda name: None) -> None:
         self.harness, self.device, self.module, self.env = harness, device, module, env
+        self.exported: dict = {}   # the last case's device arrays, alive until the parent has read them
         self.phase = phase
 
     def run(self, case: dict, reference: dict, reference_arrays, out_base: str) -> dict:
-        arrays: dict[str, np.ndarray] = {}
+        self.exported = {}
+        arrays: dict = DeviceArrays() if self.device == "cuda" else {}
         result: dict = {"status": "ok", "runs": []}
         try:
             init_inputs = decode_list(reference["init_inputs"], reference_arrays, "cpu")
@@ -215,15 +118,15 @@ class CandidateSide:
                                                            reference.get("state_dtypes", [])))}
         except BaseException as exc:  # kanalyze's own side: never the candidate's failure
             result.update(status="internal", error=f"kanalyze could not prepare the inputs: {describe_error(exc)}",
-                          traceback=_tail(exc))
+                          traceback=traceback_tail(exc))
             return result
-        _seed(case["seed"])
+        seed_all(case["seed"])
         self.phase("candidate")
         try:
             model = move(build_candidate(self.module, self.harness, init_inputs), self.device)
             result["state_loaded"] = load_matching_state(model, state)
         except BaseException as exc:
-            result.update(status="error", error=describe_error(exc), traceback=_tail(exc))
+            result.update(status="error", error=describe_error(exc), traceback=traceback_tail(exc))
             result["fatal"] = any(m in result["error"] for m in FATAL_MARKERS)
             return result
         finally:
@@ -245,8 +148,16 @@ class CandidateSide:
 
                 self._record(result, candidate_gradients(model, base_inputs, reference, reference_arrays, arrays,
                                                          self.phase))
-        np.savez(out_base + ".npz", **arrays)
+        self._finish(arrays, out_base, result)
         return result
+
+    def _finish(self, arrays: dict, out_base: str, result: dict) -> None:
+        """Save the case's arrays; on a GPU, export the device ones instead (device_share.py)."""
+        on_device = {k: v for k, v in arrays.items() if isinstance(v, torch.Tensor)}
+        save_arrays(out_base + ".arrays", {k: v for k, v in arrays.items() if k not in on_device})
+        if on_device:
+            result["shared"] = {key: export(tensor) for key, tensor in on_device.items()}
+            self.exported = on_device
 
     def _repeat(self, case, model, values, reference, reference_arrays, output_bytes, arrays, result) -> None:
         """The same model called again after new values were written into the very tensors of
@@ -267,12 +178,12 @@ class CandidateSide:
         try:
             invoke, result["call"] = kernel_call.prepare(self.module, case["call"], self.device, case["seed"])
         except BaseException as exc:
-            result.update(status="error", error=describe_error(exc), traceback=_tail(exc))
+            result.update(status="error", error=describe_error(exc), traceback=traceback_tail(exc))
             return result
         for run in case["runs"]:
             if self._record(result, self._run_once(case, run, invoke, [], None, "")):
                 break
-        np.savez(out_base + ".npz")
+        save_arrays(out_base + ".arrays", {})
         return result
 
     def _run_once(self, case: dict, run: dict, invoke, output_bytes: list[int], arrays: dict | None,
@@ -286,11 +197,11 @@ class CandidateSide:
         try:
             with torch.no_grad(), self.env.recording(case.get("record_ops")):
                 out = invoke()
-            _synchronize(self.device)
+            synchronize(self.device)
             if arrays is not None:
                 flat = flatten_value(out)  # what it returned: tensors, or its error (TypeError)
         except BaseException as exc:
-            record.update(status="error", error=describe_error(exc), traceback=_tail(exc))
+            record.update(status="error", error=describe_error(exc), traceback=traceback_tail(exc))
         finally:
             self.phase("kanalyze")
         record["seconds"] = time.perf_counter() - started
@@ -299,10 +210,10 @@ class CandidateSide:
                 record["output"] = encode_leaves(*flat, prefix, arrays)
             except (MemoryError, OSError) as exc:  # kanalyze's own resources ran out
                 record.update(status="internal", error=f"kanalyze could not read the output: {describe_error(exc)}",
-                              traceback=_tail(exc))
+                              traceback=traceback_tail(exc))
             except BaseException as exc:  # not a plain tensor kanalyze can read: the candidate's answer
                 record.update(status="error", error=f"returned an output that is not a plain tensor: "
-                                                    f"{describe_error(exc)}", traceback=_tail(exc))
+                                                    f"{describe_error(exc)}", traceback=traceback_tail(exc))
         record.update(self.env.after_run(case))
         if record.get("out_of_bounds"):
             record["status"] = "out_of_bounds"

@@ -1,9 +1,12 @@
-"""Values across the process boundary: torch tensors ↔ numpy arrays in `.npz` files.
+"""Values across the process boundary: torch tensors ↔ numpy arrays in folders of `.npy` files.
 
-The worker encodes what the candidate returned (`encode_value`); the parent,
-which imports numpy but never torch, decodes it (`as_float64`, `bits`).  numpy
-has no bfloat16 or float8, so those travel as their raw bits (uint16 / uint8)
-with the dtype's name beside them.
+The worker encodes what the candidate returned (`encode_value`) and saves a
+case's arrays as one folder of plain `.npy` files (`save_arrays`: no archive to
+unpack, nothing pickled); the parent, which imports numpy but never torch,
+maps them on demand (`ArrayFolder`: a file is read when a gate looks at it, a
+size that does not match the file is refused) and decodes them (`as_float64`,
+`bits`).  numpy has no bfloat16 or float8, so those travel as their raw bits
+(uint16 / uint8) with the dtype's name beside them.
 
 A value is a flat list of leaves plus a structure string, so that a candidate
 returning a tuple where the reference returns a tensor is visible as such.
@@ -11,6 +14,9 @@ returning a tuple where the reference returns a tensor is visible as such.
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +55,61 @@ class Leaf:
 
 def dtype_name(torch_dtype: Any) -> str:
     return str(torch_dtype).replace("torch.", "")
+
+
+# ---------------------------------------------------------------- folders of arrays (both sides)
+
+_KEY = re.compile(r"[A-Za-z0-9_]{1,100}")
+
+
+def save_arrays(folder: str, arrays: dict[str, np.ndarray]) -> None:
+    """Each array as `folder/KEY.npy` (the folder is created, even for no arrays)."""
+    os.makedirs(folder, exist_ok=True)
+    for key, array in arrays.items():
+        if not _KEY.fullmatch(key):
+            raise ValueError(f"not an array name: {key!r}")
+        np.save(os.path.join(folder, f"{key}.npy"), np.ascontiguousarray(array), allow_pickle=False)
+
+
+class ArrayFolder(Mapping):
+    """The arrays of a folder `save_arrays` wrote, each read when first asked for.
+
+    Arrays are memory-mapped read-only (a worker's gigabytes are not copied
+    into the parent until a gate reads them); `load()` copies every array into
+    memory at once (what a candidate's process could still rewrite is read
+    before it can).  Nothing is unpickled: an object array, a header whose
+    shape the file cannot hold, or a name that is not an array's is an error.
+    """
+
+    def __init__(self, folder: str | None) -> None:
+        self.folder = folder
+        names = os.listdir(folder) if folder and os.path.isdir(folder) else []
+        self._keys = sorted(n[:-4] for n in names if n.endswith(".npy") and _KEY.fullmatch(n[:-4]))
+        self._loaded: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self._loaded:
+            if key not in self._keys:
+                raise KeyError(key)
+            path = os.path.join(self.folder, f"{key}.npy")
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
+            self._loaded[key] = array if array.size else np.array(array)
+        return self._loaded[key]
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(os.path.getsize(os.path.join(self.folder, f"{key}.npy")) for key in self._keys)
+
+    def load(self) -> "ArrayFolder":
+        for key in self._keys:
+            self._loaded[key] = np.array(self[key])
+        return self
 
 
 # ---------------------------------------------------------------- worker side (torch)

@@ -11,7 +11,7 @@ A fresh worker applies its limits, then imports torch and triton; either way
 `serve` then installs the hooks and guards, imports the candidate (candidate
 role), says `ready` on the status pipe, then runs each job that the parent
 sends on the control pipe and reports each case as it is done.
-Case results go to files (`case-N.json` + `case-N.npz`); the status pipe only
+Case results go to files (`case-N.json` + the folder `case-N.arrays/`); the status pipe only
 carries short JSON lines, among them `phase` events around every stretch of the
 candidate's own code (import, model construction, call), so that the parent
 blames a crash or a timeout on whoever was running.  The parent treats any line
@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import traceback
 
 
 def _send(status, **message) -> None:
@@ -49,7 +50,7 @@ def import_modules(mode: str) -> None:
     from kanalyze.dynamic import cases
     from kanalyze.dynamic import environment
     from kanalyze.dynamic import loading  # noqa: F401
-    from kanalyze.dynamic.sandbox import execute
+    from kanalyze.dynamic.sandbox import execute, reference_side  # noqa: F401
 
     if mode == "cpu":
         from kanalyze.dynamic import devicemap
@@ -87,7 +88,6 @@ def serve(role: str, mode: str, control_fd: int, status_fd: int, spec_path: str,
         confinement = apply_limits(spec.get("limits", {}))
     harness = spec["harness"]
     try:
-        import numpy as np
         import torch
 
         if mode == "cpu":
@@ -101,7 +101,9 @@ def serve(role: str, mode: str, control_fd: int, status_fd: int, spec_path: str,
         from kanalyze.dynamic import cases as case_sizes
         from kanalyze.dynamic import numerics
         from kanalyze.dynamic.environment import Environment
-        from kanalyze.dynamic.sandbox.execute import CandidateSide, ReferenceSide, describe_error
+        from kanalyze.dynamic.sandbox.execute import CandidateSide, describe_error
+        from kanalyze.dynamic.sandbox.reference_side import ReferenceSide
+        from kanalyze.dynamic.sandbox.transport import ArrayFolder
 
         policy = numerics.apply()   # the same on both sides, before any problem or candidate code
         env = Environment(mode)     # its watch starts from the policy (integrity.py)
@@ -129,11 +131,33 @@ def serve(role: str, mode: str, control_fd: int, status_fd: int, spec_path: str,
           numerics={"policy": policy, **({"changed_by_import": in_force} if in_force != policy else {})},
           versions={"torch": torch.__version__, "triton": sys.modules["triton"].__version__,
                     "device": torch.cuda.get_device_name(0) if mode == "cuda" else "Triton interpreter (CPU)"})
+    try:
+        return _serve_jobs(role, control, status, side, harness, import_error,
+                           device_map if mode == "cpu" else None, case_sizes, ArrayFolder)
+    except BaseException:  # kanalyze's own code failed: its traceback is the parent's to show
+        traceback.print_exc()
+        sys.stderr.flush()
+        return 70
+
+
+def _serve_jobs(role, control, status, side, harness, import_error, device_map, case_sizes, ArrayFolder) -> int:
+    """The job loop.  A candidate's worker waits after each case until the parent has read it
+    (`ack`): nothing the candidate leaves running can rewrite a case's arrays before then."""
     for line in control:
         job = json.loads(line)
         if job["kind"] == "plan":
-            sizes, shapes = _plan(job, harness, device_map if mode == "cpu" else None, case_sizes)
+            sizes, shapes = _plan(job, harness, device_map, case_sizes)
             _send(status, event="plan", sizes=sizes, output_shapes=shapes)
+            continue
+        if job["kind"] == "release":   # the reference's withheld outputs, now that no candidate runs
+            side.release()
+            _send(status, event="job-done", job=job.get("id"))
+            continue
+        if job["kind"] == "ingest" and role == "reference":   # a candidate's device arrays (CUDA IPC)
+            from kanalyze.dynamic.sandbox.device_share import save_shared
+
+            error = save_shared(job["tensors"], job["out"], job["max_bytes"])
+            _send(status, event="job-done", job=job.get("id"), error=error)
             continue
         for index, case in zip(job["indices"], job["cases"]):
             out_base = os.path.join(job["out"], f"case-{index}")
@@ -145,20 +169,23 @@ def serve(role: str, mode: str, control_fd: int, status_fd: int, spec_path: str,
                 result = side.run_call(case, out_base)
             else:
                 reference = job["references"][str(index)]
-                with np.load(reference["arrays"], allow_pickle=False) as reference_arrays:
-                    result = side.run(case, reference["meta"], reference_arrays, out_base)
+                result = side.run(case, reference["meta"], ArrayFolder(reference["arrays"]), out_base)
             with open(out_base + ".json", "w", encoding="utf-8") as handle:
                 json.dump(result, handle)
             _send(status, event="case", index=index, job=job.get("id"))
             if result.get("fatal"):
                 _send(status, event="fatal", index=index, job=job.get("id"))
                 return 4
+            if role == "candidate" and job.get("ack"):
+                reply = json.loads(control.readline() or "{}")
+                if reply.get("kind") != "ack" or reply.get("index") != index:
+                    return 0   # the parent ended the job
         _send(status, event="job-done", job=job.get("id"))
     return 0
 
 
 def _plan(job: dict, harness: dict, device_map, case_sizes) -> tuple[dict, list | None]:
-    """Scale the knobs down until the inputs hold at most `max_numel` elements.
+    """Scale the knobs down until the inputs hold at most `max_numel` elements (None: keep them).
 
     Returns the sizes and the reference's output shapes at those sizes (None
     where they cannot be had cheaply).  Both come from meta tensors: nothing is
@@ -190,7 +217,10 @@ def _plan(job: dict, harness: dict, device_map, case_sizes) -> tuple[dict, list 
         output = problem.model(problem.init_inputs())(*problem.inputs())
         return [list(leaf.shape) for leaf in flatten_value(output)[1]]
 
-    sizes = case_sizes.scale_down(job["knobs"], numel_of, job["max_numel"])
+    if job["max_numel"] is None:   # a GPU: the problem's own sizes
+        sizes = dict(job["knobs"])
+    else:
+        sizes = case_sizes.scale_down(job["knobs"], numel_of, job["max_numel"])
     return sizes, on_meta(lambda: output_shapes(sizes))
 
 

@@ -1,0 +1,178 @@
+"""The reference side of a case, in the reference worker (imports torch).
+
+For each case the problem's model and inputs at the case's sizes, the
+reference's output in the working dtype and in float64, and what the
+candidate is given (inputs and the model's state).  The model is built once
+per sizes, dtype and seed (on the CPU, as KernelBench builds it, so that a
+candidate built from the same seed gets the same weights) and its initial
+state is restored before each case; the inputs are made where they are used
+(`get_inputs` under the device: a GPU draws gigabytes in milliseconds).
+
+What the candidate's worker is given is saved at once (`case-N.inputs/`);
+the reference's outputs are withheld in this process's memory until the
+parent asks for them after the candidate's workers have ended (`release`), so
+that a candidate never finds them on disk while it runs.  Above
+`WITHHOLD_BYTES` they are saved at once and the case says so (`withheld`:
+false).  Nothing here judges a result.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from contextlib import nullcontext
+
+import numpy as np
+import torch
+
+from kanalyze.dynamic import inputs as input_values
+from kanalyze.dynamic.loading import Problem, move
+from kanalyze.dynamic.sandbox.execute import (CANDIDATE_SIDE_KEYS, REPEAT_SEED_OFFSET, describe_error, encode_list,
+                                              encode_output, seed_all, synchronize, traceback_tail)
+from kanalyze.dynamic.sandbox.transport import dtype_name, save_arrays, tensor_to_numpy
+
+WITHHOLD_BYTES = 8 * 2 ** 30   # reference outputs kept in memory until release; more is saved at once
+
+
+class ReferenceSide:
+    def __init__(self, harness: dict, device: str, recorder_factory) -> None:
+        self.harness, self.device, self.recorder_factory = harness, device, recorder_factory
+        self._problems: dict[str, Problem] = {}
+        self._models: dict[str, tuple] = {}
+        self._withheld: dict[str, dict[str, np.ndarray]] = {}
+        self._withheld_bytes = 0
+
+    def problem(self, sizes: dict, dtype: str | None) -> Problem:
+        key = json.dumps([sorted(sizes.items()), dtype])
+        if key not in self._problems:
+            self._problems[key] = Problem(self.harness, sizes, dtype)
+        return self._problems[key]
+
+    def model(self, problem: Problem, case: dict):
+        """(model on the device, init inputs) for the case's sizes, dtype and seed; built once,
+        its initial parameters and buffers restored for every later case."""
+        key = json.dumps([sorted(case["sizes"].items()), case.get("dtype"), case["seed"]])
+        if key not in self._models:
+            seed_all(case["seed"])
+            init_inputs = problem.init_inputs()
+            seed_all(case["seed"])
+            model = move(problem.model(init_inputs), self.device)
+            state = ({k: v.detach().clone() for k, v in model.state_dict().items()}
+                     if isinstance(model, torch.nn.Module) else None)
+            self._models[key] = (model, init_inputs, state)
+        model, init_inputs, state = self._models[key]
+        if state:
+            model.load_state_dict(state)
+        return model, init_inputs
+
+    def inputs(self, problem: Problem, case: dict, seed: int) -> list:
+        """The problem's own `get_inputs`, drawn on the device (on the CPU where it cannot be)."""
+        for where in ((self.device, "cpu") if self.device != "cpu" else ("cpu",)):
+            seed_all(seed)
+            try:
+                with torch.device(where) if where != "cpu" else nullcontext():
+                    values = problem.inputs()
+                break
+            except Exception:
+                if where == "cpu":
+                    raise
+        values = [v.to(self.device) if isinstance(v, torch.Tensor) else v for v in values]
+        return input_values.apply(values, case["distribution"], case.get("special"), case["seed"])
+
+    def run(self, case: dict, out_base: str) -> dict:
+        arrays: dict[str, np.ndarray] = {}
+        result: dict = {"status": "ok"}
+        try:
+            problem = self.problem(case["sizes"], case.get("dtype"))
+            model, init_inputs = self.model(problem, case)
+            values = self.inputs(problem, case, case["seed"] + 1)
+        except BaseException as exc:  # the problem rejects these sizes, or is broken
+            return {"status": "rejected", "error": describe_error(exc), "traceback": traceback_tail(exc)}
+        result["inputs"] = encode_list(values, "in", arrays)
+        result["init_inputs"] = encode_list(init_inputs, "init", arrays)
+        if isinstance(model, torch.nn.Module):
+            state = model.state_dict()
+            result["state"] = list(state)
+            for i, tensor in enumerate(state.values()):
+                arrays[f"state{i}"] = tensor_to_numpy(tensor)
+            result["state_dtypes"] = [dtype_name(t.dtype) for t in state.values()]
+        recorder = self.recorder_factory() if case.get("record_ops") else None
+        try:
+            with torch.no_grad(), (recorder if recorder is not None else nullcontext()):
+                out = model(*[v.clone() if isinstance(v, torch.Tensor) else v for v in values])
+            if recorder is not None:
+                result["ops"] = dict(recorder.calls)
+            synchronize(self.device)
+            result["output"] = encode_output(out, "out", arrays)
+            del out
+        except BaseException as exc:
+            return {"status": "rejected", "error": describe_error(exc), "traceback": traceback_tail(exc)}
+        self._float64(model, values, result, arrays, "output64", "out64_")
+        if case.get("gradients"):
+            from kanalyze.dynamic.gradients import reference_gradients
+
+            try:
+                reference_gradients(model, values, case["seed"], result, arrays)
+            except BaseException as exc:  # the problem cannot be differentiated: the gate says so
+                result["gradients_error"] = describe_error(exc)
+        if case.get("repeat_new_values"):
+            try:
+                self._second_inputs(problem, model, case, result, arrays)
+            except BaseException as exc:
+                return {"status": "rejected", "error": f"second input set: {describe_error(exc)}",
+                        "traceback": traceback_tail(exc)}
+        save_arrays(out_base + ".inputs", {key: arrays.pop(key) for key in list(arrays)
+                                           if key.startswith(CANDIDATE_SIDE_KEYS)})
+        result["withheld"] = self._withhold(out_base + ".arrays", arrays)
+        return result
+
+    def _float64(self, model, values: list, result: dict, arrays: dict, name: str, prefix: str) -> None:
+        """The same computation in float64 on upcast inputs, or why there is none (`NAME_error`):
+        out of the device's memory at a problem's real size, the gates that need it say so."""
+        model64 = values64 = out64 = None
+        try:
+            model64 = copy.deepcopy(model).to(torch.float64) if isinstance(model, torch.nn.Module) else model
+            values64 = [v.to(torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                        for v in values]
+            with torch.no_grad():
+                out64 = model64(*values64)
+            synchronize(self.device)
+            result[name] = encode_output(out64, prefix, arrays)
+        except torch.cuda.OutOfMemoryError as exc:
+            result[f"{name}_error"] = ("the float64 reference does not fit in the device's memory at these sizes "
+                                       f"({describe_error(exc)[:200]})")
+        except BaseException as exc:
+            result[f"{name}_error"] = describe_error(exc)
+        finally:
+            del model64, values64, out64
+            if self.device == "cuda":
+                torch.cuda.empty_cache()
+
+    def _second_inputs(self, problem: Problem, model, case: dict, result: dict, arrays: dict) -> None:
+        """INT001's second call: new values of the same shapes (the problem's own `get_inputs`,
+        another seed) and the reference's outputs for them, in the working dtype and float64."""
+        values = self.inputs(problem, {**case, "seed": case["seed"] + 1}, case["seed"] + 1 + REPEAT_SEED_OFFSET)
+        result["inputs2"] = encode_list(values, "second_in", arrays)
+        with torch.no_grad():
+            out = model(*[v.clone() if isinstance(v, torch.Tensor) else v for v in values])
+        synchronize(self.device)
+        result["output2"] = encode_output(out, "second_out", arrays)
+        self._float64(model, values, result, arrays, "output2_64", "second_out64_")
+
+    # ------------------------------------------------------------ withheld outputs
+
+    def _withhold(self, folder: str, arrays: dict[str, np.ndarray]) -> bool:
+        size = sum(int(a.nbytes) for a in arrays.values())
+        if self._withheld_bytes + size > WITHHOLD_BYTES:
+            save_arrays(folder, arrays)
+            return False
+        self._withheld[folder] = arrays
+        self._withheld_bytes += size
+        return True
+
+    def release(self) -> None:
+        """Save every withheld output (the candidate's workers have ended)."""
+        for folder, arrays in self._withheld.items():
+            save_arrays(folder, arrays)
+        self._withheld.clear()
+        self._withheld_bytes = 0

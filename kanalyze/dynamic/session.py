@@ -1,0 +1,251 @@
+"""A session: the workers of one candidate's gate run, and the cases through them.
+
+A `Session` owns one scratch directory and the workers: the reference worker
+and one candidate worker per variant (the candidate as written, and for
+PRC002 the candidate with fp32 accumulators) start together, so that their
+imports of torch, triton and the candidate overlap.  The reference worker first
+plans the sizes (on the CPU the size knobs are scaled down; on a GPU the
+problem's own sizes run) and then computes, once per distinct input set, the
+inputs, the reference output in the working dtype and in float64; the
+candidate workers run every case on those inputs (compile once, every gate in
+the same worker).
+
+What crosses between them (docs/worker-protocol.md): the candidate's worker is
+given the reference's inputs and model state only; the reference's outputs stay
+in the reference worker until every candidate worker has ended (`release`).  On
+a GPU the candidate's outputs go to the reference worker through CUDA IPC
+(device_share.py), which saves them for this process; on the CPU the
+candidate's worker saves them itself.  Either way they are read into this
+process before the candidate's worker is let go on to its next case.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+
+from kanalyze.dynamic.cases import Case
+from kanalyze.dynamic.harness import Harness
+from kanalyze.dynamic.reference_cache import REFERENCES
+from kanalyze.dynamic.results import Result
+from kanalyze.dynamic.sandbox.dispatch import READ_NOW_BYTES, run_cases
+from kanalyze.dynamic.sandbox.process import (Limits, Outcome, ProtocolViolation, Worker, WorkerGone,
+                                              new_scratch_root, remove_scratch_root)
+from kanalyze.dynamic.sandbox.transport import ArrayFolder
+
+# The most input elements a case may have: on the CPU (Triton's interpreter) the size knobs are
+# scaled down to this; on a GPU (None) the problem's own sizes run, as the benchmark measured them.
+MAX_NUMEL = {"cpu": 2 ** 16, "cuda": None}
+BASELINE = "baseline"
+MAX_CASE_BYTES = 256 * 2 ** 30   # what the reference worker reads of one case's device arrays, at most
+
+
+# A kernel harness's cases have no reference run: the gate judges what the call did.
+NO_REFERENCE = Outcome("done", meta={"status": "ok", "inputs": [], "init_inputs": []})
+
+
+
+
+class Session:
+    def __init__(self, harness: Harness, mode: str, limits: Limits, promoted_source: str | None = None) -> None:
+        self.harness, self.mode, self.limits = harness, mode, limits
+        self.root = new_scratch_root()
+        absolute = {**harness.to_dict(), "candidate": os.path.abspath(harness.candidate),
+                    "problem": os.path.abspath(harness.problem)}
+        self.spec = {"harness": absolute}
+        # The reference worker starts now (its imports overlap the candidate's) unless
+        # earlier sessions of this process already know this problem's references.
+        self._reference: Worker | None = None
+        if harness.kind != "kernel" and REFERENCES.plan(harness, mode, MAX_NUMEL[mode]) is None:
+            self._reference = Worker("reference", mode, self.spec, limits, self.root)
+        self.candidates = {"original": Worker("candidate", mode, self.spec, limits, self.root)}
+        if promoted_source is not None:
+            folder = os.path.join(self.root, "promoted")
+            os.makedirs(folder)
+            path = os.path.join(folder, os.path.basename(harness.candidate))
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(promoted_source)
+            self.candidates["promoted"] = Worker("candidate", mode, {**self.spec, "candidate_file": path},
+                                                 limits, self.root)
+        self.environment: dict = {"mode": mode}
+        self.output_shapes: list | None = None   # the reference's, at the planned sizes
+
+    @property
+    def reference(self) -> Worker:
+        if self._reference is None:
+            self._reference = Worker("reference", self.mode, self.spec, self.limits, self.root)
+        return self._reference
+
+    def plan_sizes(self, max_numel: int | None) -> dict[str, int]:
+        """The knobs scaled down until the inputs hold at most `max_numel` elements (None: as they are)."""
+        known = REFERENCES.plan(self.harness, self.mode, max_numel)
+        if known is not None:
+            self.output_shapes = known[1]
+            return dict(known[0])
+        knobs = dict(self.harness.knobs)
+        try:
+            self.reference.wait_ready()
+            self.reference.send({"kind": "plan", "knobs": knobs, "max_numel": max_numel,
+                                 "dtype": self.harness.dtypes[0] if self.harness.dtypes else None})
+            event = self.reference.next_event(self.limits.case_seconds)
+        except (WorkerGone, ProtocolViolation):
+            return knobs
+        if not event or event.get("event") != "plan":
+            return knobs
+        self.output_shapes = event.get("output_shapes")
+        REFERENCES.put_plan(self.harness, self.mode, max_numel, event.get("sizes", knobs), self.output_shapes)
+        return event.get("sizes", knobs)
+
+    def execute(self, cases: list[Case]) -> list[Result]:
+        """Reference, then candidates, for every case; one Result per case, in order."""
+        reference_cases: dict[str, dict] = {}
+        for case in cases:
+            if case.call is not None:  # a kernel harness's call: nothing to compute first
+                continue
+            entry = reference_cases.setdefault(case.input_key, {**case.to_dict(), "record_ops": False})
+            entry["record_ops"] = entry["record_ops"] or case.record_ops
+        by_key = {key: REFERENCES.get(self.harness, self.mode, key, entry["record_ops"])
+                  for key, entry in reference_cases.items()}
+        missing = [key for key, outcome in by_key.items() if outcome is None]
+        ready = REFERENCES.ready(self.harness, self.mode)
+        judge = None
+        if missing:
+            outcomes, ready, judge = run_cases("reference", self.mode, self.spec,
+                                               [(i, reference_cases[key]) for i, key in enumerate(missing)],
+                                               self.limits, self.root, first_worker=self.reference, keep=True)
+            REFERENCES.put_ready(self.harness, self.mode, ready)
+            for i, key in enumerate(missing):
+                by_key[key] = outcomes[i]
+        self.environment.update(_describe_ready(ready, "reference"))
+        results = [Result(case, NO_REFERENCE if case.call is not None else by_key[case.input_key]) for case in cases]
+        reader = _Reader(self, judge)
+        for variant, worker in self.candidates.items():
+            spec = worker.spec
+            runnable = [(i, r.case.to_dict()) for i, r in enumerate(results)
+                        if r.case.variant == variant and r.reference_ok]
+            if not runnable:
+                worker.close()
+                continue
+
+            def references(indices, results=results):
+                # The candidate's share of the reference's arrays: inputs and model state, never its outputs.
+                return {"references": {str(i): {"meta": results[i].reference.meta,
+                                                "arrays": results[i].reference.inputs} for i in indices}}
+
+            # The baseline first: a candidate that hangs on the problem's own
+            # inputs is not given the time limit once per remaining case.
+            first = [(i, c) for i, c in runnable if c["id"] == BASELINE]
+            rest = [(i, c) for i, c in runnable if c["id"] != BASELINE]
+            for batch in (first, rest):
+                if not batch:
+                    continue
+                outcomes, ready, worker = run_cases("candidate", self.mode, worker.spec if worker else spec,
+                                                    batch, self.limits, self.root, job_extra=references,
+                                                    first_worker=worker, keep=True, on_case=reader.read)
+                if variant == "original" and ready:
+                    self.environment.update(_describe_ready(ready, "candidate"))
+                for i, outcome in outcomes.items():
+                    results[i].candidate = outcome
+                if batch is first and outcomes[first[0][0]].status == "timeout":
+                    for i, _ in rest:
+                        results[i].candidate = Outcome("not-started", detail="skipped: the candidate did not "
+                                                       "finish on the problem's own inputs")
+                    break
+            if worker is not None:
+                worker.close()
+        if missing:
+            released = _release(judge, self.limits)
+            if judge is not None and judge is not self._reference:
+                judge.close()
+            for key in missing:
+                by_key[key] = REFERENCES.put(self.harness, self.mode, key, reference_cases[key]["record_ops"],
+                                             _with_outputs(by_key[key], released))
+            for result in results:
+                if result.case.call is None:
+                    result.reference = by_key[result.case.input_key]
+        return results
+
+    def close(self) -> None:
+        for worker in [self._reference, *self.candidates.values()]:
+            if worker is not None:
+                worker.close()
+        remove_scratch_root(self.root)
+
+
+def _release(judge: Worker | None, limits: Limits) -> str | None:
+    """Ask the reference worker for the outputs it withheld while candidates ran; None when
+    they are saved, else why not (they are then lost with the worker)."""
+    if judge is None:
+        return "kanalyze's reference worker ended before it handed over the reference's outputs"
+    try:
+        judge.send({"kind": "release", "id": "release"})
+        while True:
+            event = judge.next_event(limits.case_seconds)
+            if event is None:
+                return "kanalyze's reference worker did not hand over the reference's outputs in time"
+            if event.get("event") == "job-done" and event.get("job") == "release":
+                return None
+    except (WorkerGone, ProtocolViolation) as exc:
+        return f"kanalyze's reference worker ended before it handed over the reference's outputs: {exc}"
+
+
+def _with_outputs(outcome: Outcome, released: str | None) -> Outcome:
+    """The reference's outcome, or a crash when its withheld outputs were lost."""
+    if released is None or outcome.status != "done" or not outcome.meta.get("withheld"):
+        return outcome
+    return Outcome("crashed", detail=released, output=outcome.output)
+
+
+def _describe_ready(ready: dict, role: str) -> dict:
+    if not ready:
+        return {}
+    out = {"versions": ready.get("versions", {}), f"{role}_confinement": ready.get("confinement", {}),
+           f"{role}_numerics": ready.get("numerics", {})}
+    if role == "candidate" and ready.get("import_error"):
+        out["candidate_import_error"] = ready["import_error"]
+    return out
+
+
+
+
+class _Reader:
+    """Reads a candidate's case into this process as the case ends: what its worker shared on the
+    device, through the reference worker (which saves it for us); the rest from its files."""
+
+    def __init__(self, session: Session, judge: Worker | None) -> None:
+        self.session, self.judge = session, judge
+        self.count = 0
+
+    def read(self, index: int, outcome: Outcome) -> Outcome:
+        shared = outcome.meta.pop("shared", None) if outcome.status == "done" else None
+        if not shared:
+            return outcome
+        self.count += 1
+        folder = os.path.join(self.session.root, f"shared-{self.count}")
+        error = self._ingest(shared, folder)
+        if error:
+            return Outcome("done", meta={**outcome.meta, "status": "internal", "error": error}, output=outcome.output)
+        arrays = ArrayFolder(folder)
+        if arrays.nbytes <= READ_NOW_BYTES:
+            arrays = arrays.load()
+        own = outcome.arrays if isinstance(outcome.arrays, collections.abc.Mapping) else ArrayFolder(outcome.arrays)
+        return Outcome("done", meta=outcome.meta, arrays=collections.ChainMap(arrays, own), output=outcome.output)
+
+    def _ingest(self, shared: dict, folder: str) -> str | None:
+        job_id = f"ingest-{self.count}"
+        try:
+            worker = self.judge or self.session.reference
+            worker.wait_ready()
+            worker.send({"kind": "ingest", "id": job_id, "tensors": shared, "out": folder,
+                         "max_bytes": MAX_CASE_BYTES})
+            while True:
+                event = worker.next_event(self.session.limits.case_seconds)
+                if event is None:
+                    return "kanalyze's reference worker did not read the candidate's device arrays in time"
+                if event.get("event") == "job-done" and event.get("job") == job_id:
+                    return event.get("error")
+        except (WorkerGone, ProtocolViolation) as exc:
+            return f"kanalyze's reference worker could not read the candidate's device arrays: {exc}"
+
+
+__all__ = ["BASELINE", "MAX_NUMEL", "NO_REFERENCE", "Session"]
