@@ -84,13 +84,19 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
                         outcomes[index] = on_case(index, outcomes[index])
                     pending.remove(index)
                     if role == "candidate":
-                        worker.send({"kind": "ack", "index": index})
+                        try:
+                            worker.send({"kind": "ack", "index": index})
+                        except WorkerGone:
+                            pass   # it ended after this case (a device fault): the next read says how
                 elif event.get("event") == "fatal":
                     restart = True
                     break
                 elif event.get("event") == "job-done":
                     break
         except WorkerGone as exc:
+            if not pending:   # every case has its outcome; the worker ended after the last
+                worker.close()
+                return _fill(outcomes, pending), ready, None
             index = pending.pop(0)
             outcomes[index] = Outcome("crashed", detail=str(exc), output=worker.output(), blame=worker.phase)
             restart = True
