@@ -56,7 +56,10 @@ def kanalyze(problem: str, candidate: str, device: str, timeout: float, gates: s
     findings = findings["findings"] if isinstance(findings, dict) else findings
     verdicts = [{"code": f["code"], "status": f.get("status"), "result": (f.get("evidence") or {}).get("gate_result")}
                 for f in findings or [] if f.get("status") != "flagged"]
-    return {"seconds": time.perf_counter() - started, "error": error, "verdicts": verdicts}
+    # where the gate run's time went (plan, reference, candidate, read_back, release, judge)
+    phases = next(((f.get("evidence") or {}).get("gate_seconds") for f in findings or []
+                   if (f.get("evidence") or {}).get("gate_seconds")), None)
+    return {"seconds": time.perf_counter() - started, "error": error, "verdicts": verdicts, "phases": phases}
 
 
 def blames_kanalyze(verdict: dict) -> bool:
@@ -91,6 +94,8 @@ def main() -> int:
         print(f"[{n}/{len(pairs)}] {Path(candidate).name}: kb {row['kernelbench']['verdict']} "
               f"{row['kernelbench']['seconds']:.1f} s, targeted {row['targeted']['seconds']:.1f} s: {shown}"
               + (f" ({row['targeted']['error']})" if row["targeted"]["error"] else ""), flush=True)
+        if row["targeted"]["phases"]:
+            print("    seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in row["targeted"]["phases"].items()), flush=True)
         for v in row["targeted"]["verdicts"]:
             print(f"    {(v['result'] or '')[:220]}", flush=True)
         if args.json:  # after every pair: a run cut short keeps what it measured

@@ -200,6 +200,7 @@ def _apply(gate_run: GateRun, harness: Harness, flagged: list[Finding], flags: d
         status = Status(verdict.status)
         for f in own:
             _set(f, status, line, witness)
+            f.evidence["gate_seconds"] = gate_run.environment.get("seconds", {})
         if not own and status is Status.CONFIRMED:
             row = _callable_row(path, harness.callable)
             new.append(Finding(

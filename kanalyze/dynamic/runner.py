@@ -135,8 +135,10 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
         else:
             all_cases = [c for c in cases if c.variant == "original" or promotion]
         results = session.execute(all_cases)
+        judging = time.perf_counter()
         verdicts = _judge(results, codes, contexts, gates, replay=cases is not None, flags_by_code=flags)
         environment = {**session.environment, "sizes": sizes, "knobs": harness.knobs}
+        environment["seconds"] = {**environment.get("seconds", {}), "judge": round(time.perf_counter() - judging, 3)}
     finally:
         session.close()
     return GateRun(verdicts, environment, sizes, time.perf_counter() - started)

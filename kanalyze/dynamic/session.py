@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import os
+import time
 
 from kanalyze.dynamic.cases import Case
 from kanalyze.dynamic.harness import Harness
@@ -68,6 +69,7 @@ class Session:
             self.candidates["promoted"] = Worker("candidate", mode, {**self.spec, "candidate_file": path},
                                                  limits, self.root)
         self.environment: dict = {"mode": mode}
+        self.seconds: dict[str, float] = {}   # where the run's time went (the environment's `seconds`)
         self.output_shapes: list | None = None   # the reference's, at the planned sizes
 
     @property
@@ -78,6 +80,13 @@ class Session:
 
     def plan_sizes(self, max_numel: int | None) -> dict[str, int]:
         """The knobs scaled down until the inputs hold at most `max_numel` elements (None: as they are)."""
+        started = time.perf_counter()
+        try:
+            return self._plan_sizes(max_numel)
+        finally:
+            self._took("plan", started)
+
+    def _plan_sizes(self, max_numel: int | None) -> dict[str, int]:
         known = REFERENCES.plan(self.harness, self.mode, max_numel)
         if known is not None:
             self.output_shapes = known[1]
@@ -109,6 +118,7 @@ class Session:
         missing = [key for key, outcome in by_key.items() if outcome is None]
         ready = REFERENCES.ready(self.harness, self.mode)
         judge = None
+        started = time.perf_counter()
         if missing:
             outcomes, ready, judge = run_cases("reference", self.mode, self.spec,
                                                [(i, reference_cases[key]) for i, key in enumerate(missing)],
@@ -116,9 +126,11 @@ class Session:
             REFERENCES.put_ready(self.harness, self.mode, ready)
             for i, key in enumerate(missing):
                 by_key[key] = outcomes[i]
+        self._took("reference", started)
         self.environment.update(_describe_ready(ready, "reference"))
         results = [Result(case, NO_REFERENCE if case.call is not None else by_key[case.input_key]) for case in cases]
         reader = _Reader(self, judge)
+        started = time.perf_counter()
         for variant, worker in self.candidates.items():
             spec = worker.spec
             runnable = [(i, r.case.to_dict()) for i, r in enumerate(results)
@@ -153,6 +165,9 @@ class Session:
                     break
             if worker is not None:
                 worker.close()
+        self._took("candidate", started, minus=reader.seconds)
+        self.seconds["read_back"] = round(reader.seconds, 3)
+        started = time.perf_counter()
         if missing:
             released = _release(judge, self.limits)
             if judge is not None and judge is not self._reference:
@@ -163,7 +178,12 @@ class Session:
             for result in results:
                 if result.case.call is None:
                     result.reference = by_key[result.case.input_key]
+        self._took("release", started)
+        self.environment["seconds"] = dict(self.seconds)
         return results
+
+    def _took(self, what: str, started: float, minus: float = 0.0) -> None:
+        self.seconds[what] = round(self.seconds.get(what, 0.0) + time.perf_counter() - started - minus, 3)
 
     def close(self) -> None:
         for worker in [self._reference, *self.candidates.values()]:
@@ -215,8 +235,16 @@ class _Reader:
     def __init__(self, session: Session, judge: Worker | None) -> None:
         self.session, self.judge = session, judge
         self.count = 0
+        self.seconds = 0.0
 
     def read(self, index: int, outcome: Outcome) -> Outcome:
+        started = time.perf_counter()
+        try:
+            return self._read(outcome)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def _read(self, outcome: Outcome) -> Outcome:
         shared = outcome.meta.pop("shared", None) if outcome.status == "done" else None
         if not shared:
             return outcome
