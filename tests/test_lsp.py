@@ -434,6 +434,33 @@ def test_bursts_of_changes_are_debounced(workspace: Path) -> None:
     run(scenario)
 
 
+def test_an_edit_in_one_kernel_of_many_is_placed_where_check_places_it(workspace: Path) -> None:
+    """The worker re-analyzes only the kernel an edit touched (kanalyze/lsp/incremental.py);
+    the diagnostics are those of the whole text, rows and all, as the rows above move."""
+    header, kernel = FIXED_KERNEL.split("@triton.jit")
+    many = header + "".join(f"@triton.jit{kernel.replace('def matmul', f'def matmul_{i}')}\n\n" for i in range(4))
+    third = many.index("def matmul_2")
+    tf32 = many[:third] + many[third:].replace('tl.dot(a, b, input_precision="ieee")', "tl.dot(a, b)", 1)
+    moved = "# a comment\n\n\n" + tf32
+    uri = (workspace / "many.py").as_uri()
+
+    def dot_line(text: str) -> int:  # 0-based, as LSP counts
+        return text[:text.index("tl.dot(a, b)")].count("\n")
+
+    async def scenario() -> None:
+        editor = Editor(workspace)
+        await editor.start(initialization_options={"debounce": 0})
+        editor.open(uri, many)
+        assert await editor.diagnostics(uri, 1) == []
+        for version, text in ((2, tf32), (3, moved), (4, many)):
+            editor.change(uri, version, text)
+            found = [(d.code, d.range.start.line) for d in await editor.diagnostics(uri, version)]
+            assert found == ([("PRC001", dot_line(text))] if text is not many else [])
+        await editor.stop()
+
+    run(scenario)
+
+
 def test_documents_of_every_kind_and_place(workspace: Path, tmp_path: Path) -> None:
     """CUDA files are accepted; a file outside the workspace and an unsaved buffer are analyzed;
     text that does not parse, or that crashes the parser, becomes a diagnostic and the server goes on."""

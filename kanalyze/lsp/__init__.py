@@ -12,9 +12,13 @@
                       witnesses found in `.kanalyze/witnesses/`
     worker.py         the child process that runs the static pass, so that a crash
                       or a hang on one document never takes the server down
+    incremental.py    what the worker runs: the findings of a text, re-analyzing only
+                      the kernels an edit touched and keeping the others' findings
+    layout.py         a text cut into pieces analyzed apart (the context and one group
+                      of kernels each), or why it is analyzed whole
     analysis.py       one document's text → findings (the function every kind of
                       source goes through)
 
-The worker and analysis.py do not import pygls/lsprotocol, and nothing here is
-imported by `kanalyze check`.
+The worker, incremental.py, layout.py and analysis.py do not import
+pygls/lsprotocol, and nothing here is imported by `kanalyze check`.
 """

@@ -72,6 +72,10 @@ class AnalysisRunner:
         return asyncio.get_running_loop().run_in_executor(self.thread, self._warm_up)
 
     def _warm_up(self) -> None:
+        from kanalyze.rules import rules_by_code
+
+        self.worker.start()  # the child imports the static pass while this process imports the rules,
+        rules_by_code()      # which it needs to turn the first finding into a diagnostic
         try:
             self.worker.analyze("<warm-up>", _WARM_UP, "python")
         except WorkerFailed:

@@ -7,7 +7,9 @@ What happens to a document:
     background thread (runner.py), so the server keeps answering while it
     runs, and a crash or hang of the parser on some text becomes a diagnostic;
   - results are kept per document version (a save of an analyzed version,
-    or a hover, costs nothing) and per text (undo/redo costs nothing);
+    or a hover, costs nothing) and per text (undo/redo costs nothing), and
+    the worker keeps each kernel's findings, so an edit re-analyzes only the
+    kernels it touched (incremental.py);
   - a result for a version the user has already edited past is dropped: the
     next analysis is on its way.
 Dynamic gates never run here; a finding shows `confirmed` only when the

@@ -12,8 +12,10 @@ The wire format is one JSON object per line each way:
     response  {"id": 1, "findings": [Finding.to_dict(), ...], "suppressed": 0}
           or  {"id": 1, "error": "..."}
 
-`python -m kanalyze.lsp.worker` runs the child side; `AnalysisWorker` is the
-server's side.  Nothing here imports pygls.
+The child keeps what it analyzed between requests (incremental.py), so an
+edit re-analyzes only the kernels it touched.  `python -m kanalyze.lsp.worker`
+runs the child side; `AnalysisWorker` is the server's side.  Nothing here
+imports pygls.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class WorkerFailed(Exception):
 
 
 class AnalysisWorker:
-    """Runs `analyze_document` in a child process, restarting it when it dies.
+    """Runs the static pass (incremental.py) in a child process, restarting it when it dies.
 
     `analyze` blocks; the server calls it from a single background thread, so
     requests never overlap.
@@ -50,12 +52,20 @@ class AnalysisWorker:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
 
+    def start(self) -> None:
+        """Start the child now (it imports the static pass), unless it is running."""
+        with self._lock:
+            self._running()
+
+    def _running(self) -> subprocess.Popen:
+        if self._process is None or self._process.poll() is not None:
+            self._process = self._start()
+        return self._process
+
     def analyze(self, path: str, text: str, kind: str,
                 settings: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], int]:
         with self._lock:
-            if self._process is None or self._process.poll() is not None:
-                self._process = self._start()
-            process = self._process
+            process = self._running()
             self._next_id += 1
             request = {"id": self._next_id, "path": path, "text": text, "kind": kind, "settings": settings or {}}
             timed_out = threading.Event()
@@ -112,16 +122,20 @@ class AnalysisWorker:
 
 
 def main() -> None:
-    """The child: read requests from stdin, answer on stdout, until stdin closes."""
-    from kanalyze.lsp.analysis import analyze_document
+    """The child: read requests from stdin, answer on stdout, until stdin closes.
 
+    One IncrementalAnalyzer serves every request, so that an edit re-analyzes only
+    the kernels it touched (incremental.py)."""
+    from kanalyze.lsp.incremental import IncrementalAnalyzer
+
+    analyzer = IncrementalAnalyzer()
     out = sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but responses may reach the server's pipe
     for line in sys.stdin.buffer:
         request = json.loads(line)
         try:
             # The proof ranges of the document's configuration; `proofs: False` skips z3.
-            findings, suppressed = analyze_document(request["path"], request["text"], request["kind"],
+            findings, suppressed = analyzer.analyze(request["path"], request["text"], request["kind"],
                                                     request.get("settings") or {})
             response = {"id": request["id"], "findings": [f.to_dict() for f in findings], "suppressed": suppressed}
         except Exception as exc:  # a bug in the pass: report it for this document, keep serving
