@@ -2,7 +2,9 @@
 
 A probe candidate reports, while it is imported in the worker, what a
 candidate could see: its working directory, HOME/TMPDIR, limits, open file
-descriptors, session, network namespace.  The hostile candidates of
+descriptors, its pids, network namespace.  Which process forked a worker, and
+its session, are read from outside: inside its PID namespace a worker sees
+only itself (pid 2) and its namespace's init (pid 1).  The hostile candidates of
 test_dynamic_controls.py run through the zygote (the default); here some run
 through fresh processes too (`KANALYZE_NO_ZYGOTE=1`), and the zygote is killed,
 replaced, refused and shut down under running workers.
@@ -74,12 +76,24 @@ def _probe(spec: dict, scratch: str, limits: Limits) -> tuple[Worker, dict, dict
     return worker, ready, json.loads(line[len("PROBE "):])
 
 
+def _parent_of(pid: int) -> int:
+    """The parent of a process, as this process sees it."""
+    with open(f"/proc/{pid}/stat") as handle:
+        return int(handle.read().rsplit(")", 1)[1].split()[1])
+
+
+def _zygote_pid() -> int:
+    return zygote_client._zygotes["cpu"].process.pid
+
+
 def _assert_sandboxed(worker: Worker, ready: dict, seen: dict, limits: Limits) -> None:
     assert ready["error"] is None and ready["import_error"] is None, ready
     assert seen["cwd"] == seen["home"] == seen["tmpdir"] == seen["gettempdir"] == worker.scratch
     assert seen["interpret"] == "1" and seen["torch_loaded"]
     assert seen["memory"] == limits.memory_bytes and seen["file"] == limits.file_bytes
-    assert seen["sid"] == seen["pid"]                          # a session of its own: killed as a group
+    assert os.getsid(worker.process.pid) == worker.process.pid  # a session of its own: killed as a group
+    if ready["confinement"].get("pid_namespace") is True:      # a PID namespace: nothing else in sight
+        assert (seen["pid"], seen["ppid"], seen["sid"]) == (2, 1, 0), seen
     sockets = {fd: target for fd, target in seen["fds"].items() if target.startswith("socket:")}
     assert not sockets, f"the worker holds sockets it did not open: {sockets}"
     assert len(seen["fds"]) <= 6, seen["fds"]                  # stdio, control, status, the listing itself
@@ -97,7 +111,8 @@ def test_forked_workers_are_confined_like_fresh_ones(probe_spec, scratch, monkey
             assert ready["confinement"]["start"] == "forked from the zygote", ready["confinement"]
             _assert_sandboxed(worker, ready, saw, limits)
             seen.append(saw)
-        assert seen[0]["ppid"] == seen[1]["ppid"] != os.getpid()   # both children of the one zygote
+        parents = [_parent_of(worker.process.pid) for worker in workers]
+        assert parents[0] == parents[1] == _zygote_pid() != os.getpid()   # both children of the one zygote
         if seen[0]["net"] != os.readlink("/proc/self/ns/net"):
             assert seen[0]["net"] != seen[1]["net"]                # a network namespace per worker
     finally:
@@ -109,7 +124,7 @@ def test_forked_workers_are_confined_like_fresh_ones(probe_spec, scratch, monkey
     worker, ready, seen = _probe(probe_spec, scratch, limits)
     try:
         assert ready["confinement"]["start"] == f"fresh process ({zygote_client.DISABLE} is set)"
-        assert seen["ppid"] == os.getpid()
+        assert _parent_of(worker.process.pid) == os.getpid()
         _assert_sandboxed(worker, ready, seen, limits)
     finally:
         worker.close()
@@ -119,11 +134,12 @@ def test_a_dead_zygote_is_replaced_and_its_running_workers_go_on(probe_spec, scr
     limits = Limits()
     first, _, seen = _probe(probe_spec, scratch, limits)
     try:
-        os.kill(seen["ppid"], signal.SIGKILL)                      # the zygote
+        zygote = _zygote_pid()
+        os.kill(zygote, signal.SIGKILL)
         second, ready, seen_second = _probe(probe_spec, scratch, limits)
         try:
             assert ready["confinement"]["start"] == "forked from the zygote"
-            assert seen_second["ppid"] != seen["ppid"]             # a new zygote
+            assert _parent_of(second.process.pid) == _zygote_pid() != zygote   # a new zygote
             assert first.process.poll() is None                    # the orphan runs on, and answers
             first.send({"kind": "cases", "id": 1, "indices": [], "cases": [], "out": first.scratch})
             assert first.next_event(30) == {"event": "job-done", "job": 1}
@@ -141,7 +157,7 @@ def test_a_zygote_that_cannot_start_means_fresh_processes(probe_spec, scratch, m
         try:
             start = ready["confinement"]["start"]
             assert start.startswith("fresh process (the cpu zygote could not start") and "no zygote today" in start
-            assert seen["ppid"] == os.getpid()
+            assert _parent_of(worker.process.pid) == os.getpid()
         finally:
             worker.close()
         assert "could not start" in zygote_client.status()["cpu"]
@@ -153,7 +169,7 @@ def test_shutting_the_zygote_down_ends_its_workers(probe_spec, scratch) -> None:
     worker, _, seen = _probe(probe_spec, scratch, Limits())
     try:
         zygote_client.shutdown_all()
-        assert not zygote_client._running(seen["pid"])
+        assert not zygote_client._running(worker.process.pid)
         with pytest.raises(WorkerGone):                             # its status pipe closed with it
             worker.next_event(10)
     finally:
@@ -161,12 +177,14 @@ def test_shutting_the_zygote_down_ends_its_workers(probe_spec, scratch) -> None:
 
 
 def test_another_environment_gets_another_zygote(probe_spec, scratch, monkeypatch) -> None:
-    worker, _, before = _probe(probe_spec, scratch, Limits())
+    worker, _, _ = _probe(probe_spec, scratch, Limits())
+    before = _parent_of(worker.process.pid)
     worker.close()
     monkeypatch.setenv("OMP_NUM_THREADS", "2")  # read when torch is imported: the zygote's import does not fit
-    worker, _, after = _probe(probe_spec, scratch, Limits())
+    worker, _, _ = _probe(probe_spec, scratch, Limits())
+    after = _parent_of(worker.process.pid)
     worker.close()
-    assert after["ppid"] != before["ppid"]
+    assert after != before
 
 
 @pytest.mark.parametrize("name,words", [("segfault", "SIGSEGV"), ("fork", "os.fork is refused")])

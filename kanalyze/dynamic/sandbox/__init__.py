@@ -6,10 +6,13 @@
   zygote_client.py  ... through a zygote of this kanalyze process, one per device mode
   zygote.py         the process that imports torch and triton once and forks the workers
   confine.py        what a worker does to itself first: rlimits, namespaces, audit hook
+  namespaces.py     ... its user, PID, mount and network namespaces; kanalyze made non-dumpable
   worker.py         the worker's main loop: import the problem and candidate, serve cases
-  execute.py        one case in a worker: the reference side, the candidate side
+  execute.py        one case in a worker: the candidate side, and what both sides share
+  reference_side.py ... the reference side: model, inputs, float64 reference, withheld outputs
+  device_share.py   a candidate's device tensors to the reference worker through CUDA IPC
   extensions.py     CUDA C++ candidates' torch extensions, built once per source
-  transport.py      values across the process boundary
+  transport.py      values across the process boundary: folders of .npy files
 
 Only the worker side imports torch or triton, and only the worker runs problem or
 candidate code; the parent decides every verdict from what comes back.

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 
 import kanalyze
-from kanalyze.dynamic.sandbox import extensions, rundir, zygote_client
+from kanalyze.dynamic.sandbox import extensions, namespaces, rundir, zygote_client
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(kanalyze.__file__)))
 BOOTSTRAP = (f"import sys; sys.path.insert(0, {_ROOT!r}); "
@@ -60,10 +60,11 @@ class Limits:
     def for_worker(self, mode: str, role: str = "candidate") -> dict:
         """The limits a worker applies to itself.  The reference worker runs the problem,
         not the candidate: its arrays (inputs near 2^31 elements, their float64 copies)
-        are not held to the candidate's file-size limit."""
+        are not held to the candidate's file-size limit, and it stays in kanalyze's PID
+        namespace, from which CUDA IPC reaches the candidate's (device_share.py)."""
         return {"memory_bytes": self.memory_bytes if mode == "cpu" else None,
                 "file_bytes": self.file_bytes if role == "candidate" else None,
-                "process_margin": self.process_margin}
+                "process_margin": self.process_margin, "pid_namespace": role == "candidate"}
 
 
 @dataclass
@@ -144,6 +145,7 @@ class ProtocolViolation(Exception):
 
 class Worker:
     def __init__(self, role: str, mode: str, spec: dict, limits: Limits, scratch_root: str) -> None:
+        namespaces.protect_this_process()   # before any worker runs: kanalyze's /proc files closed to it
         self.role, self.mode, self.limits, self.spec = role, mode, limits, spec
         self.scratch = tempfile.mkdtemp(prefix=f"{role}-", dir=scratch_root)
         spec_path = os.path.join(self.scratch, "spec.json")

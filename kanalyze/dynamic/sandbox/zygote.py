@@ -7,7 +7,10 @@ Started by `zygote_client.py` as
 with the scrubbed environment a worker of MODE gets (for "cpu",
 `TRITON_INTERPRET=1` is set before triton is imported).  Before any import it
 applies what must be done while the process is still single-threaded (a
-network namespace with no interfaces, no core files); then it imports numpy,
+network namespace with no interfaces, no core files), makes itself
+non-dumpable (a worker cannot open its /proc files), and finds what every
+worker it forks inherits (confine.py): the allowed tools' real paths, and
+whether a PID namespace can be made here; then it imports numpy,
 torch, triton and the worker's modules, checks that CUDA was not initialised
 (forking after CUDA initialisation breaks CUDA in the child), says so on the
 socket, and serves requests.
@@ -18,7 +21,9 @@ child's pid, and reports each child's exit status when it reaps it.  The
 child does what a fresh worker does after its imports (`worker.serve`): new
 session, output into the parent's capped pipe, every other descriptor closed
 (the zygote's socket above all), its own scratch directory and environment,
-the per-worker limits, guards, the candidate's import, the job loop; then it
+the per-worker limits and namespaces (its own PID namespace: the pid the
+zygote reports is the process outside it, which ends as the worker does),
+guards, the candidate's import, the job loop; then it
 ends with `os._exit`, never returning into the zygote's loop.
 
 The zygote never runs problem or candidate code, so no candidate's state can

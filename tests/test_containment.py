@@ -1,0 +1,281 @@
+"""Containment a candidate cannot walk out of: its own PID namespace, kanalyze non-dumpable, tools by real path.
+
+The hostile candidates of fixtures/kernelbench/hostile/ run through `run_gates`
+as any candidate does, forked from the zygote and as fresh processes.  Each is
+copied next to an `observed/` folder, where it writes what it could do (the
+worker's environment is scrubbed to an allow-list, so the folder is given by
+the file's location): a setsid daemon that waits for the worker to end and then
+writes a file; a scan of every pid in /proc with signal 0; opening the
+environment, output and memory of its parent, its parent's parent, kanalyze and
+the zygote; a `gcc` symlink to /bin/sh run as an allowed tool.  Then workers
+that end by `os._exit(7)`, a segmentation fault or a signal to themselves must
+reach the parent unchanged, and a worker the parent kills takes its daemons
+with it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kanalyze.dynamic.harness import Harness, find_harness
+from kanalyze.dynamic.runner import Options, run_gates
+from kanalyze.dynamic.sandbox import zygote_client
+from kanalyze.dynamic.sandbox.process import (
+    Limits,
+    Worker,
+    WorkerGone,
+    new_scratch_root,
+    prestart_zygote,
+    remove_scratch_root,
+)
+
+pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+KB = Path(__file__).resolve().parent.parent / "fixtures" / "kernelbench"
+GRACE_SECONDS = 3.0
+
+
+@pytest.fixture(params=["zygote", "fresh process"])
+def start(request, monkeypatch) -> str:
+    """How the workers start; with a zygote, it runs before the candidate does (its pid is a target)."""
+    if request.param == "fresh process":
+        monkeypatch.setenv(zygote_client.DISABLE, "1")
+    else:
+        assert prestart_zygote("cpu") == "zygote"
+    return request.param
+
+
+def _identity(pid: int) -> tuple[int, int]:
+    """A process's pid and start time (clock ticks since boot): who it is, whatever its number."""
+    with open(f"/proc/{pid}/stat") as handle:
+        return pid, int(handle.read().rsplit(")", 1)[1].split()[19])
+
+
+def _zygote_pid() -> int | None:
+    zygote = zygote_client._zygotes.get("cpu")
+    return zygote.process.pid if zygote is not None and not zygote.dead else None
+
+
+def _run(tmp_path: Path, name: str) -> tuple[dict, Path]:
+    """Run MEM002 on a copy of the hostile candidate `name`: (its worker's confinement record, its observed/)."""
+    observed = tmp_path / "observed"
+    observed.mkdir()
+    targets = {"kanalyze": os.getpid(), "zygote": _zygote_pid()}
+    (observed / "targets.json").write_text(json.dumps({k: v for k, v in targets.items() if v}))
+    copy = tmp_path / f"level1_problem6_{name}.py"
+    shutil.copy(KB / "hostile" / copy.name, copy)
+    harness = find_harness(str(copy), kernelbench=str(KB))
+    assert isinstance(harness, Harness), harness
+    gate_run = run_gates(harness, ["MEM002"], options=Options(mode="cpu", limits=Limits(case_seconds=60)))
+    verdicts = {v.code: v for v in gate_run.verdicts}
+    # The candidate is a correct kernel: its run went on undisturbed by what it tried.
+    assert verdicts["MEM002"].status == "refuted" and "CMP001" not in verdicts, gate_run.verdicts
+    return gate_run.environment["candidate_confinement"], observed
+
+
+def _needs_pid_namespace(confinement: dict) -> None:
+    """Skip, saying why, where the worker recorded that this machine gives it no PID namespace."""
+    held = confinement.get("pid_namespace")
+    if isinstance(held, str):
+        pytest.skip(f"no PID namespace on this machine: {held}")
+
+
+def test_a_setsid_daemon_does_not_outlive_the_run(tmp_path, start) -> None:
+    confinement, observed = _run(tmp_path, "setsid_daemon")
+    _needs_pid_namespace(confinement)
+    assert (observed / "daemon-started").exists(), "the daemon never ran: the test would prove nothing"
+    time.sleep(GRACE_SECONDS)
+    assert not (observed / "daemon-outlived-the-worker").exists(), "the candidate's daemon outlived its worker"
+    assert confinement["pid_namespace"] is True, confinement
+
+
+def test_the_candidate_cannot_signal_kanalyze_or_anything_outside_its_namespace(tmp_path, start) -> None:
+    confinement, observed = _run(tmp_path, "pid_scan")
+    _needs_pid_namespace(confinement)
+    scan = json.loads((observed / "pid-scan.json").read_text())
+    ours = {"kanalyze": _identity(os.getpid())}
+    if _zygote_pid():
+        ours["zygote"] = _identity(_zygote_pid())
+    signalable = {(int(pid), start_time) for pid, start_time in scan["signalable"].items()}
+    for who, identity in ours.items():
+        assert identity not in signalable, f"the candidate could signal {who} {identity}"
+    assert not scan["grandparent_signalable"], scan
+    # Nothing but its own ancestors in its namespace (the reference worker would be a sibling).
+    assert {pid for pid, _ in signalable} <= set(scan["lineage"]), scan
+
+
+def test_the_candidate_cannot_open_its_parents_or_kanalyzes_proc_files(tmp_path, start) -> None:
+    _, observed = _run(tmp_path, "parent_environ")
+    attempts = json.loads((observed / "parent-environ.json").read_text())
+    assert {"parent", "kanalyze"} <= set(attempts), attempts
+    for who, tried in attempts.items():
+        for part in ("environ", "fd/1", "mem"):
+            assert tried[part].startswith("refused"), f"/proc/{tried['pid']}/{part} of {who}: {tried[part]}"
+
+
+def test_a_symlink_named_like_an_allowed_tool_is_refused(tmp_path, start) -> None:
+    confinement, observed = _run(tmp_path, "tool_symlink")
+    attempts = json.loads((observed / "tool-symlink.json").read_text())
+    for how in ("by path", "relative", "through PATH"):
+        assert attempts[how].startswith("refused"), f"{how}: {attempts[how]}"
+    assert not list(observed.glob("shell-ran-*")), "the shell behind the symlink ran"
+    assert attempts["uname"] == "ran: exit code 0", attempts   # a real allowed tool still runs
+    assert confinement.get("tools", "").startswith("by real path"), confinement
+
+
+# Candidates for a worker driven directly: how each one ends reaches the parent unchanged.
+ENDINGS = {
+    "import os\nos._exit(7)\n": "exited with code 7",
+    "import ctypes\nctypes.string_at(0)\n": "died of SIGSEGV",
+    "import os, signal, time\nos.kill(os.getpid(), signal.SIGTERM)\ntime.sleep(30)\n": "died of SIGTERM",
+    "import os, time\nos.abort()\n": "died of SIGABRT",
+}
+
+DAEMON_THEN_HANG = r'''
+import ctypes, os, time
+OBSERVED = {observed!r}
+libc = ctypes.CDLL(None, use_errno=True)
+child = libc.fork()
+if child == 0:
+    try:
+        os.setsid()
+        if libc.fork() == 0:
+            os.closerange(0, 4096)
+            open(os.path.join(OBSERVED, "started"), "w").close()
+            time.sleep(1.5)                     # the parent kills the worker meanwhile
+            open(os.path.join(OBSERVED, "outlived"), "w").close()
+    finally:
+        os._exit(0)
+os.waitpid(child, 0)
+time.sleep(60)
+'''
+
+
+@pytest.fixture()
+def scratch():
+    root = new_scratch_root()
+    yield root
+    remove_scratch_root(root)
+
+
+def _worker(tmp_path: Path, scratch: str, source: str, name: str = "candidate.py") -> Worker:
+    candidate = tmp_path / name
+    candidate.write_text(source)
+    spec = {"harness": {"kind": "kernelbench", "candidate": str(candidate), "problem": str(candidate)}}
+    return Worker("candidate", "cpu", spec, Limits(import_seconds=60), scratch)
+
+
+@pytest.mark.parametrize("source,words", list(ENDINGS.items()), ids=["exit-7", "segfault", "sigterm", "abort"])
+def test_how_the_worker_ends_reaches_the_parent_unchanged(tmp_path, scratch, start, source, words) -> None:
+    worker = _worker(tmp_path, scratch, source)
+    try:
+        with pytest.raises(WorkerGone) as gone:
+            worker.wait_ready()
+        assert words in str(gone.value), str(gone.value)
+        assert worker.phase == "candidate"               # blamed on the candidate's import
+    finally:
+        worker.close()
+
+
+def test_a_killed_worker_takes_its_daemons_with_it(tmp_path, scratch, start) -> None:
+    from kanalyze.dynamic.sandbox import namespaces
+
+    _needs_pid_namespace({"pid_namespace": namespaces.probe_pid_namespace() or True})
+    observed = tmp_path / "observed"
+    observed.mkdir()
+    worker = _worker(tmp_path, scratch, DAEMON_THEN_HANG.format(observed=str(observed)))
+    try:
+        deadline = time.monotonic() + 60
+        while not (observed / "started").exists():
+            assert time.monotonic() < deadline and worker.process.poll() is None, worker.output()
+            time.sleep(0.05)
+        worker.kill()                                     # what the parent does on a timeout
+        assert worker.process.returncode == -signal.SIGKILL
+    finally:
+        worker.close()
+    time.sleep(1.5 + GRACE_SECONDS)
+    assert not (observed / "outlived").exists(), "the daemon outlived the killed worker"
+
+
+# First thing in each process below: no capability (where this runs as root, CAP_SYS_PTRACE would
+# open any process's /proc files), as a same-user candidate has none.
+NO_CAPABILITIES = ("import ctypes\n"
+                   "header, data = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()\n"
+                   "assert ctypes.CDLL(None).capset(header, data) == 0\n")
+
+
+def _open_as_a_candidate(pid: int) -> dict[str, str]:
+    """Open /proc/PID/{environ,fd/1,mem} as a same-user candidate in no namespace of its own
+    would (a worker where the kernel gives none; from a user namespace of its own the kernel
+    refuses it anyway, non-dumpable or not)."""
+    code = NO_CAPABILITIES + ("import json, os, sys\n"
+                              "out = {}\n"
+                              "for part in ('environ', 'fd/1', 'mem'):\n"
+                              "    try:\n"
+                              "        os.close(os.open(f'/proc/{sys.argv[1]}/{part}', os.O_RDONLY | os.O_NONBLOCK))\n"
+                              "        out[part] = 'opened'\n"
+                              "    except OSError as exc:\n"
+                              "        out[part] = f'refused: {type(exc).__name__}'\n"
+                              "print(json.dumps(out))\n")
+    done = subprocess.run([sys.executable, "-c", code, str(pid)], check=False, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_kanalyze_made_non_dumpable_hides_its_proc_files() -> None:
+    hold = NO_CAPABILITIES + ("import sys, time\nfrom kanalyze.dynamic.sandbox import namespaces\n{}\n"
+                              "print('up', flush=True)\ntime.sleep(60)\n")
+    seen = {}
+    for protect in (False, True):
+        code = hold.format("assert namespaces.protect_this_process()" if protect else "")
+        holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                                  cwd=Path(__file__).resolve().parent.parent)
+        try:
+            assert holder.stdout.readline().strip() == "up"
+            seen[protect] = _open_as_a_candidate(holder.pid)
+        finally:
+            holder.kill()
+            holder.wait()
+    assert seen[False] == {"environ": "opened", "fd/1": "opened", "mem": "opened"}, seen   # unprotected: open
+    assert all(result.startswith("refused") for result in seen[True].values()), seen
+
+
+def test_this_process_is_protected_once_it_starts_a_worker(tmp_path, scratch) -> None:
+    worker = _worker(tmp_path, scratch, "class ModelNew:\n    pass\n")
+    try:
+        worker.wait_ready()
+        pr_get_dumpable = 3
+        assert ctypes.CDLL(None, use_errno=True).prctl(pr_get_dumpable, 0, 0, 0, 0) == 0
+        confinement = worker.ready["confinement"]
+        assert {"pid_namespace", "proc", "capabilities", "parent_proc", "tools"} <= set(confinement), confinement
+        assert confinement["capabilities"] == "none" and confinement["parent_proc"].startswith("closed"), confinement
+    finally:
+        worker.close()
+
+
+def test_the_reference_worker_stays_where_it_can_read_the_candidates_device_arrays(tmp_path, scratch) -> None:
+    """The reference worker (trusted: it runs the problem) keeps kanalyze's PID namespace: CUDA IPC
+    from a candidate's namespace reaches a process that sees it (device_share.py)."""
+    problem = tmp_path / "problem.py"
+    problem.write_text("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+                       "def get_inputs():\n    return [torch.ones(4)]\ndef get_init_inputs():\n    return []\n")
+    spec = {"harness": {"kind": "kernelbench", "candidate": str(problem), "problem": str(problem)}}
+    worker = Worker("reference", "cpu", spec, Limits(), scratch)
+    try:
+        confinement = worker.wait_ready()["confinement"]
+        assert confinement["pid_namespace"].startswith("not for the reference worker"), confinement
+        assert confinement["capabilities"] == "none", confinement
+    finally:
+        worker.close()
