@@ -252,7 +252,7 @@ def test_a_syntax_error_in_one_kernel_is_reported_on_its_line() -> None:
     analyzer = IncrementalAnalyzer()
     same_as_whole(analyzer, text)
     [error] = same_as_whole(analyzer, "".join(lines))  # where `kanalyze check` puts it, too
-    assert error.code == "KAN000" and f"error at {end}:10" in error.message
+    assert error.code == "KAN000" and error.location.row == end and f"(line {end}, column 9)" in error.message
 
 
 # --- what the layout leaves whole, and how it joins kernels -------------------------

@@ -44,6 +44,7 @@ def analyze_text(path: str, text: str, proofs: dict | None = None) -> tuple[list
 def _analyze(path: str, text: str, proofs: dict) -> tuple[list[Finding], int]:
     import libcst as cst
 
+    from kanalyze.analyzer.syntax_errors import locate_parse_error
     from kanalyze.analyzer.triton.model import TritonModule
     from kanalyze.rules import detecting_rules
 
@@ -54,8 +55,8 @@ def _analyze(path: str, text: str, proofs: dict) -> tuple[list[Finding], int]:
     try:
         model = TritonModule.from_source(path, text, proofs)
     except cst.ParserSyntaxError as exc:
-        message = " ".join(exc.message.split())
-        return [error_finding(path, f"cannot parse: {message}", exc.raw_line, exc.raw_column + 1)], 0
+        reason, row, column = locate_parse_error(text, exc)
+        return [error_finding(path, f"cannot parse: {reason}", row, column)], 0
     except (RecursionError, MemoryError) as exc:
         return [error_finding(path, f"cannot parse: the file is too deeply nested ({type(exc).__name__})")], 0
     except Exception as exc:  # LibCST raises more than ParserSyntaxError on odd input

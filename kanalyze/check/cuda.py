@@ -59,6 +59,7 @@ def _analyze_with_libcst(path: str, text: str, python_rules: bool) -> tuple[list
 
     from kanalyze.analyzer.cstwalk import cached_children
     from kanalyze.analyzer.cuda.inline import find_extensions, module_int_constants
+    from kanalyze.analyzer.syntax_errors import locate_parse_error
     from kanalyze.analyzer.triton.model import TritonModule
 
     with cached_children():
@@ -68,8 +69,8 @@ def _analyze_with_libcst(path: str, text: str, python_rules: bool) -> tuple[list
         except cst.ParserSyntaxError as exc:
             if not python_rules:
                 return [], 0
-            message = " ".join(exc.message.split())
-            return [error_finding(path, f"cannot parse: {message}", exc.raw_line, exc.raw_column + 1)], 0
+            reason, row, column = locate_parse_error(text, exc)
+            return [error_finding(path, f"cannot parse: {reason}", row, column)], 0
         except Exception as exc:  # LibCST raises more than ParserSyntaxError on odd input
             return ([error_finding(path, f"cannot parse: {type(exc).__name__}: {exc}")] if python_rules else []), 0
         enter_stage("reading the inline CUDA")
