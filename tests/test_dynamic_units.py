@@ -227,3 +227,29 @@ def test_check_dynamic_reports_progress_per_kernel() -> None:
     assert heard[0] == ("", 0, 2)
     assert sorted(done for _, done, _ in heard[1:]) == [1, 2]
     assert all("(MEM002)" in name for name, _, _ in heard[1:])
+
+
+def test_comparisons_in_chunks_find_what_one_pass_finds(monkeypatch) -> None:
+    """Outputs of 2^31 elements are compared a chunk at a time: the worst error (its first
+    index), the mismatch count and the bitwise differences are those of the whole array."""
+    from kanalyze.dynamic import compare
+
+    rng = np.random.default_rng(7)
+    exact = rng.normal(size=(37, 29))
+    observed = (exact * (1 + rng.normal(scale=1e-6, size=exact.shape))).astype(np.float32)
+    observed[3, 4] = np.nan
+    observed[30, 1] = observed[3, 4]            # a tie in the worst error: the first index wins
+    exact[5, 5] = np.inf                         # left to EXC001: never an error here
+    leaves = (Leaf(observed, "float32"), Leaf(exact.astype(np.float32), "float32"), Leaf(exact, "float64"))
+    twin = observed.copy()
+    twin[10, 10] += 1.0
+    twin[20, 2] += 0.5
+    whole = compare.check_values(*leaves), compare.bitwise_differences(leaves[0], Leaf(twin, "float32"))
+    monkeypatch.setattr(compare, "CHUNK", 7)
+    chunked = compare.check_values(*leaves), compare.bitwise_differences(leaves[0], Leaf(twin, "float32"))
+    assert repr(chunked) == repr(whole)          # (repr: the observed value at the worst index is NaN)
+    check, (count, largest, first) = chunked
+    assert check.index == (3, 4) and check.max_error == np.inf and not check.ok
+    assert check.mismatches == int(np.count_nonzero(np.abs(observed.astype(np.float64) - exact)[np.isfinite(exact)]
+                                                    > check.bound)) + 2
+    assert (count, first) == (2, (10, 10)) and largest == pytest.approx(1.0, rel=1e-6)

@@ -49,14 +49,30 @@ class ValueCheck:
                 f"{self.numel} elements{where}")
 
 
-def calibrated_bound(working: Leaf, expected64: np.ndarray) -> tuple[float, float]:
-    """(bound, reference error) for outputs of `working`'s dtype."""
-    ref = as_float64(working)
-    finite = np.isfinite(ref) & np.isfinite(expected64)
-    reference_error = float(np.max(np.abs(ref[finite] - expected64[finite]), initial=0.0))
-    scale = float(np.max(np.abs(expected64[finite]), initial=0.0)) or 1.0
+# Elements compared at a time: a problem's outputs reach 2^31 elements, and their float64
+# copies and temporaries must not all be in memory at once.
+CHUNK = 1 << 22
+
+
+def _parts(*leaves: Leaf):
+    """The leaves' flat float64 values, CHUNK elements at a time: (offset, arrays...)."""
+    flats = [leaf.array.reshape(-1) for leaf in leaves]
+    for start in range(0, flats[0].size, CHUNK):
+        yield (start, *[as_float64(Leaf(flat[start:start + CHUNK], leaf.dtype)) for flat, leaf in zip(flats, leaves)])
+
+
+def calibrated_bound(working: Leaf, expected64) -> tuple[float, float]:
+    """(bound, reference error) for outputs of `working`'s dtype; `expected64` is the float64
+    reference (a Leaf, or its float64 array)."""
+    if not isinstance(expected64, Leaf):
+        expected64 = Leaf(np.asarray(expected64, dtype=np.float64), "float64")
+    reference_error, scale = 0.0, 0.0
+    for _, ref, exact in _parts(working, expected64):
+        finite = np.isfinite(ref) & np.isfinite(exact)
+        reference_error = max(reference_error, float(np.max(np.abs(ref[finite] - exact[finite]), initial=0.0)))
+        scale = max(scale, float(np.max(np.abs(exact[finite]), initial=0.0)))
     eps = EPS.get(working.dtype, 0.0)
-    return max(FACTOR * reference_error, FLOOR_ULPS * eps * scale), reference_error
+    return max(FACTOR * reference_error, FLOOR_ULPS * eps * (scale or 1.0)), reference_error
 
 
 def check_values(observed: Leaf, working: Leaf, expected64_leaf: Leaf, bound: float | None = None) -> ValueCheck:
@@ -65,25 +81,27 @@ def check_values(observed: Leaf, working: Leaf, expected64_leaf: Leaf, bound: fl
     Elements where the float64 reference is not finite are left to EXC001;
     elsewhere a non-finite observed value is an infinite error.
     """
-    expected64 = as_float64(expected64_leaf)
-    if bound is None:
-        bound, reference_error = calibrated_bound(working, expected64)
-    else:
-        reference_error = calibrated_bound(working, expected64)[1]
-    out = as_float64(observed)
+    calibrated, reference_error = calibrated_bound(working, expected64_leaf)
+    bound = calibrated if bound is None else bound
     if not working.is_float or not observed.is_float:  # integers and booleans: exact
         bound = 0.0
-    considered = np.isfinite(expected64)
-    error = np.where(considered, np.abs(out - expected64), 0.0)
-    error = np.where(considered & ~np.isfinite(out), np.inf, error)
-    if error.size == 0:
+    numel = int(observed.array.size)
+    if numel == 0:
         return ValueCheck(True, 0.0, bound, reference_error, None, None, None, 0, 0)
-    flat = int(np.argmax(error))
-    index = np.unravel_index(flat, error.shape) if error.ndim else ()
-    max_error = float(error.reshape(-1)[flat])
-    mismatches = int(np.count_nonzero(error > bound))
-    return ValueCheck(max_error <= bound, max_error, bound, reference_error, tuple(int(i) for i in index),
-                      float(out.reshape(-1)[flat]), float(expected64.reshape(-1)[flat]), mismatches, int(error.size))
+    worst, at, observed_at, expected_at, mismatches = -1.0, 0, None, None, 0
+    for start, out, exact in _parts(observed, expected64_leaf):
+        considered = np.isfinite(exact)
+        with np.errstate(invalid="ignore", over="ignore"):
+            error = np.where(considered, np.abs(out - exact), 0.0)
+        error = np.where(considered & ~np.isfinite(out), np.inf, error)
+        i = int(np.argmax(error))
+        if error[i] > worst:   # the first largest error, as one argmax over the whole would find
+            worst, at, observed_at, expected_at = float(error[i]), start + i, float(out[i]), float(exact[i])
+        mismatches += int(np.count_nonzero(error > bound))
+    shape = observed.array.shape
+    index = tuple(int(i) for i in np.unravel_index(at, shape)) if shape else ()
+    return ValueCheck(worst <= bound, worst, bound, reference_error, index, observed_at, expected_at,
+                      mismatches, numel)
 
 
 def same_shape(observed: list[Leaf], expected: list[Leaf], observed_structure, expected_structure) -> str | None:
@@ -99,16 +117,26 @@ def same_shape(observed: list[Leaf], expected: list[Leaf], observed_structure, e
 
 def bitwise_differences(a: Leaf, b: Leaf) -> tuple[int, float, tuple | None]:
     """(differing elements, largest difference, first differing index) of two same-shape leaves."""
-    differ = bits(a) != bits(b)
-    count = int(np.count_nonzero(differ))
+    count, largest, first = 0, 0.0, None
+    flat_a, flat_b = a.array.reshape(-1), b.array.reshape(-1)
+    for start in range(0, flat_a.size, CHUNK):
+        part_a = Leaf(flat_a[start:start + CHUNK], a.dtype)
+        part_b = Leaf(flat_b[start:start + CHUNK], b.dtype)
+        differ = bits(part_a) != bits(part_b)
+        n = int(np.count_nonzero(differ))
+        if not n:
+            continue
+        if first is None:
+            first = start + int(np.flatnonzero(differ)[0])
+        count += n
+        va, vb = as_float64(part_a), as_float64(part_b)
+        with np.errstate(invalid="ignore", over="ignore"):
+            delta = np.abs(np.where(differ, va - vb, 0.0))
+        largest = max(largest, float(np.nan_to_num(delta, nan=np.inf).max()))
     if not count:
         return 0, 0.0, None
-    va, vb = as_float64(a), as_float64(b)
-    with np.errstate(invalid="ignore", over="ignore"):
-        delta = np.abs(np.where(differ, va - vb, 0.0))
-    delta = np.nan_to_num(delta, nan=np.inf)
-    first = np.unravel_index(int(np.flatnonzero(differ.reshape(-1))[0]), differ.shape) if differ.ndim else ()
-    return count, float(delta.max()), tuple(int(i) for i in first)
+    shape = a.array.shape
+    return count, largest, tuple(int(i) for i in np.unravel_index(first, shape)) if shape else ()
 
 
 def classes(values: np.ndarray) -> np.ndarray:
