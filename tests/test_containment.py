@@ -279,3 +279,38 @@ def test_the_reference_worker_stays_where_it_can_read_the_candidates_device_arra
         assert confinement["capabilities"] == "none", confinement
     finally:
         worker.close()
+
+
+def test_the_candidate_sees_no_file_of_kanalyzes_but_its_own_and_cannot_write_home(tmp_path, monkeypatch) -> None:
+    """Its own mount namespace: kanalyze's run directory hidden (the reference's saved outputs and
+    an earlier run's cached references were there to read), the signing key hidden, the home
+    read-only.  The first run fills the process's reference cache; the second candidate looks."""
+    from kanalyze import keys
+    from kanalyze.dynamic.reference_cache import REFERENCES
+
+    monkeypatch.setenv("KANALYZE_KEY_DIR", str(tmp_path / "keys"))
+    keys.user_key(create=True)
+    REFERENCES.clear()
+    first = find_harness(str(KB / "candidates" / "level1_problem6_leaky_relu.py"), kernelbench=str(KB))
+    run_gates(first, ["MEM002"], options=Options(mode="cpu", limits=Limits(case_seconds=60)))
+    observed = tmp_path / "sniffer" / "observed"
+    observed.mkdir(parents=True)
+    (observed / "targets.json").write_text(json.dumps({"key_folder": str(tmp_path / "keys")}))
+    copy = observed.parent / "level1_problem6_file_sniffer.py"
+    shutil.copy(KB / "hostile" / copy.name, copy)
+    gate_run = run_gates(find_harness(str(copy), kernelbench=str(KB)), ["MEM002"],
+                         options=Options(mode="cpu", limits=Limits(case_seconds=60)))
+    confinement = gate_run.environment["candidate_confinement"]
+    if "hidden" not in confinement.get("files", ""):
+        pytest.skip(f"no mount namespace of the worker's own here: {confinement.get('files')}")
+    found = json.loads((observed / "file-sniffer.json").read_text())
+    written = found["home"].removeprefix("written: ")
+    if written != found["home"]:
+        os.remove(written)
+    # Only the inputs kanalyze saved for candidates are shown (read-only): never an output.
+    shown = [path for path in found["arrays"] if "/reference-inputs-" in path or "/inputs/" in path]
+    assert all(os.path.basename(path).startswith(("in", "init", "state")) for path in shown), shown
+    assert sorted(set(found["arrays"]) - set(shown)) == [], f"the candidate found kanalyze's arrays: {found['arrays']}"
+    assert found["key"].startswith("refused") or found["key"] == "empty", found
+    assert found["home"].startswith("refused"), found
+    assert {v.code: v.status for v in gate_run.verdicts}["MEM002"] == "refuted", gate_run.verdicts

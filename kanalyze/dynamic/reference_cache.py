@@ -28,6 +28,7 @@ class ReferenceCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._root: str | None = None
+        self._inputs: str | None = None
         self._outcomes: dict[tuple, tuple[Outcome, bool]] = {}
         self._plans: dict[tuple, tuple[dict, list | None]] = {}
         self._ready: dict[tuple, dict] = {}
@@ -67,6 +68,13 @@ class ReferenceCache:
             self._root = rundir.scratch("references-")
         return self._root
 
+    def inputs_folder(self) -> str:
+        """Where kept inputs go: apart from the kept outputs, since a candidate's worker is shown
+        this folder (read-only) and never the other (mounts.py)."""
+        if self._inputs is None:
+            self._inputs = rundir.scratch("reference-inputs-")
+        return self._inputs
+
     # ------------------------------------------------------------ plans
 
     def plan(self, harness: Harness, mode: str, max_numel: int) -> tuple[dict, list | None] | None:
@@ -95,16 +103,18 @@ class ReferenceCache:
             return outcome
         with self._lock:
             kept = Outcome(outcome.status, outcome.meta, None, outcome.detail, outcome.output)
-            kept.arrays, kept.inputs = self._keep(outcome.arrays), self._keep(outcome.inputs)
+            kept.arrays = self._keep(outcome.arrays, self._folder())
+            kept.inputs = self._keep(outcome.inputs, self.inputs_folder())
             self._outcomes[(self._problem(harness, mode), input_key)] = (kept, record_ops)
         return kept
 
-    def _keep(self, path) -> str | None:
-        """The folder of arrays moved into the cache (GPU-sized inputs: gigabytes, not copied); callers
+    @staticmethod
+    def _keep(path, folder: str) -> str | None:
+        """The folder of arrays moved into `folder` (GPU-sized inputs: gigabytes, not copied); callers
         use the kept path."""
         if not isinstance(path, str) or not os.path.isdir(path):
             return None
-        kept = os.path.join(self._folder(), uuid.uuid4().hex)
+        kept = os.path.join(folder, uuid.uuid4().hex)
         try:
             os.replace(path, kept)
         except OSError:

@@ -54,19 +54,25 @@ class Session:
         absolute = {**harness.to_dict(), "candidate": os.path.abspath(harness.candidate),
                     "problem": os.path.abspath(harness.problem)}
         self.spec = {"harness": absolute}
+        # What the reference worker saves for the candidates: the one folder of this session's
+        # that a candidate's worker is shown (read-only), beside the cache's (mounts.py).
+        self.inputs = os.path.join(self.root, "inputs")
+        os.makedirs(self.inputs)
+        shown = {**self.spec, "visible": [self.inputs, REFERENCES.inputs_folder()]}
         # The reference worker starts now (its imports overlap the candidate's) unless
         # earlier sessions of this process already know this problem's references.
         self._reference: Worker | None = None
         if harness.kind != "kernel" and REFERENCES.plan(harness, mode, MAX_NUMEL[mode]) is None:
             self._reference = Worker("reference", mode, self.spec, limits, self.root)
-        self.candidates = {"original": Worker("candidate", mode, self.spec, limits, self.root)}
+        self.candidates = {"original": Worker("candidate", mode, shown, limits, self.root)}
         if promoted_source is not None:
             folder = os.path.join(self.root, "promoted")
             os.makedirs(folder)
             path = os.path.join(folder, os.path.basename(harness.candidate))
             with open(path, "w", encoding="utf-8") as handle:
                 handle.write(promoted_source)
-            self.candidates["promoted"] = Worker("candidate", mode, {**self.spec, "candidate_file": path},
+            self.candidates["promoted"] = Worker("candidate", mode, {**shown, "candidate_file": path,
+                                                                     "visible": shown["visible"] + [folder]},
                                                  limits, self.root)
         self.environment: dict = {"mode": mode}
         self.seconds: dict[str, float] = {}   # where the run's time went (the environment's `seconds`)
@@ -122,7 +128,8 @@ class Session:
         if missing:
             outcomes, ready, judge = run_cases("reference", self.mode, self.spec,
                                                [(i, reference_cases[key]) for i, key in enumerate(missing)],
-                                               self.limits, self.root, first_worker=self.reference, keep=True)
+                                               self.limits, self.root, first_worker=self.reference, keep=True,
+                                               job_extra=lambda indices: {"inputs_out": self.inputs})
             REFERENCES.put_ready(self.harness, self.mode, ready)
             for i, key in enumerate(missing):
                 by_key[key] = outcomes[i]

@@ -7,6 +7,7 @@
   zygote.py         the process that imports torch and triton once and forks the workers
   confine.py        what a worker does to itself first: rlimits, namespaces, audit hook
   namespaces.py     ... its user, PID, mount and network namespaces; kanalyze made non-dumpable
+  mounts.py         ... what it sees of the files: kanalyze's run folder and key hidden, home read-only
   worker.py         the worker's main loop: import the problem and candidate, serve cases
   execute.py        one case in a worker: the candidate side, and what both sides share
   reference_side.py ... the reference side: model, inputs, float64 reference, withheld outputs

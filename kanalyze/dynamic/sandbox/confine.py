@@ -94,7 +94,7 @@ def apply_limits(limits: dict) -> dict:
         except (ValueError, OSError):
             pass
     applied.update(namespaces.enter(network=limits.get("network_namespace", True),
-                                    own_pids=limits.get("pid_namespace", True)))
+                                    own_pids=limits.get("pid_namespace", True), files=limits.get("files")))
     applied["tools"] = f"by real path ({len(resolve_tools().real)} allowed)"
     return applied
 

@@ -140,4 +140,4 @@ def _read_case(scratch: str, index: int, now: bool = False) -> Outcome:
                 arrays = folder.load()
         except (OSError, ValueError) as exc:  # written in the candidate's process: never its verdict
             meta = {**meta, "status": "internal", "error": f"kanalyze could not read the case's arrays: {exc}"}
-    return Outcome("done", meta=meta, arrays=arrays, inputs=base + ".inputs")
+    return Outcome("done", meta=meta, arrays=arrays, inputs=meta.get("inputs_folder") or base + ".inputs")

@@ -10,7 +10,9 @@ lets an unprivileged user do:
    namespace (no interfaces);
 2. a fork: the child is PID 1 of the new PID namespace, a tiny init;
 3. the init mounts a /proc of its own namespace (the candidate sees its own
-   processes only), then forks the worker proper, PID 2, which drops every
+   processes only) and the file view kanalyze planned (mounts.py: kanalyze's
+   run directory and signing key hidden, the home read-only), then forks the
+   worker proper, PID 2, which drops every
    capability and returns from `enter` to run the problem or the candidate;
 4. the process kanalyze started (or the zygote forked) stays outside, waits,
    and ends the way the worker ended: the same exit code, or the same signal
@@ -41,6 +43,8 @@ import select
 import signal
 import socket
 import sys
+
+from kanalyze.dynamic.sandbox import mounts
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -112,7 +116,7 @@ def _unshare(attempts: list[int]) -> int | None:
     return None
 
 
-def enter(network: bool = True, own_pids: bool = True) -> dict:
+def enter(network: bool = True, own_pids: bool = True, files: dict | None = None) -> dict:
     """Put this (single-threaded) worker into namespaces of its own, and drop every capability
     (in every case: a worker of root's with no namespace holds none either); returns, in the
     worker only, what held: `network` ("namespace" or "audit hook"), `pid_namespace` (True or
@@ -144,9 +148,9 @@ def enter(network: bool = True, own_pids: bool = True) -> dict:
         record["network"] = "namespace"
     record["parent_proc"] = _parent_proc()
     if flags & CLONE_NEWPID:
-        record.update(_start_init())   # returns in the worker, PID 2 of the new namespace
+        record.update(_start_init(files))   # returns in the worker, PID 2 of the new namespace
     else:
-        record.update(pid_namespace=why or "not asked for", proc="the host's")
+        record.update(pid_namespace=why or "not asked for", proc="the host's", files="shared (no mount namespace)")
     record["capabilities"] = _drop_capabilities()
     return record
 
@@ -210,7 +214,7 @@ def _parent_proc() -> str:
     return "open"
 
 
-def _start_init() -> dict:
+def _start_init(files: dict | None) -> dict:
     """Fork the namespace's init; this process stays outside, the init forks the worker.
     Returns in the worker only."""
     outside, inside = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -230,12 +234,13 @@ def _start_init() -> dict:
         if select.select([inside], [], [], 0)[0]:
             os._exit(70)   # the outer process died before the line above: end with it
         proc = _mount_proc()
+        view = mounts.apply(files) if proc == "own" else "shared (no mount namespace of its own)"
         worker = os.fork()
     finally:
         if worker != 0:    # the init, or a failure on the way to it: never back into the caller
             _be_init(worker, inside)
     inside.close()
-    return {"pid_namespace": True, "proc": proc}
+    return {"pid_namespace": True, "proc": proc, "files": view}
 
 
 def _mount_proc() -> str:

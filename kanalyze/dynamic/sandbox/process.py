@@ -33,7 +33,8 @@ import time
 from dataclasses import dataclass, field
 
 import kanalyze
-from kanalyze.dynamic.sandbox import extensions, namespaces, rundir, zygote_client
+from kanalyze import keys
+from kanalyze.dynamic.sandbox import extensions, mounts, namespaces, rundir, zygote_client
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(kanalyze.__file__)))
 BOOTSTRAP = (f"import sys; sys.path.insert(0, {_ROOT!r}); "
@@ -150,7 +151,7 @@ class Worker:
         self.scratch = tempfile.mkdtemp(prefix=f"{role}-", dir=scratch_root)
         spec_path = os.path.join(self.scratch, "spec.json")
         with open(spec_path, "w", encoding="utf-8") as handle:
-            json.dump({**spec, "limits": limits.for_worker(mode, role)}, handle)
+            json.dump({**spec, "limits": {**limits.for_worker(mode, role), "files": self._view(spec)}}, handle)
         control_r, self._control_w = os.pipe()
         self._status_r, status_w = os.pipe()
         env = scrubbed_environment(self.scratch, mode)
@@ -175,6 +176,21 @@ class Worker:
         self.ready: dict | None = None
         self.phase = "kanalyze"           # whose code the worker is running (its "phase" events)
         self._phase_since = time.monotonic()
+
+    def _view(self, spec: dict) -> dict | None:
+        """What a candidate's worker sees of the files (mounts.py); the reference worker sees all."""
+        if self.role != "candidate":
+            return None
+        env = scrubbed_environment(self.scratch, self.mode)
+        writable = [env.get("TRITON_CACHE_DIR"), env.get("TORCH_EXTENSIONS_DIR"), extensions.cache_root(),
+                    os.path.join(os.path.expanduser("~"), ".nv")]
+        for folder in writable:   # made now: a read-only home leaves no room to make them later
+            try:
+                os.makedirs(folder, exist_ok=True)
+            except (OSError, TypeError):
+                pass
+        return mounts.plan(self.scratch, rundir.run_directory(), keys.key_directory(), writable,
+                           spec.get("visible", []))
 
     def _fork(self, spec_path: str, control_r: int, status_w: int, env: dict[str, str]):
         """The worker, forked by the zygote; its output comes through a pipe of ours."""

@@ -8,7 +8,9 @@ candidate built from the same seed gets the same weights) and its initial
 state is restored before each case; the inputs are made where they are used
 (`get_inputs` under the device: a GPU draws gigabytes in milliseconds).
 
-What the candidate's worker is given is saved at once (`case-N.inputs/`);
+What the candidate's worker is given is saved at once (`case-N.inputs/`, in
+the session's folder of inputs, the one folder of kanalyze's that a
+candidate's worker is shown);
 the reference's outputs are withheld in this process's memory until the
 parent asks for them after the candidate's workers have ended (`release`), so
 that a candidate never finds them on disk while it runs.  Above
@@ -79,7 +81,9 @@ class ReferenceSide:
         values = [v.to(self.device) if isinstance(v, torch.Tensor) else v for v in values]
         return input_values.apply(values, case["distribution"], case.get("special"), case["seed"])
 
-    def run(self, case: dict, out_base: str) -> dict:
+    def run(self, case: dict, out_base: str, inputs_folder: str | None = None) -> dict:
+        """The case's reference; what the candidate is given goes to `inputs_folder` (a folder the
+        candidate's worker is shown: mounts.py), else beside the case's own files."""
         arrays: dict[str, np.ndarray] = {}
         result: dict = {"status": "ok"}
         try:
@@ -121,8 +125,8 @@ class ReferenceSide:
             except BaseException as exc:
                 return {"status": "rejected", "error": f"second input set: {describe_error(exc)}",
                         "traceback": traceback_tail(exc)}
-        save_arrays(out_base + ".inputs", {key: arrays.pop(key) for key in list(arrays)
-                                           if key.startswith(CANDIDATE_SIDE_KEYS)})
+        result["inputs_folder"] = inputs_folder = inputs_folder or out_base + ".inputs"
+        save_arrays(inputs_folder, {key: arrays.pop(key) for key in list(arrays) if key.startswith(CANDIDATE_SIDE_KEYS)})
         result["withheld"] = self._withhold(out_base + ".arrays", arrays)
         return result
 

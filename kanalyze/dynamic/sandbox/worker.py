@@ -162,7 +162,8 @@ def _serve_jobs(role, control, status, side, harness, import_error, device_map, 
         for index, case in zip(job["indices"], job["cases"]):
             out_base = os.path.join(job["out"], f"case-{index}")
             if role == "reference":
-                result = side.run(case, out_base)
+                inputs = job.get("inputs_out")
+                result = side.run(case, out_base, inputs and os.path.join(inputs, f"job-{job.get('id')}-case-{index}"))
             elif import_error:
                 result = {"status": "error", "error": f"the candidate does not import: {import_error}", "runs": []}
             elif case.get("call"):  # a kernel harness: no reference

@@ -1,0 +1,115 @@
+"""What a candidate's worker sees of the file system, in its own mount namespace (stdlib only).
+
+The parent plans it (`plan`, when it starts a candidate's worker) and the
+namespace's init applies it (`apply`, namespaces.py) before the worker proper
+is forked, while it still holds the capabilities of its user namespace:
+
+* kanalyze's run directory is hidden under an empty tmpfs, with the worker's
+  own scratch folder bound back in place, and the folders of inputs the
+  reference worker saved for candidates bound back read-only: the reference's
+  own folders (its outputs, once released), other workers' and the
+  process-wide cache of reference outputs are not there to read;
+* the folder of kanalyze's signing key is hidden the same way;
+* the user's home is read-only, except the caches a worker must write
+  (Triton's kernel cache, kanalyze's build cache of CUDA C++ extensions,
+  CUDA's own), bound back writable.
+
+Each step that the kernel refuses is left out and said in the record
+(`files` in the worker's confinement); the worker runs either way.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 0x1, 0x2, 0x4, 0x20, 0x1000, 0x4000
+
+
+def plan(scratch: str, run_directory: str, key_directory: str, writable: list[str],
+         visible: list[str]) -> dict:
+    """The view of a worker whose scratch folder is `scratch`; `visible` are folders of the run
+    directory it reads (the inputs the reference worker saved for it), bound back read-only.
+    Paths are resolved here, in kanalyze."""
+    home = os.path.realpath(os.path.expanduser("~"))
+    real = os.path.realpath
+    return {"keep": real(scratch), "hide": [real(run_directory), real(key_directory)],
+            "visible": sorted({real(path) for path in visible if path}),
+            "read_only": [home] if home != "/" else [],
+            "writable": sorted({real(path) for path in writable if path})}
+
+
+def apply(view: dict | None) -> str:
+    """Apply a planned view in this (mount-namespaced) process; what held, in words."""
+    if not view:
+        return "shared (no view planned)"
+    done, failed = [], []
+    keep = view["keep"]
+    keep_fd = _open_dir(keep)
+    visible = [(path, _open_dir(path)) for path in view.get("visible", []) if os.path.isdir(path)]
+    for folder in view.get("hide", []):
+        if not os.path.isdir(folder):
+            continue
+        if not _mount(b"tmpfs", folder, b"tmpfs", MS_NOSUID | MS_NODEV, b"size=64k,mode=0755"):
+            failed.append(f"{folder} ({_error()})")
+            continue
+        done.append(f"{folder} hidden")
+        if keep_fd is not None and _inside(keep, folder) and not _bind_back(keep_fd, keep, read_only=False):
+            failed.append(f"{keep} (could not bind the scratch folder back: {_error()})")
+        for path, fd in visible:
+            if fd is not None and _inside(path, folder) and not _bind_back(fd, path, read_only=True):
+                failed.append(f"{path} (could not bind it back: {_error()})")
+    writable = [(path, _open_dir(path)) for path in view.get("writable", []) if os.path.isdir(path)]
+    for folder in view.get("read_only", []):
+        if not (_mount(folder.encode(), folder, None, MS_BIND | MS_REC, None)
+                and _mount(None, folder, None, MS_BIND | MS_REMOUNT | MS_RDONLY, None)):
+            failed.append(f"{folder} read-only ({_error()})")
+            continue
+        done.append(f"{folder} read-only")
+        for path, fd in writable:
+            if fd is not None and _inside(path, folder):
+                if _bind_back(fd, path, read_only=False):
+                    done.append(f"{path} writable")
+                else:
+                    failed.append(f"{path} writable ({_error()})")
+    for fd in [keep_fd] + [fd for _, fd in writable + visible]:
+        if fd is not None:
+            os.close(fd)
+    record = "; ".join(done) or "nothing changed"
+    return record + (f"; not done: {'; '.join(failed)}" if failed else "")
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _open_dir(path: str) -> int | None:
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+
+
+def _bind_back(fd: int, path: str, read_only: bool) -> bool:
+    """Bind the folder held open as `fd` at `path` again (creating the mount point in a tmpfs)."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError:
+        pass
+    if not _mount(f"/proc/self/fd/{fd}".encode(), path, None, MS_BIND | MS_REC, None):
+        return False
+    return not read_only or _mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY, None)
+
+
+_libc = None
+
+
+def _mount(source: bytes | None, target: str, fstype: bytes | None, flags: int, data: bytes | None) -> bool:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc.mount(source, target.encode(), fstype, ctypes.c_ulong(flags), data) == 0
+
+
+def _error() -> str:
+    return os.strerror(ctypes.get_errno())
