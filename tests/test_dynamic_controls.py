@@ -145,6 +145,7 @@ HOSTILE = {
     "huge_print": ("MEM002", "refuted", "unchanged"),
     "import_sleep": ("CMP001", "confirmed", "the candidate's import did not finish within 5 s"),
     "answer_sniffer": ("CMP001", "confirmed", "max abs error"),   # the reference's outputs are not in its process
+    "lazy_subclass": ("CMP001", "confirmed", "max abs error"),    # its outputs are read as plain tensors in the call
 }
 
 
@@ -163,7 +164,7 @@ def test_hostile_candidates_are_contained() -> None:
         assert verdict.status == status and words in verdict.summary, f"{name}: {verdict.status}: {verdict.summary}"
         if code == "CMP001":  # the other gates say why they could not run
             assert results[name]["MEM002"].status == "unconfirmed" or name in ("tuple_output", "wrong_shape",
-                                                                               "answer_sniffer")
+                                                                               "answer_sniffer", "lazy_subclass")
     missing = find_harness(str(KB / "hostile/level1_problem6_no_model_new.py"), kernelbench=str(KB))
     assert isinstance(missing, NoHarness) and "ModelNew" in missing.reason
 

@@ -67,6 +67,20 @@ def decode_list(described: list[dict], arrays, device: str) -> list:
     return out
 
 
+def plain_tensor(value):
+    """A returned tensor as a plain `torch.Tensor`, read without calling any method of a subclass:
+    a subclass that computes its values when they are read (detach, clone, numpy ...) is judged
+    by what it holds.  One that cannot be read so (a wrapper without storage) is an error."""
+    if type(value) is torch.Tensor:
+        return value
+    with torch._C.DisableTorchFunctionSubclass():
+        plain = torch.Tensor.clone(value)
+    if type(plain) is not torch.Tensor:
+        raise TypeError(f"returned a {type(value).__name__}, a tensor subclass that is not a plain tensor's "
+                        "values when read")
+    return plain
+
+
 def encode_output(value, prefix: str, arrays: dict) -> dict:
     return encode_leaves(*flatten_value(value), prefix, arrays)
 
@@ -197,9 +211,10 @@ class CandidateSide:
         try:
             with torch.no_grad(), self.env.recording(case.get("record_ops")):
                 out = invoke()
+                if arrays is not None:   # what it returned, as plain tensors, or its error (TypeError)
+                    structure, leaves = flatten_value(out)
+                    flat = structure, [plain_tensor(leaf) for leaf in leaves]
             synchronize(self.device)
-            if arrays is not None:
-                flat = flatten_value(out)  # what it returned: tensors, or its error (TypeError)
         except BaseException as exc:
             record.update(status="error", error=describe_error(exc), traceback=traceback_tail(exc))
         finally:
