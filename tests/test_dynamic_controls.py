@@ -149,6 +149,20 @@ HOSTILE = {
 }
 
 
+def test_a_candidate_whose_work_depends_on_its_input_values_is_int001() -> None:
+    """PyTorch on benchmark-like inputs, its kernel on a verifier's probes: each answer right, the
+    trace across inputs of one shape tells; the honest twin's trace is the same on all of them."""
+    verdicts = {}
+    for name in ("hostile/level1_problem6_watched_fallback.py", "candidates/level1_problem6_leaky_relu.py"):
+        gate_run = run_gates(find_harness(str(KB / name), kernelbench=str(KB)), ["EXC001"], options=Options(mode="cpu"))
+        verdicts[name] = {v.code: v for v in gate_run.verdicts}
+    hostile, honest = verdicts.values()
+    assert hostile["INT001"].status == "confirmed", hostile
+    assert "launched no kernel" in hostile["INT001"].summary and "launched leaky_relu_kernel" in hostile["INT001"].summary
+    assert hostile["EXC001"].status == "refuted"           # its answers are right: only the trace tells
+    assert "INT001" not in honest and honest["EXC001"].status == "refuted", honest
+
+
 def test_hostile_candidates_are_contained() -> None:
     limits = Limits(case_seconds=8, memory_bytes=2 * 2 ** 30, import_seconds=5)
 

@@ -18,7 +18,7 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 
-from kanalyze.dynamic.cases import Case
+from kanalyze.dynamic.cases import Case, Run
 from kanalyze.dynamic.gates import gates_by_code
 from kanalyze.dynamic.gates.base import (CONFIRMED, REFUTED, UNCONFIRMED, CannotJudge, GateContext, Verdict,
                                          value_failure, witness_arrays)
@@ -27,6 +27,7 @@ from kanalyze.dynamic.results import Result
 from kanalyze.dynamic.sandbox import rundir
 from kanalyze.dynamic.sandbox.process import Limits, Outcome
 from kanalyze.dynamic.session import BASELINE, MAX_NUMEL, Session
+from kanalyze.dynamic.traces import value_dependent_paths
 
 # Gates that judge values against the reference: a candidate already wrong on the
 # problem's own inputs fails them all for that one reason (reported once, as CMP001),
@@ -128,7 +129,9 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
         if cases is None:
             plan = {code: [c for c in gates[code].plan(contexts[code]) if c.variant == "original" or promotion]
                     for code in codes}
-            baseline = Case(BASELINE, "", dict(sizes), seed=options.seed,
+            # Called twice, as a benchmark calls it: the second call is the steady state whose
+            # trace the other cases' are held to (traces.py), beyond a first call's lazy set-up.
+            baseline = Case(BASELINE, "", dict(sizes), seed=options.seed, runs=[Run(), Run()],
                             dtype=harness.dtypes[0] if harness.dtypes else None)
             all_cases = [baseline] if harness.kind != "kernel" else []
             all_cases += [c for code in codes for c in plan[code]]
@@ -152,6 +155,9 @@ def _judge(results: list[Result], codes, contexts, gates, replay: bool, flags_by
     if violation is not None:
         return _protocol_violation(violation, codes, gates)
     verdicts: list[Verdict] = []
+    changed = value_dependent_paths(results)
+    if changed is not None and "INT001" not in codes:   # found on the way, as CMP001 is from the baseline
+        verdicts.append(changed)
     baseline = next((r for r in results if r.case.id == BASELINE), None)
     blocked, wrong = None, None
     if baseline is not None:
@@ -199,6 +205,8 @@ def _judge(results: list[Result], codes, contexts, gates, replay: bool, flags_by
         except Exception as exc:  # a bug in one gate must not hide the others
             verdicts.append(Verdict(code, UNCONFIRMED, f"the gate failed: {type(exc).__name__}: {exc}",
                                     [r.case for r in own], gate=gates[code].name))
+    if changed is not None and "INT001" in codes:   # the probe's own cases may not have shown it
+        verdicts = [changed if v.code == "INT001" and v.status != CONFIRMED else v for v in verdicts]
     if blocked and "CMP001" in codes and not any(v.code == "CMP001" for v in verdicts):
         verdicts.append(Verdict("CMP001", UNCONFIRMED, blocked, gate=gates["CMP001"].name))
     return _name_the_cause(verdicts)

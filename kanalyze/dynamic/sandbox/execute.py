@@ -118,6 +118,7 @@ class CandidateSide:
     def __init__(self, harness: dict, device: str, module, env, phase=lambda name: None) -> None:
         self.harness, self.device, self.module, self.env = harness, device, module, env
         self.exported: dict = {}   # the last case's device arrays, alive until the parent has read them
+        self.calls = 0             # calls of the candidate in this worker (the first may set itself up)
         self.phase = phase
 
     def run(self, case: dict, reference: dict, reference_arrays, out_base: str) -> dict:
@@ -203,13 +204,14 @@ class CandidateSide:
     def _run_once(self, case: dict, run: dict, invoke, output_bytes: list[int], arrays: dict | None,
                   prefix: str) -> dict:
         """One call under the run's knobs; the output is encoded into `arrays` unless that is None."""
-        record = {"status": "ok"}
+        record = {"status": "ok", "call": self.calls}
+        self.calls += 1
         self.env.before_run(run, case, output_bytes)
         started = time.perf_counter()
         flat = None
         self.phase("candidate")
         try:
-            with torch.no_grad(), self.env.recording(case.get("record_ops")):
+            with torch.no_grad(), self.env.recording(True):   # every run's trace (traces.py)
                 out = invoke()
                 if arrays is not None:   # what it returned, as plain tensors, or its error (TypeError)
                     structure, leaves = flatten_value(out)
