@@ -173,3 +173,11 @@ def test_a_tf32_sized_value_error_names_prc001_as_its_cause() -> None:
     assert named.status == CONFIRMED and "PRC001 confirms: its cause" in named.summary
     assert kept.summary == gross.summary                      # too large to be a precision: no cause named
     assert _name_the_cause([cmp])[0].summary == cmp.summary   # without PRC001 confirmed, nothing to name
+
+
+def test_a_candidate_that_fails_on_the_problems_own_inputs_gets_one_cmp001() -> None:
+    """Asked for CMP001 itself, the baseline's failure is its verdict: reported once, not twice."""
+    harness = find_harness(str(KB / "hostile" / "level1_problem6_import_error.py"), kernelbench=str(KB))
+    run = run_gates(harness, ["CMP001", "MEM002"], options=Options(mode="cpu", limits=Limits(case_seconds=30)))
+    cmp001 = [v for v in run.verdicts if v.code == "CMP001"]
+    assert len(cmp001) == 1 and cmp001[0].status == CONFIRMED and "does not import" in cmp001[0].summary, cmp001

@@ -188,6 +188,8 @@ def _judge(results: list[Result], codes, contexts, gates, replay: bool, flags_by
             verdicts.append(Verdict(code, UNCONFIRMED, f"kanalyze could not run this gate: {lost[0].kanalyze_failure()}",
                                     [r.case for r in lost], gate=gates[code].name))
             continue
+        if code == "CMP001" and any(v.code == "CMP001" for v in verdicts):
+            continue   # the baseline's failure is CMP001's verdict: said once
         if blocked and (code != "CMP001" or not own):
             verdicts.append(Verdict(code, UNCONFIRMED, blocked, [r.case for r in own], gate=gates[code].name))
             continue
