@@ -53,7 +53,8 @@ class Session:
         self.root = new_scratch_root()
         absolute = {**harness.to_dict(), "candidate": os.path.abspath(harness.candidate),
                     "problem": os.path.abspath(harness.problem)}
-        self.spec = {"harness": absolute}
+        # KANALYZE_DEVICE_SHARE=0: a candidate's outputs on a GPU go through files, not CUDA IPC.
+        self.spec = {"harness": absolute, "device_share": os.environ.get("KANALYZE_DEVICE_SHARE", "1") != "0"}
         # What the reference worker saves for the candidates: the one folder of this session's
         # that a candidate's worker is shown (read-only), beside the cache's (mounts.py).
         self.inputs = os.path.join(self.root, "inputs")

@@ -20,7 +20,7 @@ import torch
 from kanalyze.dynamic.loading import build_candidate, load_matching_state, move
 from kanalyze.dynamic.results import FATAL_MARKERS
 from kanalyze.dynamic.sandbox.device_share import DeviceArrays, export, put
-from kanalyze.dynamic.sandbox.transport import dtype_name, flatten_value, numpy_to_tensor, save_arrays
+from kanalyze.dynamic.sandbox.transport import dtype_name, flatten_value, numpy_to_tensor, save_arrays, tensor_to_numpy
 
 
 
@@ -115,15 +115,17 @@ class CandidateSide:
     parent whose code runs: the candidate's (building the model, the call and the device
     work it queued) or kanalyze's (everything else, encoding the outputs included)."""
 
-    def __init__(self, harness: dict, device: str, module, env, phase=lambda name: None) -> None:
+    def __init__(self, harness: dict, device: str, module, env, phase=lambda name: None,
+                 device_share: bool = True) -> None:
         self.harness, self.device, self.module, self.env = harness, device, module, env
+        self.device_share = device == "cuda" and device_share   # outputs through CUDA IPC (device_share.py)
         self.exported: dict = {}   # the last case's device arrays, alive until the parent has read them
         self.calls = 0             # calls of the candidate in this worker (the first may set itself up)
         self.phase = phase
 
     def run(self, case: dict, reference: dict, reference_arrays, out_base: str) -> dict:
         self.exported = {}
-        arrays: dict = DeviceArrays() if self.device == "cuda" else {}
+        arrays: dict = DeviceArrays() if self.device_share else {}
         result: dict = {"status": "ok", "runs": []}
         try:
             init_inputs = decode_list(reference["init_inputs"], reference_arrays, "cpu")
@@ -167,12 +169,20 @@ class CandidateSide:
         return result
 
     def _finish(self, arrays: dict, out_base: str, result: dict) -> None:
-        """Save the case's arrays; on a GPU, export the device ones instead (device_share.py)."""
-        on_device = {k: v for k, v in arrays.items() if isinstance(v, torch.Tensor)}
-        save_arrays(out_base + ".arrays", {k: v for k, v in arrays.items() if k not in on_device})
-        if on_device:
-            result["shared"] = {key: export(tensor) for key, tensor in on_device.items()}
-            self.exported = on_device
+        """Save the case's arrays; on a GPU, export the device ones instead (device_share.py), or
+        save those too where this platform cannot export them."""
+        shared: dict = {}
+        for key, value in list(arrays.items()):
+            if isinstance(value, torch.Tensor):
+                try:
+                    shared[key] = export(value)
+                except Exception as exc:
+                    result.setdefault("device_share_error", describe_error(exc))
+                    arrays[key] = tensor_to_numpy(value)
+        save_arrays(out_base + ".arrays", {k: v for k, v in arrays.items() if k not in shared})
+        if shared:
+            result["shared"] = shared
+            self.exported = {key: arrays[key] for key in shared}
 
     def _repeat(self, case, model, values, reference, reference_arrays, output_bytes, arrays, result) -> None:
         """The same model called again after new values were written into the very tensors of

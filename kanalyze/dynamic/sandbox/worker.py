@@ -123,7 +123,8 @@ def serve(role: str, mode: str, control_fd: int, status_fd: int, spec_path: str,
         except BaseException as exc:
             import_error = describe_error(exc)
         phase("kanalyze")
-        side = CandidateSide(harness, device, None if import_error else module, env, phase)
+        side = CandidateSide(harness, device, None if import_error else module, env, phase,
+                             device_share=spec.get("device_share", True))
     else:
         side = ReferenceSide(harness, device, env.op_recorder)
     in_force = numerics.current()   # what the candidate's import left, if it changed anything
