@@ -34,6 +34,7 @@ from kanalyze.dynamic.sandbox.execute import (CANDIDATE_SIDE_KEYS, REPEAT_SEED_O
 from kanalyze.dynamic.sandbox.transport import dtype_name, save_arrays, tensor_to_numpy
 
 WITHHOLD_BYTES = 8 * 2 ** 30   # reference outputs kept in memory until release; more is saved at once
+KEPT_MODELS = 2                # models kept built (sizes, dtype, seed): most cases share the first
 
 
 class ReferenceSide:
@@ -55,6 +56,10 @@ class ReferenceSide:
         its initial parameters and buffers restored for every later case."""
         key = json.dumps([sorted(case["sizes"].items()), case.get("dtype"), case["seed"]])
         if key not in self._models:
+            if len(self._models) >= KEPT_MODELS:   # a problem's weights can be gigabytes: keep the latest
+                del self._models[next(iter(self._models))]
+                if self.device == "cuda":
+                    torch.cuda.empty_cache()
             seed_all(case["seed"])
             init_inputs = problem.init_inputs()
             seed_all(case["seed"])
