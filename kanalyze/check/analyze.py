@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from kanalyze.analyzer.cuda.sources import is_cuda_path, may_contain_inline_cuda
+from kanalyze.analyzer.project_index import Linked
 from kanalyze.analyzer.sources import may_contain_triton, measure_nesting
 from kanalyze.check.errors import (FILE_BUDGET_S, INTERNAL_ERROR, OverBudget, cpu_budget, enter_stage, error_finding,
                                    nesting_finding, over_budget_finding)
@@ -28,17 +29,23 @@ from kanalyze.findings import Finding, Location
 ANALYSIS_RECURSION_LIMIT = 10_000
 
 
-def analyze_text(path: str, text: str, proofs: dict | None = None) -> tuple[list[Finding], int]:
+def analyze_text(path: str, text: str, proofs: dict | None = None, *,
+                 linked: Linked | None = None) -> tuple[list[Finding], int]:
     """Every finding of every rule in one file's text, `# noqa` applied.
 
     `proofs` are the MEM003/MEM004 proof settings (`max-size`, `max-numel`, and
-    `proofs: False` to skip z3); the defaults when None.  Returns the findings
-    and the number of findings that `# noqa` suppressed.  Never raises on user input.
+    `proofs: False` to skip z3); the defaults when None.  `linked`: what the project
+    index says about the file (analyzer/project_index.py); None analyzes it alone.
+    Returns the findings and the number of findings that `# noqa` suppressed.
+    Never raises on user input.
     """
     from kanalyze.analyzer.cstwalk import cached_children
 
+    settings = dict(proofs or {})
+    if linked is not None:
+        settings["linked"] = linked
     with cached_children():
-        return _analyze(path, text, proofs or {})
+        return _analyze(path, text, settings)
 
 
 def _analyze(path: str, text: str, proofs: dict) -> tuple[list[Finding], int]:
@@ -118,8 +125,8 @@ def _place(path: str, text: str, model, reports: list) -> tuple[list[Finding], i
     return findings, suppressed
 
 
-def analyze_source(path: str, text: str, language: str | None = None,
-                   proofs: dict | None = None, budget: float | None = FILE_BUDGET_S) -> tuple[list[Finding], int]:
+def analyze_source(path: str, text: str, language: str | None = None, proofs: dict | None = None,
+                   budget: float | None = FILE_BUDGET_S, linked: Linked | None = None) -> tuple[list[Finding], int]:
     """One file's text → its findings, whatever the file holds: what the pool's
     workers and the editor call.  A CUDA file (by suffix, or `language="cuda"`
     for an unsaved editor buffer) goes through the CUDA pass; Python through the
@@ -127,10 +134,11 @@ def analyze_source(path: str, text: str, language: str | None = None,
     it may build CUDA (load_inline, cupy); anything else gives no findings.
 
     `budget` is the CPU seconds the file may take (None: no limit); past it the
-    file gets one KAN001 finding that names the stage that ran over."""
+    file gets one KAN001 finding that names the stage that ran over.  `linked`:
+    what the project index of a check says about the file (None: the file alone)."""
     try:
         with cpu_budget(budget), _deep_recursion():
-            return _analyze_source(path, text, language, proofs)
+            return _analyze_source(path, text, language, proofs, linked)
     except OverBudget as stopped:
         return [over_budget_finding(path, stopped)], 0
     except (KeyboardInterrupt, SystemExit):
@@ -139,14 +147,15 @@ def analyze_source(path: str, text: str, language: str | None = None,
         return [error_finding(path, f"analysis failed: {type(exc).__name__}: {exc}", code=INTERNAL_ERROR)], 0
 
 
-def _analyze_source(path: str, text: str, language: str | None, proofs: dict | None) -> tuple[list[Finding], int]:
+def _analyze_source(path: str, text: str, language: str | None, proofs: dict | None,
+                    linked: Linked | None = None) -> tuple[list[Finding], int]:
     if language == "cuda" or is_cuda_path(path):
         return analyze_cuda_text(path, text)
     findings: list[Finding] = []
     suppressed = 0
     triton = may_contain_triton(text)
     if triton:
-        findings, suppressed = analyze_text(path, text, proofs)
+        findings, suppressed = analyze_text(path, text, proofs, linked=linked)
     if may_contain_inline_cuda(text):
         # The Triton pass already ran the Python-side detectors (and reported a parse error).
         more, more_suppressed = analyze_inline_cuda(path, text, python_rules=not triton)

@@ -7,6 +7,11 @@ segmentation fault) or hangs in native code past three budgets of wall time
 costs the files it held a second run, each in a process of its own, where the
 culprit alone gets a KAN001 finding.  Without a pool, a file the nesting guard
 is unsure of is analyzed in a process of its own too.
+
+Before any file is analyzed, the project index (analyzer/project_index.py) links
+the Python files of the run: each file's analysis gets what the others say about
+it (its kernels that another checked module launches), and its cache entry is
+keyed by that as well as by its text (`_cache_text`).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from kanalyze.analyzer.cuda.sources import cuda_files_named_in, is_cuda_path
+from kanalyze.analyzer.project_index import Linked, ProjectIndex
 from kanalyze.analyzer.sources import (MAX_EXPRESSION_DEPTH, MAX_NESTING, SourceError, SourceText, decode_source,
                                        discover, measure_nesting, read_source)
 from kanalyze.cache import Cache
@@ -55,16 +61,18 @@ class CheckResult:
 
 
 def _analyze_batch(batch: list[tuple[str, str]], proofs: dict, budget: float | None = FILE_BUDGET_S,
-                   in_worker: bool = False) -> list[Output]:
+                   in_worker: bool = False, links: dict[str, Linked] | None = None) -> list[Output]:
     """Analyze files one after the other.  `in_worker`: this process is a worker,
-    which the kernel kills if one file keeps it past WALL_CLOCK_FACTOR budgets."""
+    which the kernel kills if one file keeps it past WALL_CLOCK_FACTOR budgets.
+    `links`: what the project index says about each file (absent: the file alone)."""
     results = []
+    links = links or {}
     for path, text in batch:
         if in_worker and budget and hasattr(signal, "setitimer"):
             signal.signal(signal.SIGALRM, signal.SIG_DFL)  # the default action: terminate
             signal.setitimer(signal.ITIMER_REAL, WALL_CLOCK_FACTOR * budget)
         try:
-            findings, suppressed = analyze_source(path, text, proofs=proofs, budget=budget)
+            findings, suppressed = analyze_source(path, text, proofs=proofs, budget=budget, linked=links.get(path))
         finally:
             if in_worker and budget and hasattr(signal, "setitimer"):
                 signal.setitimer(signal.ITIMER_REAL, 0)
@@ -99,7 +107,7 @@ def _context():
 
 
 def _analyze_in_pool(to_parse: list[tuple[str, str]], proofs: dict, budget: float | None,
-                     workers: int) -> list[Output]:
+                     workers: int, links: dict[str, Linked]) -> list[Output]:
     """The files over a pool of `workers` processes.  When a worker dies, the pool
     breaks and every batch it had not finished fails: those files are analyzed
     again, each in a process of its own (`_analyze_isolated`)."""
@@ -112,17 +120,22 @@ def _analyze_in_pool(to_parse: list[tuple[str, str]], proofs: dict, budget: floa
     again: list[tuple[str, str]] = []
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         batches = _batches(to_parse, workers * 4)
-        futures = [(batch, pool.submit(_analyze_batch, batch, proofs, budget, True)) for batch in batches]
+        futures = [(batch, pool.submit(_analyze_batch, batch, proofs, budget, True, _links_of(batch, links)))
+                   for batch in batches]
         for batch, future in futures:
             try:
                 outputs.extend(future.result())
             except Exception:  # BrokenProcessPool: a worker died, this batch with it
                 again.extend(batch)
-    return outputs + (_analyze_isolated(again, proofs, budget, workers) if again else [])
+    return outputs + (_analyze_isolated(again, proofs, budget, workers, links) if again else [])
+
+
+def _links_of(batch: list[tuple[str, str]], links: dict[str, Linked]) -> dict[str, Linked]:
+    return {path: links[path] for path, _ in batch if path in links}
 
 
 def _analyze_isolated(items: list[tuple[str, str]], proofs: dict, budget: float | None,
-                      workers: int) -> list[Output]:
+                      workers: int, links: dict[str, Linked] | None = None) -> list[Output]:
     """Each file in a fresh process of its own, `workers` at a time: a file that
     kills its process (a segmentation fault, the wall-clock kill) gets one KAN001
     finding saying how it died, and the others their findings."""
@@ -135,7 +148,8 @@ def _analyze_isolated(items: list[tuple[str, str]], proofs: dict, budget: float 
         while pending and len(running) < max(workers, 1):
             path, text = pending.popleft()
             reader, writer = context.Pipe(duplex=False)
-            process = context.Process(target=_isolated_child, args=(writer, path, text, proofs, budget), daemon=True)
+            process = context.Process(target=_isolated_child, daemon=True,
+                                      args=(writer, path, text, proofs, budget, _links_of([(path, text)], links or {})))
             process.start()
             writer.close()
             running[reader] = (process, path, time.monotonic())
@@ -154,8 +168,9 @@ def _analyze_isolated(items: list[tuple[str, str]], proofs: dict, budget: float 
     return [outputs[path] for path, _ in items]
 
 
-def _isolated_child(writer, path: str, text: str, proofs: dict, budget: float | None) -> None:
-    writer.send(_analyze_batch([(path, text)], proofs, budget, in_worker=True)[0])
+def _isolated_child(writer, path: str, text: str, proofs: dict, budget: float | None,
+                    links: dict[str, Linked]) -> None:
+    writer.send(_analyze_batch([(path, text)], proofs, budget, in_worker=True, links=links)[0])
     writer.close()
 
 
@@ -178,12 +193,15 @@ def run_static(
     use_cache: bool = True,
     jobs: int | None = None,
     budget: float | None | str = "config",
+    index: ProjectIndex | None = None,
 ) -> CheckResult:
     """`budget`: the CPU seconds one file's analysis may take (None: no limit; "config": the
-    configuration's `file-timeout`, else the default for the selection)."""
+    configuration's `file-timeout`, else the default for the selection).  `index`: the project
+    index to link the files by, built beforehand over a larger tree (a benchmark checking a
+    project file by file); None builds it over the files of this run."""
     ranges = _ranges(config)
     return _check_files(paths, config, ranges, force_exclude=force_exclude, use_cache=use_cache, jobs=jobs,
-                        budget=file_budget(config, ranges) if budget == "config" else budget)
+                        budget=file_budget(config, ranges) if budget == "config" else budget, index=index)
 
 
 def file_budget(config: Config, ranges: dict) -> float:
@@ -220,11 +238,13 @@ def run_text(name: str, data: bytes, config: Config) -> CheckResult:
 
 
 def _check_files(paths: Iterable[str], config: Config, ranges: dict, *, force_exclude: bool, use_cache: bool,
-                 jobs: int | None, budget: float | None) -> CheckResult:
+                 jobs: int | None, budget: float | None, index: ProjectIndex | None = None) -> CheckResult:
     result = CheckResult()
     cache = Cache.open(config.root, repr(sorted(ranges.items())), config.cache_dir) if use_cache else Cache.disabled()
     to_parse: list[tuple[str, str]] = []
     per_file: dict[str, list[Finding]] = {}
+    texts: dict[str, str] = {}  # every file read: the project index links the Python ones
+    to_analyze: list[tuple[str, str]] = []
 
     # A worklist: CUDA files that a checked Python file builds (`load(sources=[...])`) join it.
     pending = list(discover(paths, config.exclude, force_exclude=force_exclude, root=config.root,
@@ -239,6 +259,7 @@ def _check_files(paths: Iterable[str], config: Config, ranges: dict, *, force_ex
             per_file[path] = [error_finding(path, source.reason, source.row, source.column + 1)]
             continue
         assert isinstance(source, SourceText)
+        texts[path] = source.text
         if not needs_analysis(path, source.text):
             continue
         result.profiles[path] = profile_of(config, source.text)
@@ -247,31 +268,36 @@ def _check_files(paths: Iterable[str], config: Config, ranges: dict, *, force_ex
                 listed.add(os.path.normpath(named))
                 pending.extend((p, False) for p, _ in discover([named], config.exclude, force_exclude=True,
                                                                 root=config.root))
-        cached = cache.get(path, source.text)
+        to_analyze.append((path, source.text))
+
+    index = index if index is not None else ProjectIndex.build(texts)
+    links = {path: linked for path, _ in to_analyze if (linked := index.linked(path)) is not None}
+    for path, text in to_analyze:
+        cached = cache.get(path, _cache_text(text, links.get(path)))
         if cached is not None:
             findings, suppressed = cached
             per_file[path] = [Finding.from_dict(d) for d in findings]
             result.suppressed += suppressed
             result.files_from_cache += 1
             continue
-        to_parse.append((path, source.text))
+        to_parse.append((path, text))
 
     result.files_parsed = len(to_parse)
     workers = jobs if jobs is not None else (os.cpu_count() or 1)
     if workers > 1 and len(to_parse) >= POOL_THRESHOLD:
-        outputs = _analyze_in_pool(to_parse, ranges, budget, workers)
+        outputs = _analyze_in_pool(to_parse, ranges, budget, workers, links)
     else:
         # No pool to absorb a crash: a file the nesting guard is unsure of gets a process of its own.
         sure: list[tuple[str, str]] = []
         unsure: list[tuple[str, str]] = []
         for path, text in to_parse:
             (unsure if not is_cuda_path(path) and _unsure(text) else sure).append((path, text))
-        outputs = _analyze_batch(sure, ranges, budget) + _analyze_isolated(unsure, ranges, budget, workers)
+        outputs = (_analyze_batch(sure, ranges, budget, links=links)
+                   + _analyze_isolated(unsure, ranges, budget, workers, links))
 
-    texts = dict(to_parse)
     for path, finding_dicts, suppressed in outputs:
         if worth_caching(finding_dicts):
-            cache.put(path, texts[path], finding_dicts, suppressed)
+            cache.put(path, _cache_text(texts[path], links.get(path)), finding_dicts, suppressed)
         per_file[path] = [Finding.from_dict(d) for d in finding_dicts]
         result.suppressed += suppressed
     cache.save()
@@ -282,3 +308,8 @@ def _check_files(paths: Iterable[str], config: Config, ranges: dict, *, force_ex
     return result
 
 
+def _cache_text(text: str, linked: Linked | None) -> str:
+    """What a file's cache entry is keyed by: its text and, when the project index linked it,
+    what the index told its analysis.  A checked text never holds a NUL (sources.decode_source
+    refuses it), so the two parts cannot run into each other."""
+    return text if linked is None else f"{text}\0{linked.key()}"

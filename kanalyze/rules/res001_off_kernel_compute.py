@@ -9,6 +9,7 @@ import libcst as cst
 from kanalyze.analyzer.cstwalk import body_nodes
 from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.names import dotted
+from kanalyze.analyzer.project_index import linked_of
 from kanalyze.analyzer.triton.calls import keyword, string_literal
 from kanalyze.analyzer.triton.entities import Function, REFERENCE_CLASS, REFERENCE_FUNCTION
 from kanalyze.analyzer.triton.host import candidate_functions
@@ -53,7 +54,10 @@ class OffKernelCompute(Rule):
     `self.conv(x)` for an `nn.Conv2d` layer), `try`/`except` handlers that fall
     back to PyTorch, and jit kernels that nothing launches (a jit function that
     other jit functions call, that returns a value, or that has no pointer
-    parameter is a device function, not a kernel: it is not reported). Allocation, layout and
+    parameter is a device function, not a kernel: it is not reported; nor is a
+    kernel that another checked module imports and launches or hands on as a
+    value: `kanalyze check` links the modules of the paths it checks, the
+    editor sees one file). Allocation, layout and
     metadata (`torch.empty_like`, `.contiguous()`, `x.shape[0]`, `triton.cdiv`)
     are not flagged.
 
@@ -239,15 +243,20 @@ class OffKernelCompute(Rule):
 
     def _dead_kernels(self, model: TritonModule, launches: list, kernels: set[str]) -> Iterator[Report]:
         used = _used_jit_names(model)
+        linked = linked_of(model)  # what the other modules of the check say: None when this file is checked alone
         for jit in {id(j): j for j in model.jit.values()}.values():
             if jit.name in used or jit.name not in kernels:
                 continue  # used, or a device function (`@triton.jit def _gelu(x)`) that no grid launches
+            if linked is not None and any(linked.users_of(n) for n in _names_of(model, jit)):
+                continue  # another checked module launches it, or hands it on
+            where = "this file's forward path" if linked is None else \
+                "this file's forward path or from another checked module"
             if launches:
                 tail = (f"`{launches[0].wrapper.qualname}` launches `{launches[0].kernel.name}` instead; "
                         f"launch it or delete it")
             else:
                 tail = "the result comes from PyTorch"
-            yield self.report(jit.node.name, f"`{jit.name}` is never launched from this file's forward path; {tail}",
+            yield self.report(jit.node.name, f"`{jit.name}` is never launched from {where}; {tail}",
                               kernel=jit.name, launched=sorted({l.kernel.name for l in launches}))
 
 
@@ -302,6 +311,11 @@ def _kernel_names(model: TritonModule) -> set[str]:
                 pointers |= {kernel for kernel, _ in pointer_bases(model, jit, base, cache=cache)}
     return {j.name for j in jits if not j.called_from and j.name in pointers
             and not any(isinstance(n, cst.Return) and n.value is not None for n in walk(j.node.body))}
+
+
+def _names_of(model: TritonModule, jit) -> list[str]:
+    """Every module-level name of a jit function: its own and its aliases (`k = triton.jit(_k)`)."""
+    return [name for name, other in model.jit.items() if other is jit]
 
 
 def _used_jit_names(model: TritonModule) -> set[str]:
