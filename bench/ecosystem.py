@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kanalyze.analyzer.sources import discover  # noqa: E402
+from kanalyze.analyzer.project_index import ProjectIndex  # noqa: E402
 from kanalyze.check import run_static  # noqa: E402
 from kanalyze.config import load_config  # noqa: E402
 from kanalyze.profile import LIBRARY, apply_profiles  # noqa: E402
@@ -103,8 +104,9 @@ def _git_dir(project: dict, cache: Path, mirror: Path | None) -> Path:
 # ------------------------------------------------------------------ checking
 
 def check_project(project: dict, root: Path, proofs: bool = False) -> tuple[list, dict[str, str], list[tuple]]:
-    """Every source file checked on its own, timed: (findings, profiles, [(path, seconds,
-    seconds with the MEM003/MEM004 proofs or None)]).  Paths are relative to the project's root."""
+    """Every source file checked on its own, linked by the project's import index, timed:
+    (findings, profiles, [(path, seconds, seconds with the MEM003/MEM004 proofs or None)]).
+    Paths are relative to the project's root."""
     config = load_config([str(root)], isolated=True)
     with_proofs = load_config([str(root)], isolated=True, select=["ALL"])
     findings, profiles, times = [], {}, []
@@ -113,16 +115,20 @@ def check_project(project: dict, root: Path, proofs: bool = False) -> tuple[list
     try:
         files = [path for base in project["paths"] if os.path.exists(base)
                  for path, _ in discover([base], config.exclude, root=".")]
+        # One import index over the project, as `kanalyze check` builds over what it checks, so
+        # that kernels launched from another module are known as such (analyzer/project_index.py).
+        index = ProjectIndex.build({path: Path(path).read_text(encoding="utf-8", errors="replace")
+                                    for path in files})
         for path in sorted(files):
             # CPU seconds of this process (what the per-file budget counts): steadier than wall
             # time on a shared machine.
             started = time.process_time()
-            result = run_static([path], config, use_cache=False, jobs=1)
+            result = run_static([path], config, use_cache=False, jobs=1, index=index)
             seconds = time.process_time() - started
             proved = None
             if proofs:  # side by side, file by file: the same machine load for both
                 started = time.process_time()
-                run_static([path], with_proofs, use_cache=False, jobs=1)
+                run_static([path], with_proofs, use_cache=False, jobs=1, index=index)
                 proved = time.process_time() - started
             times.append((path, seconds, proved))
             findings.extend(result.findings)
