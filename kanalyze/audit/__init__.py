@@ -13,6 +13,8 @@ Read in this order:
                   of `torch.allclose(ref, out, atol=1e-2, rtol=1e-2)`
     executor.py   the local executor: a pair in, a result line out; each pair in a child
                   process with a time limit, `--jobs` of them at once
+    ray_executor.py  ... the same as Ray tasks on a cluster (`--executor ray`), files
+                  shipped by content, each task running the local executor's child
     summary.py    the numbers a corpus audit reports, from the journal alone
     run.py        the audit itself: pairs → skip the finished → executor → journal → summary
     arguments.py  the command line of `kanalyze audit` (added to kanalyze/cli.py's parser)

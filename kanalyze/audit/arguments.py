@@ -24,7 +24,14 @@ def add_audit_parser(sub, gates_type) -> None:
                        default="all", metavar="all|targeted|CODES",
                        help="every gate (default), the flagged clauses' gates, or these clauses' gates")
     audit.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    audit.add_argument("--jobs", type=int, default=1, help="pairs at once, each in its own process (default: 1)")
+    audit.add_argument("--jobs", type=int, default=1,
+                       help="pairs at once, each in its own process (default: 1; the local executor's)")
+    audit.add_argument("--executor", choices=("local", "ray"), default="local",
+                       help="local: child processes here (default); ray: one Ray task a pair, on a cluster "
+                            "(pip install 'kanalyze[ray]'), as many at once as it has CPUs (GPUs with cuda)")
+    audit.add_argument("--address", metavar="ADDR",
+                       help="the Ray cluster (host:port, ray://host:port); default: $RAY_ADDRESS, the cluster "
+                            "last started on this machine, or a new local Ray")
     audit.add_argument("--pair-timeout", type=float, default=600.0, metavar="SECONDS",
                        help="time limit of one pair, everything included (default: 600)")
     audit.add_argument("--case-timeout", type=float, metavar="SECONDS", help="time limit of one gate case")

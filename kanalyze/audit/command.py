@@ -13,6 +13,7 @@ import os
 import sys
 
 from kanalyze.audit import pairs as sources
+from kanalyze.audit.executor import ExecutorError
 from kanalyze.audit.journal import RESULTS, JournalError
 from kanalyze.audit.run import AuditOptions, audit, summary_of
 from kanalyze.audit.summary import render_text
@@ -68,11 +69,12 @@ def run_audit_command(args, usage_error) -> int:
     if not pairs:
         raise usage_error("no pairs to audit: the manifest is empty or the folders hold no .py file")
     options = AuditOptions(output=args.output, gates=args.gates, device=args.device, jobs=args.jobs,
-                           pair_seconds=args.pair_timeout, case_seconds=args.case_timeout)
+                           pair_seconds=args.pair_timeout, case_seconds=args.case_timeout,
+                           executor_kind=args.executor, address=args.address)
     show = not args.quiet and sys.stderr.isatty()
     try:
         summary = _audit_with_progress(pairs, options) if show else audit(pairs, options)
-    except JournalError as exc:
+    except (JournalError, ExecutorError) as exc:
         raise usage_error(str(exc)) from exc
     _print_summary(summary, args.output_format)
     return _exit_code(summary)

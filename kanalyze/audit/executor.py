@@ -9,6 +9,7 @@ in a new session, so that killing it after `seconds` (the pair's time limit) end
 what it started too.  A child that crashes, is killed or overruns still gives a
 result: {"status": "crashed" | "timeout", "reason": ...}; one that finishes gives
 {"status": "done", ...pair.py's result}.  The caller (run.py) writes the journal.
+ray_executor.py runs the same `run_one` inside each Ray task (`--executor ray`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Iterable, Iterator
 
 STDERR_TAIL = 2000
+
+
+class ExecutorError(Exception):
+    """An executor that cannot run at all (Ray not installed or not reachable): exit 2."""
 
 
 class LocalExecutor:

@@ -7,6 +7,8 @@ verdicts; ids already in DIR/results.jsonl are skipped, so rerunning the same
 command resumes.  A pair listed again with the same contents is not run again:
 it gets a line of its own, "duplicate", pointing at the first.  The summary is
 computed from the journal, as `kanalyze audit --summary DIR` computes it.
+The ids are computed here, before any executor sees a pair: the local executor
+and the Ray one (`executor_kind="ray"`) give the same ids, and resume each other.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kanalyze import __version__
-from kanalyze.audit.executor import LocalExecutor
+from kanalyze.audit.executor import ExecutorError, LocalExecutor
 from kanalyze.audit.journal import RESULTS, Journal, read_records
 from kanalyze.audit.pairs import Pair, pair_id
 from kanalyze.audit.summary import summarize
@@ -30,7 +32,20 @@ class AuditOptions:
     jobs: int = 1
     pair_seconds: float = 600.0                   # --pair-timeout
     case_seconds: float | None = None             # --case-timeout (one gate case)
-    executor: object | None = field(default=None, repr=False)   # LocalExecutor unless given
+    executor: object | None = field(default=None, repr=False)   # built from executor_kind unless given
+    executor_kind: str = "local"                  # --executor: local | ray
+    address: str | None = None                    # --address: the Ray cluster's
+
+
+def make_executor(options: AuditOptions):
+    """The executor `options` name; ExecutorError when it cannot be had (Ray not installed)."""
+    if options.executor_kind == "ray":
+        from kanalyze.audit.ray_executor import RayExecutor
+
+        return RayExecutor(options.address, options.pair_seconds)
+    if options.address is not None:
+        raise ExecutorError("--address is a Ray cluster's address: it goes with --executor ray")
+    return LocalExecutor(options.jobs, options.pair_seconds)
 
 
 def verdict_options(options: AuditOptions) -> dict:
@@ -76,7 +91,7 @@ def audit(pairs: list[Pair], options: AuditOptions,
           on_result: Callable[[dict], None] | None = None) -> dict:
     """Run every pair not yet in the journal; return the summary of the whole journal.
     `on_start(to_run, already_done)` and `on_result(record)` feed a progress display."""
-    executor = options.executor or LocalExecutor(options.jobs, options.pair_seconds)
+    executor = options.executor or make_executor(options)
     with Journal(options.output) as journal:
         finished = journal.load()
         jobs, duplicates = plan(pairs, options, finished)

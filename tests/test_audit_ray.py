@@ -1,0 +1,224 @@
+"""`kanalyze audit --executor ray` on a real Ray cluster started on this machine
+(`ray start --head --num-cpus 2`, stopped by its own process group at the end).
+
+The same four pairs from fixtures/kernelbench (the MEM002 plant and twin, the CMP001
+plant, a candidate with no problem) are audited once by the local executor and once
+through Ray: the journals must hold the same pair ids and the same result lines
+apart from timings and paths (statuses per clause, static flags, allclose); the
+witnesses written on a Ray worker come back and replay here; a rerun through Ray
+skips every finished pair, and Ray resumes a journal the local executor started.
+
+Needs `ray` (pip install 'kanalyze[ray]'): without it, the cluster tests are skipped
+with that reason and a warning in pytest's summary (never silently), and the usage
+error for `--executor ray` is still checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from kanalyze.cli import main
+
+pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+ROOT = Path(__file__).resolve().parent.parent
+KB = ROOT / "fixtures" / "kernelbench"
+CONTROLS = json.loads((KB / "controls.json").read_text())
+GATES = "MEM002,CMP001"
+NO_RAY = "ray is not installed (pip install 'kanalyze[ray]'): the Ray executor's cluster tests need it"
+
+PAIRS = [
+    {"candidate": "candidates/" + CONTROLS["MEM002"]["plant"], "problem": "level1/7_bias_relu.py"},
+    {"candidate": "candidates/" + CONTROLS["MEM002"]["twin"], "problem": "level1/7_bias_relu.py"},
+    {"candidate": "candidates/" + CONTROLS["CMP001"]["plant"], "problem": "level1/5_softmax.py"},
+    {"candidate": "candidates/level1_problem6_leaky_relu.py"},                # no problem: a line all the same
+]
+
+
+def _need_ray() -> None:
+    try:
+        import ray  # noqa: F401
+    except ModuleNotFoundError:
+        warnings.warn(NO_RAY, stacklevel=2)          # shown in the warnings summary, even under -q
+        pytest.skip(NO_RAY)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A one-node Ray cluster of 2 CPUs; its address.  Ended through its own process group."""
+    _need_ray()
+    port = _free_port()
+    folder = tempfile.mkdtemp(prefix="kray-", dir="/tmp")        # short: Ray's socket paths live below it
+    log = open(os.path.join(folder, "start.log"), "w+")
+    start = [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; sys.argv[0] = 'ray'; main()",
+             "start", "--head", "--block", "--num-cpus", "2", "--port", str(port), "--disable-usage-stats",
+             "--include-dashboard", "false", "--object-store-memory", str(100 << 20), "--temp-dir", folder]
+    head = subprocess.Popen(start, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while "Ray runtime started" not in Path(log.name).read_text(errors="replace"):
+            assert head.poll() is None, "ray start exited:\n" + Path(log.name).read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, "ray start did not finish within 120 s"
+            time.sleep(0.5)
+        yield f"127.0.0.1:{port}"
+    finally:
+        head.send_signal(signal.SIGTERM)          # `ray start --block` ends the processes it started
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(head.pid, signal.SIGKILL)   # whatever of that cluster is left in its group
+        except ProcessLookupError:
+            pass
+        head.wait()
+        log.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def manifest(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("corpus")
+    lines = [{key: os.path.relpath(KB / value, folder) for key, value in pair.items()} | {"sample": n}
+             for n, pair in enumerate(PAIRS)]
+    path = folder / "pairs.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def _command(manifest: Path, output: Path, *more: str) -> list[str]:
+    return ["audit", "--manifest", str(manifest), "--output", str(output), "--gates", GATES, "--device", "cpu",
+            "-q", *more]
+
+
+def _ray_audit(manifest: Path, output: Path, address: str, *more: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "kanalyze", *_command(manifest, output, "--executor", "ray", "--address",
+                                                           address, "--output-format", "json", *more)]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def _records(output: Path) -> dict[str, dict]:
+    return {r["id"]: r for r in map(json.loads, (output / "results.jsonl").read_text().splitlines())}
+
+
+def _comparable(value, output: Path):
+    """A record without its timings, with its own output folder written OUT and each
+    witness as whether its file is there (a witness's name hashes the path it ran at)."""
+    if isinstance(value, dict):
+        return {key: (Path(item).is_file() if key == "witness" and item else _comparable(item, output))
+                for key, item in value.items() if key not in ("seconds", "wall_seconds")}
+    if isinstance(value, list):
+        return [_comparable(item, output) for item in value]
+    return value.replace(str(output), "OUT") if isinstance(value, str) else value
+
+
+@pytest.fixture(scope="module")
+def local_run(manifest, tmp_path_factory) -> Path:
+    output = tmp_path_factory.mktemp("local") / "out"
+    assert main(_command(manifest, output, "--jobs", "2")) == 1        # violations were confirmed
+    return output
+
+
+@pytest.fixture(scope="module")
+def ray_run(manifest, cluster, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    output = tmp_path_factory.mktemp("ray") / "out"
+    return output, _ray_audit(manifest, output, cluster)
+
+
+def test_ray_gives_the_local_executors_ids_and_result_lines(ray_run, local_run) -> None:
+    output, done = ray_run
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert json.loads(done.stdout)["pairs"] == len(PAIRS)             # stdout holds the summary alone
+    local, ray = _records(local_run), _records(output)
+    assert sorted(ray) == sorted(local) and len(ray) == len(PAIRS)
+    for identifier, record in local.items():
+        theirs = ray[identifier]
+        assert theirs["status"] == record["status"] == "done", theirs
+        assert {c: v["status"] for c, v in theirs["verdicts"].items()} == \
+               {c: v["status"] for c, v in record["verdicts"].items()}
+        assert theirs["allclose"]["verdict"] == record["allclose"]["verdict"]
+        assert theirs["candidate"] == record["candidate"] and theirs["problem"] == record["problem"]
+        assert _comparable(theirs, output) == _comparable(record, local_run)
+    confirmed = sorted(Path(r["candidate"]).name for r in ray.values()
+                       if any(v["status"] == "confirmed" for v in r["verdicts"].values()))
+    assert confirmed == sorted([CONTROLS["MEM002"]["plant"], CONTROLS["CMP001"]["plant"]])
+
+
+def test_a_witness_written_on_a_ray_worker_lies_in_the_output_and_replays_here(ray_run) -> None:
+    output, _ = ray_run
+    plant = next(r for r in _records(output).values() if r["candidate"].endswith(CONTROLS["MEM002"]["plant"]))
+    witness = Path(plant["verdicts"]["MEM002"]["witness"])
+    assert witness.parent == output / "witnesses" and witness.is_file()
+    assert witness.with_suffix(".npz").is_file()
+    replayed = subprocess.run([sys.executable, "-m", "kanalyze", "replay", str(witness), "--device", "cpu"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert replayed.returncode == 1 and "MEM002 confirmed" in replayed.stdout, replayed.stderr[-3000:]
+
+
+def test_a_rerun_through_ray_skips_finished_pairs_and_resumes_a_local_journal(
+        cluster, manifest, ray_run, local_run, tmp_path) -> None:
+    output, _ = ray_run
+    before = (output / "results.jsonl").read_bytes()
+    started = time.monotonic()
+    again = _ray_audit(manifest, output, cluster)
+    assert again.returncode == 1, again.stderr[-3000:]
+    assert (output / "results.jsonl").read_bytes() == before                   # nothing ran, nothing written
+    assert time.monotonic() - started < 30
+    # The local executor's journal, its last pair lost: Ray runs that pair alone and keeps the rest.
+    lines = (local_run / "results.jsonl").read_text().splitlines(keepends=True)
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    (resumed / "results.jsonl").write_text("".join(lines[:-1]))
+    done = _ray_audit(manifest, resumed, cluster)
+    assert done.returncode == 1, done.stderr[-3000:]
+    after = (resumed / "results.jsonl").read_text().splitlines(keepends=True)
+    assert after[:-1] == lines[:-1] and len(after) == len(lines)
+    lost = json.loads(lines[-1])
+    assert json.loads(after[-1])["id"] == lost["id"]
+    assert _comparable(json.loads(after[-1]), resumed) == _comparable(lost, local_run)
+
+
+def test_ray_is_an_optional_extra_and_its_address_is_checked(manifest, tmp_path) -> None:
+    hidden = tmp_path / "no-ray" / "ray"                   # an `import ray` that fails, installed or not
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ModuleNotFoundError('ray is hidden from this audit', name='ray')\n")
+    command = [sys.executable, "-m", "kanalyze", *_command(manifest, tmp_path / "out", "--executor", "ray")]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(hidden.parent)})
+    assert done.returncode == 2 and "pip install 'kanalyze[ray]'" in done.stderr, done.stderr
+    assert not (tmp_path / "out" / "results.jsonl").exists()
+    assert main(_command(manifest, tmp_path / "out", "--address", "127.0.0.1:6379")) == 2     # without --executor ray
+
+
+def test_an_address_where_no_cluster_answers_is_a_usage_error(manifest, tmp_path, capsys) -> None:
+    _need_ray()
+    started = time.monotonic()
+    assert main(_command(manifest, tmp_path / "out", "--executor", "ray", "--address",
+                         f"127.0.0.1:{_free_port()}")) == 2
+    assert "no Ray cluster answers at" in capsys.readouterr().err
+    assert time.monotonic() - started < 30
+
+
+def test_a_cuda_audit_on_a_cluster_without_a_gpu_stops_with_a_usage_error(cluster, manifest, tmp_path) -> None:
+    done = _ray_audit(manifest, tmp_path / "out", cluster, "--device", "cuda")      # the last --device wins
+    assert done.returncode == 2 and "the Ray cluster has no GPU" in done.stderr, done.stderr[-3000:]
+    assert not (tmp_path / "out" / "results.jsonl").exists()
