@@ -11,8 +11,8 @@ A fresh worker applies its limits, then imports torch and triton; either way
 `serve` then installs the hooks and guards, imports the candidate (candidate
 role), says `ready` on the status pipe, then runs each job that the parent
 sends on the control pipe and reports each case as it is done.
-Case results go to files (`case-N.json` + the folder `case-N.arrays/`); the status pipe only
-carries short JSON lines, among them `phase` events around every stretch of the
+Case results go to files (`case-N.json` + the folder `case-N.arrays/`); the
+status pipe only carries short JSON lines, among them `phase` events around every stretch of the
 candidate's own code (import, model construction, call), so that the parent
 blames a crash or a timeout on whoever was running.  The parent treats any line
 it does not expect as the candidate's doing (a protocol violation, INT001).  Candidate output on stdout/stderr is the parent's to
@@ -103,7 +103,6 @@ def serve(role: str, mode: str, control_fd: int, status_fd: int, spec_path: str,
         from kanalyze.dynamic.environment import Environment
         from kanalyze.dynamic.sandbox.execute import CandidateSide, describe_error
         from kanalyze.dynamic.sandbox.reference_side import ReferenceSide
-        from kanalyze.dynamic.sandbox.transport import ArrayFolder
 
         policy = numerics.apply()   # the same on both sides, before any problem or candidate code
         env = Environment(mode)     # its watch starts from the policy (integrity.py)
@@ -134,16 +133,18 @@ def serve(role: str, mode: str, control_fd: int, status_fd: int, spec_path: str,
                     "device": torch.cuda.get_device_name(0) if mode == "cuda" else "Triton interpreter (CPU)"})
     try:
         return _serve_jobs(role, control, status, side, harness, import_error,
-                           device_map if mode == "cpu" else None, case_sizes, ArrayFolder)
+                           device_map if mode == "cpu" else None, case_sizes)
     except BaseException:  # kanalyze's own code failed: its traceback is the parent's to show
         traceback.print_exc()
         sys.stderr.flush()
         return 70
 
 
-def _serve_jobs(role, control, status, side, harness, import_error, device_map, case_sizes, ArrayFolder) -> int:
+def _serve_jobs(role, control, status, side, harness, import_error, device_map, case_sizes) -> int:
     """The job loop.  A candidate's worker waits after each case until the parent has read it
     (`ack`): nothing the candidate leaves running can rewrite a case's arrays before then."""
+    from kanalyze.dynamic.sandbox.transport import ArrayFolder
+
     for line in control:
         job = json.loads(line)
         if job["kind"] == "plan":
@@ -163,8 +164,9 @@ def _serve_jobs(role, control, status, side, harness, import_error, device_map, 
         for index, case in zip(job["indices"], job["cases"]):
             out_base = os.path.join(job["out"], f"case-{index}")
             if role == "reference":
-                inputs = job.get("inputs_out")
-                result = side.run(case, out_base, inputs and os.path.join(inputs, f"job-{job.get('id')}-case-{index}"))
+                inputs = job.get("inputs_out")   # the folder a candidate's worker is shown (mounts.py)
+                inputs = inputs and os.path.join(inputs, f"job-{job.get('id')}-case-{index}")
+                result = side.run(case, out_base, inputs)
             elif import_error:
                 result = {"status": "error", "error": f"the candidate does not import: {import_error}", "runs": []}
             elif case.get("call"):  # a kernel harness: no reference
