@@ -423,8 +423,9 @@ def test_output_file_folders_are_made(project, capsys) -> None:
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*(?![\w])")
-# Flags of other programs the docs mention: pre-commit's, and the benchmarks' (checked in their source).
-OTHER_PROGRAMS = {"--all-files": "pre-commit"}
+# Flags of other programs the docs mention: pre-commit's, Ray's, and the benchmarks' (checked in their source).
+OTHER_PROGRAMS = {"--all-files": "pre-commit", "--head": "ray start", "--port": "ray start",
+                  "--num-cpus": "ray start", "--disable-usage-stats": "ray start"}
 PROGRAM = re.compile(r"pre-commit(?: run [\w-]+)?|bench/\w+\.py|(?<![\w-])kanalyze(?= (?!\[))")
 
 
