@@ -134,7 +134,7 @@ def _collect_references(statement: ast.stmt, summary: ModuleSummary) -> None:
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             summary.references.add(node.id)
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
-            name = _dotted(node)
+            name = dotted_name(node)
             if name is not None:
                 summary.references.add(name)
                 continue  # the chain's inner attributes name its prefixes: no use of their own
@@ -176,7 +176,7 @@ def _top_level(body: list[ast.stmt], summary: ModuleSummary) -> None:
                 summary.decorated[node.name] = node
         elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             target = node.targets[0].id
-            if isinstance(node.value, ast.Call) and (_dotted(node.value.func) or "").split(".")[-1] == "jit":
+            if isinstance(node.value, ast.Call) and (dotted_name(node.value.func) or "").split(".")[-1] == "jit":
                 summary.jit_aliases.add(target)
             elif target == "__all__" and isinstance(node.value, (ast.List, ast.Tuple)):
                 summary.exported |= {e.value for e in node.value.elts
@@ -195,7 +195,7 @@ def _returns_a_value(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 
 
 def _is_kernel_decorator(decorator: ast.expr) -> bool:
-    name = _dotted(decorator.func if isinstance(decorator, ast.Call) else decorator) or ""
+    name = dotted_name(decorator.func if isinstance(decorator, ast.Call) else decorator) or ""
     return any(word in name.split(".")[-1] for word in KERNEL_DECORATOR_WORDS)
 
 
@@ -222,7 +222,8 @@ def _bind_import_from(node: ast.ImportFrom, summary: ModuleSummary, package_init
             summary.references.add(local)
 
 
-def _dotted(node: ast.expr) -> str | None:
+def dotted_name(node: ast.expr) -> str | None:
+    """`a.b.c` for an attribute chain on a name, else None."""
     parts: list[str] = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from kanalyze.analyzer.cuda.sources import may_contain_inline_cuda
+from kanalyze.analyzer.module_imports import dotted_name
 from kanalyze.analyzer.names import ImportMap
 from kanalyze.analyzer.sources import MAX_FILE_BYTES, may_contain_triton, measure_nesting
 from kanalyze.analyzer.suppressions import Suppressions
@@ -246,7 +247,7 @@ def _facts(text: str, single: bool) -> _Facts:
             break
     if not is_def:
         return _Facts(problem, None, (), tuple(imports), tokens)
-    decorators = tuple(_dotted(d.func if isinstance(d, ast.Call) else d) for d in top.decorator_list)
+    decorators = tuple(dotted_name(d.func if isinstance(d, ast.Call) else d) for d in top.decorator_list)
     return _Facts(problem, top.name, decorators, (), tokens)
 
 
@@ -266,16 +267,6 @@ def _bindings(node: ast.Import | ast.ImportFrom) -> list[tuple[str, str]]:
     if node.level or node.module is None or any(a.name == "*" for a in node.names):
         return []
     return [(a.asname or a.name, f"{node.module}.{a.name}") for a in node.names]
-
-
-def _dotted(node: ast.expr) -> str | None:
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    return ".".join([node.id, *reversed(parts)])
 
 
 def _aliases(blocks: list[_Block]) -> dict[str, str] | None:

@@ -35,6 +35,7 @@ from kanalyze.analyzer.cuda.inline import FLAG_KEYWORDS
 from kanalyze.analyzer.cuda.sources import (
     LOAD_INLINE_CPP_PRELUDE, LOAD_INLINE_CUDA_PRELUDE, CudaUnit, Extension, Flag, SourceMap, Span, line_starts,
 )
+from kanalyze.analyzer.module_imports import dotted_name
 from kanalyze.analyzer.spelling import python_spelling
 
 _MODULES = frozenset({"torch", "torch.nn", "torch.nn.functional", "torch.utils.cpp_extension", "os", "math"})
@@ -162,7 +163,7 @@ class _Reader:
                 self.sizes[name] = value.value  # `N = 4096`: a size the problem fixes
 
     def _class(self, node: ast.ClassDef) -> None:
-        if node.decorator_list or node.keywords or not all(_dotted(b) for b in node.bases):
+        if node.decorator_list or node.keywords or not all(dotted_name(b) for b in node.bases):
             raise NotPlain
         extensions: dict[str, Extension] = {}   # self.attr → the extension it holds
         values: set[str] = set()                 # self.attr holding an `__init__` argument or a constant
@@ -188,8 +189,8 @@ class _Reader:
                 or not args.args or args.args[0].arg != "self" \
                 or not all(isinstance(d, ast.Constant) for d in args.defaults):
             raise NotPlain
-        if any(a.annotation is not None and not _dotted(a.annotation) for a in args.args) or \
-                (method.returns is not None and not _dotted(method.returns)):
+        if any(a.annotation is not None and not dotted_name(a.annotation) for a in args.args) or \
+                (method.returns is not None and not dotted_name(method.returns)):
             raise NotPlain
         return {a.arg for a in args.args[1:]}
 
@@ -237,7 +238,7 @@ class _Reader:
     # -- the builder call ---------------------------------------------------------
 
     def _builder(self, call: ast.Call) -> Extension:
-        name = _dotted(call.func)
+        name = dotted_name(call.func)
         head, _, rest = (name or "").partition(".")
         qualified = self.aliases.get(head, "") + (f".{rest}" if rest else "")
         if qualified != _LOAD_INLINE or any(isinstance(a, ast.Starred) for a in call.args) \
@@ -386,17 +387,6 @@ def _keyword(call: ast.Call, name: str, position: int | None = None) -> ast.expr
     return None
 
 
-def _dotted(node: ast.expr) -> str | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(node.id)
-    return ".".join(reversed(parts))
-
-
 def _self_attr(node: ast.expr) -> str | None:
     """`attr` of `self.attr`."""
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
@@ -409,5 +399,5 @@ def _super_init(node: ast.expr) -> bool:
     if not isinstance(node, ast.Call) or node.args or node.keywords or not isinstance(node.func, ast.Attribute):
         return False
     inner = node.func.value
-    return node.func.attr == "__init__" and isinstance(inner, ast.Call) and _dotted(inner.func) == "super" \
+    return node.func.attr == "__init__" and isinstance(inner, ast.Call) and dotted_name(inner.func) == "super" \
         and not inner.keywords and all(isinstance(a, ast.Name) for a in inner.args)
