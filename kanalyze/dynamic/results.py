@@ -106,6 +106,11 @@ class Result:
         return leaves(self.reference.meta.get("output64"), self.reference_arrays)
 
     @property
+    def reduction_terms(self) -> int:
+        """The reference's longest reduction (reductions.py): the calibrated bound's allowance."""
+        return int(self.reference.meta.get("reduction_length") or 1)
+
+    @property
     def expected_structure(self) -> str | None:
         return (self.reference.meta.get("output") or {}).get("structure")
 

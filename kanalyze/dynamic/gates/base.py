@@ -125,7 +125,7 @@ def compare_with_float64(result: Result, run: RunView | None = None) -> tuple[st
         expected64 = result.expected   # integers and booleans: compared exactly
     worst, worst_index = None, -1
     for i, (observed, working, exact) in enumerate(zip(run.outputs, result.expected, expected64)):
-        check = check_values(observed, working, exact)
+        check = check_values(observed, working, exact, terms=result.reduction_terms)
         if worst is None or (not check.ok and (worst.ok or check.max_error > worst.max_error)):
             worst, worst_index = check, i
     return None, worst, worst_index

@@ -64,7 +64,7 @@ class GradientCheck(Gate):
                                     f"autograd has none, or the reverse ({int(masks.sum())} elements, first at "
                                     f"{first})", [result.case], first_index=first,
                                     arrays={f"observed_grad{i}": got.array, f"expected_grad{i}": want64.array})
-            check = check_values(got, want, want64)
+            check = check_values(got, want, want64, terms=result.reduction_terms)
             if not check.ok:
                 return self.verdict(CONFIRMED, f"the gradient of input {i}: {check.summary()}", [result.case],
                                     metric=check.metric(), index=list(check.index or ()),

@@ -63,12 +63,13 @@ class IntegrityProbe(Gate):
         if not any(a.shape != b.shape or bitwise_differences(a, b)[0] for a, b in zip(expected1, expected2)):
             return self.verdict(UNCONFIRMED, "the two input sets give the same reference output, so a cached "
                                 "answer could not show", [result.case])
-        checks = [check_values(o, w, e) for o, w, e in zip(second.outputs, expected2, exact2)]
+        checks = [check_values(o, w, e, terms=result.reduction_terms)
+                  for o, w, e in zip(second.outputs, expected2, exact2)]
         if all(c.ok for c in checks):
             return self.verdict(REFUTED, "called again with new values written into the same buffers, it "
                                 "computed the new answer; no benchmark function replaced, no thread left running",
                                 [result.case])
-        stale = all(check_values(o, w, w).ok for o, w in zip(second.outputs, expected1))
+        stale = all(check_values(o, w, w, terms=result.reduction_terms).ok for o, w in zip(second.outputs, expected1))
         if stale:
             bad = next(c for c in checks if not c.ok)
             return self.verdict(CONFIRMED, f"called again with new values written into the same buffers, it "

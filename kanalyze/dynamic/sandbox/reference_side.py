@@ -29,6 +29,7 @@ import torch
 
 from kanalyze.dynamic import inputs as input_values
 from kanalyze.dynamic.loading import Problem, move
+from kanalyze.dynamic.reductions import ReductionRecorder
 from kanalyze.dynamic.sandbox.execute import (CANDIDATE_SIDE_KEYS, REPEAT_SEED_OFFSET, describe_error, encode_list,
                                               encode_output, seed_all, synchronize, traceback_tail)
 from kanalyze.dynamic.sandbox.transport import dtype_name, save_arrays, tensor_to_numpy
@@ -106,11 +107,13 @@ class ReferenceSide:
                 arrays[f"state{i}"] = tensor_to_numpy(tensor)
             result["state_dtypes"] = [dtype_name(t.dtype) for t in state.values()]
         recorder = self.recorder_factory() if case.get("record_ops") else None
+        reductions = ReductionRecorder()
         try:
-            with torch.no_grad(), (recorder if recorder is not None else nullcontext()):
+            with torch.no_grad(), (recorder if recorder is not None else nullcontext()), reductions:
                 out = model(*[v.clone() if isinstance(v, torch.Tensor) else v for v in values])
             if recorder is not None:
                 result["ops"] = dict(recorder.calls)
+            result["reduction_length"] = reductions.longest
             synchronize(self.device)
             result["output"] = encode_output(out, "out", arrays)
             del out
