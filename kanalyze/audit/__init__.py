@@ -16,9 +16,12 @@ Read in this order:
     ray_executor.py  ... the same as Ray tasks on a cluster (`--executor ray`), files
                   shipped by content, each task running the local executor's child
     summary.py    the numbers a corpus audit reports, from the journal alone
+    html.py       the HTML report, DIR/report.html: one self-contained page from the journal
+                  and the summary; html_pairs.py its pairs table, svg.py its chart,
+                  sample.py its seeded hand-audit sample, report.css and report.js inlined
     run.py        the audit itself: pairs → skip the finished → executor → journal → summary
     arguments.py  the command line of `kanalyze audit` (added to kanalyze/cli.py's parser)
-    command.py    `kanalyze audit`: arguments → pairs → audit → progress line and summary
+    command.py    `kanalyze audit`: arguments → pairs → audit → progress line, summary, report
 
 Only the parent writes the journal; a child that crashes, hangs or is killed still
 gets its own line (with the reason), and the audit goes on.  Only command.py prints.

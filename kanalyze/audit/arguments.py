@@ -36,4 +36,10 @@ def add_audit_parser(sub, gates_type) -> None:
                        help="time limit of one pair, everything included (default: 600)")
     audit.add_argument("--case-timeout", type=float, metavar="SECONDS", help="time limit of one gate case")
     audit.add_argument("--output-format", choices=("text", "json"), default="text", help="of the summary")
+    audit.add_argument("--html", metavar="PATH",
+                       help="where the HTML report goes (default: DIR/report.html, beside the journal)")
+    audit.add_argument("--sample", type=int, default=5, metavar="N",
+                       help="pairs per clause in the report's hand-audit sample (default: 5)")
+    audit.add_argument("--sample-seed", type=int, default=0, metavar="SEED",
+                       help="the seed that draws the hand-audit sample (default: 0)")
     audit.add_argument("-q", "--quiet", action="store_true", help="no progress display")

@@ -2,8 +2,9 @@
 
 The only module of the package that prints: a progress line on a terminal (stderr,
 rich; nothing on a pipe, nothing with -q), then the summary on stdout (text, or
-JSON with `--output-format json`).  `--summary DIR` prints the summary of DIR's
-journal again and runs nothing.
+JSON with `--output-format json`), and writes the HTML report (html.py; DIR/report.html
+or `--html PATH`).  `--summary DIR` prints the summary of DIR's journal again, writes
+its report again, and runs nothing else.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 
 from kanalyze.audit import pairs as sources
 from kanalyze.audit.executor import ExecutorError
+from kanalyze.audit.html import write_report
 from kanalyze.audit.journal import RESULTS, JournalError
 from kanalyze.audit.run import AuditOptions, audit, summary_of
 from kanalyze.audit.summary import render_text
@@ -47,16 +49,30 @@ def _print_summary(summary: dict, fmt: str) -> None:
         sys.stdout.write(render_text(summary))
 
 
+def _report(args, directory: str, usage_error) -> None:
+    """Write the HTML report of DIR's journal (its path printed after a text summary);
+    a usage error (exit 2) when it cannot be written."""
+    try:
+        path = write_report(directory, args.html, args.sample, args.sample_seed)
+    except (OSError, JournalError) as exc:
+        raise usage_error(f"cannot write the HTML report {args.html or directory}: {exc}") from exc
+    if args.output_format == "text":
+        sys.stdout.write(f"report: {path}\n")
+
+
 def _exit_code(summary: dict) -> int:
     return 1 if summary["with_violation"] or summary["kanalyze_failed"] else 0
 
 
 def run_audit_command(args, usage_error) -> int:
+    if args.sample < 0:
+        raise usage_error("--sample is a number of pairs: 0 or more")
     if args.summary:
         if not os.path.exists(os.path.join(args.summary, RESULTS)):
             raise usage_error(f"--summary: no journal at {os.path.join(args.summary, RESULTS)}")
         summary = summary_of(args.summary)
         _print_summary(summary, args.output_format)
+        _report(args, args.summary, usage_error)
         return _exit_code(summary)
     if not args.output:
         raise usage_error("audit needs --output DIR (where the journal results.jsonl goes)")
@@ -77,6 +93,7 @@ def run_audit_command(args, usage_error) -> int:
     except (JournalError, ExecutorError) as exc:
         raise usage_error(str(exc)) from exc
     _print_summary(summary, args.output_format)
+    _report(args, args.output, usage_error)
     return _exit_code(summary)
 
 
