@@ -254,3 +254,32 @@ def test_the_editor_shows_unknown_codes_in_its_settings_and_in_pyproject(tmp_pat
         await editor.stop()
 
     asyncio.run(scenario())
+
+
+# --- a candidate nothing flags still has to run -------------------------------------
+
+def test_an_unflagged_candidate_that_fails_on_its_own_inputs_is_confirmed(tmp_path, monkeypatch, capsys) -> None:
+    """`check --dynamic` in targeted mode runs the baseline even where no static rule fires: a
+    candidate that raises on the problem's own inputs is CMP001 confirmed, its clean twin stays clean."""
+    import json
+
+    clean = (ROOT / "fixtures/kernelbench/candidates/level1_problem6_leaky_relu.py").read_text()
+    broken = clean.replace("        x = x.contiguous()\n", "        batch, features, depth = x.shape   # the problem's input is 2-D\n"
+                           "        x = x.contiguous()\n")
+    assert broken != clean
+    problem = str(ROOT / "fixtures/kernelbench/level1/6_leaky_relu.py")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KANALYZE_CACHE_DIR", str(tmp_path / ".cache"))
+    for name, source in (("clean.py", clean), ("broken.py", broken)):
+        (tmp_path / name).write_text(source)
+    found = {}
+    for name in ("clean.py", "broken.py"):
+        code, out, _ = run(capsys, "check", name, "--dynamic", "--reference", problem, "--device", "cpu",
+                           "--output-format", "json", "--isolated", "--no-cache")
+        found[name] = (code, json.loads(out))
+    code, findings = found["clean.py"]
+    assert code == 0 and findings == []
+    code, findings = found["broken.py"]
+    assert code == 1
+    assert [(f["code"], f["status"]) for f in findings] == [("CMP001", "confirmed")]
+    assert "not enough values to unpack" in findings[0]["evidence"]["gate_result"]

@@ -5,8 +5,9 @@
 
 * each candidate file gets its harness (harness.py); a flagged file without
   one keeps its flags `unconfirmed`, and the message says how to add one;
-* targeted mode runs the gates of the clauses flagged in the file; `all` runs
-  every gate on every file that has a harness;
+* targeted mode runs the gates of the clauses flagged in the file, and the
+  baseline (the problem's own inputs) even where nothing is flagged; `all`
+  runs every gate on every file that has a harness;
 * files run in parallel (each in its own workers);
 * a verdict moves every flag of its clause in the file to `confirmed` (with
   the witness, written under `.kanalyze/witnesses/`), `refuted` or
@@ -102,7 +103,9 @@ def confirm(findings: list[Finding], files: list[str], options: DynamicOptions,
         for f in flagged:
             if f.code not in known:
                 _set(f, Status.UNCONFIRMED, f"{f.code} unconfirmed: kanalyze has no gate for {f.code} yet")
-        if codes:
+        if codes or options.gates == "targeted":
+            # Nothing flagged still runs the baseline (the problem's own inputs, called twice):
+            # a candidate that crashes, or is wrong, there is reported, never silently clean.
             plans.append((path, harness, codes))
 
     limits = Limits()

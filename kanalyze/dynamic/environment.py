@@ -4,7 +4,8 @@
   free blocks of the outputs' sizes) is filled with the run's poison byte, so
   that an unwritten output or a read of unwritten scratch shows (MEM001, ORD002);
 * program order and TF32 emulation: set on the interpreter driver (CPU only);
-* recorders: kernel launches always, torch calls when a case asks (RES001);
+* recorders: kernel launches always, torch calls when a case asks (RES001),
+  sealed after each call with the run's nonce (recording.py, `tampered`);
 * a watch over what a benchmark relies on (integrity.py): functions replaced
   and threads left running after each call (INT001).
 """
@@ -33,6 +34,7 @@ class Environment:
         self.watch = Watch()   # before the candidate's import: what it replaces there shows too
         self.launches = LaunchCounter()
         self._ops = None
+        self._seal: dict | None = None
         self.poison: int | None = None
         self._patch_allocations()
 
@@ -69,6 +71,7 @@ class Environment:
         torch = self.torch
         self.poison = run.get("poison")
         self.launches.launches.clear()
+        self.launches.guard.seen.clear()
         if self.driver is not None:
             self.driver.reset(run.get("order_seed"), bool(case.get("emulate_tf32")), bool(case.get("collect_bounds")))
         elif self.poison is not None:
@@ -82,22 +85,37 @@ class Environment:
             torch.cuda.synchronize()
 
     @contextlib.contextmanager
-    def recording(self, record_ops: bool):
+    def recording(self, record_ops: bool, nonce: int | None = None):
+        """Records the call made inside; with a `nonce`, checks the recorders as the call ends (`seal`)."""
         self._ops = self.op_recorder() if record_ops else None
+        self._seal = None
         try:
             if self._ops is not None:
                 with self._ops:
-                    yield
+                    try:
+                        yield
+                    finally:
+                        self._close_seal(nonce)
             else:
                 yield
         finally:
             self.poison = None
+
+    def _close_seal(self, nonce: int | None) -> None:
+        """Inside the recorder, after the candidate's call: its canary and whether the hooks are intact."""
+        if nonce is None:
+            return
+        tampered = self.launches.tampered() + self._ops.tampered()
+        self._ops.sing(nonce)
+        self._seal = {"canaries": list(self._ops.canaries), "tampered": tampered}
 
     def after_run(self, case: dict) -> dict:
         out = {"launches": dict(self.launches.launches), "replaced": self.watch.replaced(),
                "threads_left": self.watch.threads_left()}
         if self._ops is not None:
             out["ops"] = dict(self._ops.calls)
+        if self._seal is not None:
+            out["seal"] = self._seal
         if self.driver is not None:
             out["tf32_dots"] = self.driver.tf32_dots
             out["atomic_programs"] = self.driver.atomics.most

@@ -11,6 +11,17 @@ Worker-side only.  Two recorders, on while a case asks for them:
   `item`, `cpu` …).  A TorchFunctionMode rather than a TorchDispatchMode: it
   sees the same library calls at the level the candidate wrote them, and
   entering a dispatch mode imports torch._dynamo (seconds per worker).
+
+Both live in the candidate's process, so both say after every call whether
+they are still the ones installed (`tampered`): the launch hooks still in
+place with their own code, the call recorder still on torch's mode stack with
+its own code, and a canary — one `torch.add` on the recorder's own tensor with
+the run's nonce, a number the trusted side drew for this run alone — recorded
+as it must be.  A candidate that unhooks, replaces or pops them leaves the
+trusted side a record without its canary: INT001 confirmed, never a clean
+trace.  (A candidate that rewrites kanalyze's own reporting code as well
+could forge the record; this check makes tampering deliberate and visible,
+while the verdicts are computed outside the candidate's process.)
 """
 
 from __future__ import annotations
@@ -18,14 +29,22 @@ from __future__ import annotations
 import collections
 import functools
 
-from torch.overrides import TorchFunctionMode
+import torch
+from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
 
 
 class LaunchCounter:
     def __init__(self) -> None:
         self.launches: collections.Counter = collections.Counter()
         self.depth = 0      # > 0 while a launch (or kanalyze's own work) runs
+        self.installed: dict[type, tuple] = {}   # class -> (our run, its code)
         self._install()
+        self.guard = ModeGuard()
+
+    def tampered(self) -> list[str]:
+        """How the launch hooks differ from the ones installed (empty: intact)."""
+        return [f"{cls.__name__}.run is no longer kanalyze's launch counter" for cls, (run, code) in
+                self.installed.items() if cls.__dict__.get("run") is not run or run.__code__ is not code]
 
     def _wrap(self, cls) -> None:
         original = cls.run
@@ -45,6 +64,7 @@ class LaunchCounter:
             return launched
 
         cls.run = run
+        self.installed[cls] = (run, run.__code__)
 
     def _install(self) -> None:
         from triton.runtime import jit
@@ -57,15 +77,73 @@ class LaunchCounter:
         self._wrap(InterpretedFunction)
 
 
+class ModeGuard:
+    """Calls from outside torch and Triton that switch torch function modes off
+    (`torch._C.DisableTorchFunction`) or pop them off the stack: how a candidate would hide
+    its torch calls from the recorder for the length of its call and put it back after."""
+
+    NAMES = (("torch._C", "DisableTorchFunction"), ("torch._C", "_pop_torch_function_stack"),
+             ("torch.overrides", "_pop_mode"), ("torch.overrides", "_pop_mode_temporarily"))
+
+    def __init__(self) -> None:
+        import importlib
+        import os
+
+        import triton
+
+        self.trusted = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, triton))
+        self.seen: list[str] = []
+        for module_name, name in self.NAMES:
+            module = importlib.import_module(module_name)
+            original = getattr(module, name, None)
+            if original is not None:
+                setattr(module, name, self._watch(f"{module_name}.{name}", original))
+
+    def _watch(self, name: str, original):
+        import sys
+
+        guard = self
+
+        def watched(*args, **kwargs):
+            caller = sys._getframe(1)
+            if not caller.f_code.co_filename.startswith(guard.trusted) and len(guard.seen) < 8:
+                guard.seen.append(f"{name} called from {caller.f_code.co_filename}:{caller.f_lineno}")
+            return original(*args, **kwargs)
+        return watched
+
+
 class CallRecorder(TorchFunctionMode):
     def __init__(self, launches: LaunchCounter) -> None:
         super().__init__()
         self.calls: collections.Counter = collections.Counter()
         self.launches = launches
+        self.canary = torch.zeros(1)
+        self.canaries: list[int] = []   # the nonces of the canary calls it saw
+
+    def sing(self, nonce: int) -> None:
+        """The canary call: recorded only while this recorder is really on."""
+        torch.add(self.canary, nonce)
+
+    def tampered(self) -> list[str]:
+        """How this recorder differs from the one installed (empty: intact); called while it is on."""
+        problems = []
+        if not any(mode is self for mode in _get_current_function_mode_stack()):
+            problems.append("the torch call recorder is no longer on torch's mode stack")
+        if type(self).__torch_function__.__code__ is not RECORDER_CODE or type(self) is not CallRecorder:
+            problems.append("the torch call recorder's code was replaced")
+        if not torch._C._is_torch_function_enabled():
+            problems.append("torch function modes were disabled")
+        return problems + [f"torch function modes switched off: {seen}" for seen in self.launches.guard.seen]
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if args and args[0] is self.canary:   # kanalyze's canary, not the candidate's call
+            self.canaries.append(int(args[1]))
+            return func(*args, **(kwargs or {}))
         if self.launches.depth == 0:
             name = getattr(func, "__name__", None) or str(func)
             if not name.startswith("__") or name in ("__matmul__", "__rmatmul__", "__float__", "__int__"):
                 self.calls[name] += 1
         return func(*args, **(kwargs or {}))
+
+
+RECORDER_CODE = CallRecorder.__torch_function__.__code__

@@ -40,6 +40,23 @@ def _last_line(output: str) -> str:
     return f" (the worker's last output: {lines[-1][:200]})" if lines else ""
 
 
+def seal_problem(run: dict, nonce: int) -> str | None:
+    """Why a run's record cannot be trusted, or None: its seal must hold the canary of `nonce`
+    (the repeat of a run reuses that run's nonce) and no tampered hook."""
+    if run.get("status") == "internal":
+        return None                          # kanalyze's own failure: said elsewhere
+    seal = run.get("seal")
+    if not isinstance(seal, dict):
+        return "the run's record has no recorder seal"
+    tampered = seal.get("tampered")
+    if tampered:
+        return "; ".join(str(t) for t in tampered)[:400]
+    if seal.get("canaries") != [nonce]:
+        return (f"the canary call with this run's nonce was not recorded as it was made "
+                f"(recorded {str(seal.get('canaries'))[:80]})")
+    return None
+
+
 @dataclass
 class RunView:
     index: int
@@ -81,6 +98,7 @@ class Result:
     reference: Outcome
     candidate: Outcome | None = None
     _arrays: dict = field(default_factory=dict, repr=False)
+    nonces: list[int] = field(default_factory=list)   # one per run, drawn when the case was sent
 
     # ------------------------------------------------------------ reference
 
@@ -155,9 +173,18 @@ class Result:
         return None
 
     def violation(self) -> str | None:
-        """What the candidate wrote on kanalyze's status channel, or None (INT001)."""
-        if self.candidate is not None and self.candidate.status == "violation":
-            return self.candidate.detail
+        """How the candidate broke kanalyze's worker (INT001), or None: it wrote on the status
+        channel, or a run's recorder seal does not show that run's nonce (recording.py)."""
+        if self.candidate is None:
+            return None
+        if self.candidate.status == "violation":
+            return f"the candidate wrote to kanalyze's worker channel: {self.candidate.detail}"
+        if self.candidate.status != "done" or not self.nonces:
+            return None
+        for k, run in enumerate(self.candidate.meta.get("runs") or []):
+            broken = seal_problem(run, self.nonces[min(k, len(self.nonces) - 1)])
+            if broken:
+                return f"the candidate modified kanalyze's recorder (run {k + 1}): {broken}"
         return None
 
     @cached_property

@@ -250,8 +250,7 @@ def _protocol_violation(result: Result, codes: list[str], gates: dict) -> list[V
     """The candidate wrote on kanalyze's status channel: INT001, with what it sent; no
     other verdict of the run can be trusted."""
     sent = result.violation()
-    verdicts = [Verdict("INT001", CONFIRMED, f"the candidate wrote to kanalyze's worker channel: {sent}",
-                        [result.case], {"sent": sent}, gate="worker-protocol")]
+    verdicts = [Verdict("INT001", CONFIRMED, sent, [result.case], {"sent": sent}, gate="worker-protocol")]
     why = "the candidate broke kanalyze's worker protocol (INT001), so no other result of this run is trusted"
     verdicts += [Verdict(code, UNCONFIRMED, why, gate=gates[code].name) for code in codes if code != "INT001"]
     return verdicts

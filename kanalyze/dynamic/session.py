@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import os
+import secrets
 import time
 
 from kanalyze.dynamic.cases import Case
@@ -45,6 +46,16 @@ MAX_CASE_BYTES = 256 * 2 ** 30   # what the reference worker reads of one case's
 NO_REFERENCE = Outcome("done", meta={"status": "ok", "inputs": [], "init_inputs": []})
 
 
+
+
+def sealed(result: Result) -> dict:
+    """The case as sent to a candidate worker: each run with a fresh nonce of the trusted side's,
+    kept in `result.nonces`, that the run's recorder seal must show (recording.py)."""
+    case = result.case.to_dict()
+    result.nonces = [secrets.randbelow(2**31 - 1) + 1 for _ in case["runs"]]
+    for run, nonce in zip(case["runs"], result.nonces):
+        run["nonce"] = nonce
+    return case
 
 
 class Session:
@@ -141,8 +152,7 @@ class Session:
         started = time.perf_counter()
         for variant, worker in self.candidates.items():
             spec = worker.spec
-            runnable = [(i, r.case.to_dict()) for i, r in enumerate(results)
-                        if r.case.variant == variant and r.reference_ok]
+            runnable = [(i, sealed(r)) for i, r in enumerate(results) if r.case.variant == variant and r.reference_ok]
             if not runnable:
                 worker.close()
                 continue

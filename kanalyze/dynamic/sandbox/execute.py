@@ -221,7 +221,7 @@ class CandidateSide:
         flat = None
         self.phase("candidate")
         try:
-            with torch.no_grad(), self.env.recording(True):   # every run's trace (traces.py)
+            with torch.no_grad(), self.env.recording(True, run.get("nonce")):   # every run's trace (traces.py)
                 out = invoke()
                 if arrays is not None:   # what it returned, as plain tensors, or its error (TypeError)
                     structure, leaves = flatten_value(out)
