@@ -43,8 +43,8 @@ def _last_line(output: str) -> str:
 def seal_problem(run: dict, nonce: int) -> str | None:
     """Why a run's record cannot be trusted, or None: its seal must hold the canary of `nonce`
     (the repeat of a run reuses that run's nonce) and no tampered hook."""
-    if run.get("status") == "internal":
-        return None                          # kanalyze's own failure: said elsewhere
+    if run.get("status") == "internal" or run.get("gradients_run"):
+        return None     # kanalyze's own failure (said elsewhere); a backward pass, not a recorded call
     seal = run.get("seal")
     if not isinstance(seal, dict):
         return "the run's record has no recorder seal"

@@ -4,7 +4,8 @@ The parent plans it (`plan`, when it starts a candidate's worker) and the
 namespace's init applies it (`apply`, namespaces.py) before the worker proper
 is forked, while it still holds the capabilities of its user namespace:
 
-* kanalyze's run directory is hidden under an empty tmpfs, with the worker's
+* kanalyze's run directory (and those of other kanalyze processes beside
+  it, as they are when the worker starts) is hidden under an empty tmpfs, with the worker's
   own scratch folder bound back in place, and the folders of inputs the
   reference worker saved for candidates bound back read-only: the reference's
   own folders (its outputs, once released), other workers' and the
@@ -33,10 +34,23 @@ def plan(scratch: str, run_directory: str, key_directory: str, writable: list[st
     Paths are resolved here, in kanalyze."""
     home = os.path.realpath(os.path.expanduser("~"))
     real = os.path.realpath
-    return {"keep": real(scratch), "hide": [real(run_directory), real(key_directory)],
+    return {"keep": real(scratch), "hide": [real(run_directory), *other_runs(run_directory), real(key_directory)],
             "visible": sorted({real(path) for path in visible if path}),
             "read_only": [home] if home != "/" else [],
             "writable": sorted({real(path) for path in writable if path})}
+
+
+def other_runs(run_directory: str) -> list[str]:
+    """The run directories of other kanalyze processes beside this one (another check, an audit's
+    concurrent pairs): hidden too, so that no reference of theirs is in sight."""
+    from kanalyze.dynamic.sandbox.rundir import PREFIX
+
+    parent, own = os.path.split(os.path.realpath(run_directory))
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return []
+    return sorted(os.path.join(parent, name) for name in names if name.startswith(PREFIX) and name != own)
 
 
 def apply(view: dict | None) -> str:
