@@ -314,3 +314,38 @@ def test_the_candidate_sees_no_file_of_kanalyzes_but_its_own_and_cannot_write_ho
     assert found["key"].startswith("refused") or found["key"] == "empty", found
     assert found["home"].startswith("refused"), found
     assert {v.code: v.status for v in gate_run.verdicts}["MEM002"] == "refuted", gate_run.verdicts
+
+
+# --- what held, said once per run ---------------------------------------------------
+
+def test_degraded_containment_is_named_once_per_run() -> None:
+    from kanalyze.dynamic.containment import gaps, note
+
+    held = {"network": "namespace", "pid_namespace": True, "proc": "own", "capabilities": "none",
+            "files": "/tmp/kanalyze-run-1 hidden; /home/u read-only"}
+    assert gaps(held) == [] and note([held, held]) is None
+    refused = {"network": "audit hook", "pid_namespace": "unshare refused (EPERM)", "proc": "the host's",
+               "capabilities": "none", "files": "shared (no mount namespace)"}
+    found = gaps(refused)
+    assert len(found) == 3
+    assert "unshare refused (EPERM)" in found[0] and "signal" in found[0]
+    assert "network" in found[1] and "file system" in found[2]
+    said = note([held, refused, refused])
+    assert said.startswith("containment: ") and said.count("PID namespace") == 1
+
+
+def test_a_contained_run_says_nothing_about_containment(tmp_path, monkeypatch) -> None:
+    """Where every namespace held (this machine: the test above reads what held), `check
+    --dynamic` writes no containment line; the witness environment records what held either way."""
+    monkeypatch.setenv("KANALYZE_CACHE_DIR", str(tmp_path / ".cache"))
+    candidate = KB / "candidates" / "level1_problem6_leaky_relu.py"
+    done = subprocess.run([sys.executable, "-m", "kanalyze", "check", str(candidate), "--dynamic", "--kernelbench",
+                           str(KB), "--device", "cpu", "--isolated", "--no-cache", "--output-format", "json"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(KB.parent.parent)})
+    assert done.returncode in (0, 1), done.stderr
+    from kanalyze.dynamic.containment import gaps
+
+    gate_run = run_gates(find_harness(str(candidate), kernelbench=str(KB)), ["RES001"], options=Options(mode="cpu"))
+    expected = bool(gaps(gate_run.environment["candidate_confinement"]))
+    assert ("containment:" in done.stderr) == expected, done.stderr

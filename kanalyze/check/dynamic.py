@@ -23,6 +23,6 @@ def run_dynamic(paths: Iterable[str], config: Config, result: CheckResult, optio
                                           respect_gitignore=config.respect_gitignore)
              if path.endswith(".py")]
     names = {code: rule.name for code, rule in rules_by_code().items()}
-    found = confirm(result.findings, files, options, names)
+    found = confirm(result.findings, files, options, names, notes=result.notes)
     result.findings = [f for f in found if config.selects(f.code, f.location.file)]
     return result

@@ -72,6 +72,9 @@ def _check(args: argparse.Namespace, stdin_name: str | None, paths: list[str], c
                 sys.stderr.write(f"kanalyze: {note}\n")
     if args.dynamic or args.gates:
         result = _run_dynamic(args, paths, config, result)
+        for note in result.notes:
+            if note.startswith("containment: "):   # said once per run, whatever the format
+                sys.stderr.write(f"kanalyze: {printable(note)}\n")
     # The last step: a library's policy findings fold into one note per file and clause.
     findings = apply_profiles(result.findings, config, result.profiles)
     if args.fix or args.diff:

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
+from kanalyze.dynamic import containment
 from kanalyze.dynamic import witness as witnesses
 from kanalyze.dynamic.gates import gates_by_code
 from kanalyze.dynamic.harness import Harness, NoHarness, find_harness, kernel_harness
@@ -81,7 +82,9 @@ def _codes_for(path: str, flagged: list[Finding], options: DynamicOptions, known
 
 
 def confirm(findings: list[Finding], files: list[str], options: DynamicOptions,
-            names: dict[str, str]) -> list[Finding]:
+            names: dict[str, str], notes: list[str] | None = None) -> list[Finding]:
+    """The findings with their verdicts; what the run must say once (degraded containment)
+    goes to `notes`."""
     gates = gates_by_code()
     known = set(gates)
     by_file: dict[str, list[Finding]] = {}
@@ -129,6 +132,9 @@ def confirm(findings: list[Finding], files: list[str], options: DynamicOptions,
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         outcomes = list(pool.map(lambda plan: report(run(plan)), plans))
 
+    said = containment.note([o[2].environment.get("candidate_confinement") for o in outcomes if o[2] is not None])
+    if said and notes is not None:
+        notes.append(said)
     out = list(findings)
     for (path, harness, codes), flags, gate_run, error in outcomes:
         flagged = [f for f in by_file.get(path, []) if (f.code in known and gates[f.code].kernel_harness)

@@ -1,0 +1,41 @@
+"""What a candidate's worker was not contained by, in words (parent side; stdlib only).
+
+Each worker records what held (`candidate_confinement` in a run's environment,
+every witness carries it): its own PID namespace, a network namespace, a private
+view of the file system, no capabilities.  Where the kernel refused one, the
+candidate ran with less containment than docs/worker-protocol.md describes; the
+run says so once (`kanalyze: containment: …` on stderr) so that nobody reads its
+verdicts as if it had held.
+"""
+
+from __future__ import annotations
+
+
+def gaps(confinement: dict | None) -> list[str]:
+    """The protections a candidate's worker ran without, one sentence each (empty: all held)."""
+    if not confinement:
+        return []
+    missing = []
+    pids = confinement.get("pid_namespace")
+    if pids is not True:
+        missing.append(f"no PID namespace of its own ({pids or 'not recorded'}): the candidate could see "
+                       f"and signal this user's other processes, and what it starts may outlive the run")
+    if confinement.get("network") != "namespace":
+        missing.append("no network namespace: network access is refused only by an audit hook inside the "
+                       "candidate's own process")
+    files = str(confinement.get("files") or "shared (no mount namespace)")
+    if "hidden" not in files:
+        missing.append(f"no private view of the file system ({files}): the candidate could read kanalyze's "
+                       f"run directory and write to the user's home")
+    capabilities = confinement.get("capabilities")
+    if capabilities not in (None, "none"):
+        missing.append(f"capabilities kept ({capabilities})")
+    return missing
+
+
+def note(confinements: list[dict | None]) -> str | None:
+    """One line for a whole run: every gap any of its candidate workers had, each said once."""
+    seen: list[str] = []
+    for confinement in confinements:
+        seen += [gap for gap in gaps(confinement) if gap not in seen]
+    return "containment: the candidates ran with " + "; ".join(seen) if seen else None
