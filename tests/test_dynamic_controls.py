@@ -259,3 +259,16 @@ def test_a_gate_without_power_at_the_sizes_it_ran_does_not_refute() -> None:
                  if v.code == "PRC002"]
     assert verdict.status == "unconfirmed" and "no case ran the reduction at the problem's own length" in verdict.summary
     assert "K=2048" in verdict.summary
+
+
+def test_a_parameter_the_backward_never_reaches_is_confirmed() -> None:
+    """CMP002 compares the gradients of the parameters the candidate shares with the reference:
+    a bias whose gradient the custom backward drops (None) would never learn, though every value
+    and every input gradient is right; the twin that returns it is refuted, its parameter compared."""
+    verdicts = {}
+    for name in ("level1_problem7_bias_relu_autograd_frozen_bias.py", "level1_problem7_bias_relu_autograd.py"):
+        gate_run = run_gates(_harness("candidates", name), ["CMP002"], options=Options(mode="cpu"))
+        verdicts[name] = {v.code: v for v in gate_run.verdicts}
+    frozen, honest = verdicts.values()
+    assert frozen["CMP002"].status == "confirmed" and "`bias` gets no gradient" in frozen["CMP002"].summary, frozen
+    assert honest["CMP002"].status == "refuted" and "and 1 parameter match" in honest["CMP002"].summary, honest

@@ -1,13 +1,15 @@
-"""CMP002's runs: gradients of the outputs with respect to the inputs (worker side; imports torch).
+"""CMP002's runs: gradients of the outputs with respect to the inputs and the parameters (worker side; imports torch).
 
 The reference side draws one upstream gradient per floating output (seeded),
 back-propagates it through the problem's model in the working dtype and in
-float64, and keeps the input gradients; the upstream gradients go to the
-candidate with its inputs.  The candidate side calls the candidate on the same
-inputs with gradients on, back-propagates the same upstream gradients (the
-call and the backward pass are the candidate's code) and keeps its input
-gradients.  A candidate whose outputs carry no gradient (forward-only
-kernels) says so.  Nothing here judges.
+float64, and keeps the input gradients and those of the model's parameters
+(by name); the upstream gradients go to the candidate with its inputs.  The
+candidate side calls the candidate on the same inputs with gradients on,
+back-propagates the same upstream gradients (the call and the backward pass
+are the candidate's code) and keeps its input gradients and the gradients of
+its parameters that bear the reference's names (None where its backward
+never reached one).  A candidate whose outputs carry no gradient
+(forward-only kernels) says so.  Nothing here judges.
 """
 
 from __future__ import annotations
@@ -39,6 +41,14 @@ def _input_gradients(values: list) -> list:
             for v in values if isinstance(v, torch.Tensor) and v.is_floating_point()]
 
 
+def _parameters(model) -> list[tuple[str, torch.Tensor]]:
+    """The parameters that learn, by name; their gradients are cleared (the model is reused)."""
+    if not isinstance(model, torch.nn.Module):
+        return []
+    model.zero_grad(set_to_none=True)
+    return [(name, p) for name, p in model.named_parameters() if p.requires_grad and p.is_floating_point()]
+
+
 def _keep(tensors: list, prefix: str, arrays: dict) -> dict:
     nbytes = [put(arrays, f"{prefix}{i}", tensor.detach()) for i, tensor in enumerate(tensors)]
     return {"prefix": prefix, "dtypes": [dtype_name(t.dtype) for t in tensors], "structure": "gradients",
@@ -48,24 +58,32 @@ def _keep(tensors: list, prefix: str, arrays: dict) -> dict:
 def reference_gradients(model, values: list, seed: int, result: dict, arrays: dict) -> None:
     """The reference's input gradients for seeded upstream gradients, in the working dtype and float64."""
     inputs = _differentiable(values)
-    with torch.enable_grad():
-        outputs = _floating_outputs(model(*inputs))
-        if not outputs or not any(o.requires_grad for o in outputs):
-            result["gradients_error"] = "the reference's outputs carry no gradient"
-            return
-        generator = torch.Generator().manual_seed(seed * 7919 + 29)
-        upstream = [torch.randn(o.shape, generator=generator, dtype=torch.float64).to(o.device, o.dtype)
-                    for o in outputs]
-        torch.autograd.backward(outputs, upstream)
-    result["upstream"] = _keep(upstream, "upstream", arrays)
-    result["gradients"] = _keep(_input_gradients(inputs), "grad", arrays)
+    parameters = _parameters(model)
+    try:
+        with torch.enable_grad():
+            outputs = _floating_outputs(model(*inputs))
+            if not outputs or not any(o.requires_grad for o in outputs):
+                result["gradients_error"] = "the reference's outputs carry no gradient"
+                return
+            generator = torch.Generator().manual_seed(seed * 7919 + 29)
+            upstream = [torch.randn(o.shape, generator=generator, dtype=torch.float64).to(o.device, o.dtype)
+                        for o in outputs]
+            torch.autograd.backward(outputs, upstream)
+        result["upstream"] = _keep(upstream, "upstream", arrays)
+        result["gradients"] = _keep(_input_gradients(inputs), "grad", arrays)
+        result["parameters"] = [name for name, _ in parameters]
+        result["parameter_gradients"] = _keep(_input_gradients([p for _, p in parameters]), "pgrad", arrays)
+    finally:
+        _parameters(model)   # no gradient left on the cached model for the next case
     try:
         model64 = copy.deepcopy(model).to(torch.float64) if isinstance(model, torch.nn.Module) else model
+        parameters64 = _parameters(model64)
         inputs64 = _differentiable(values, torch.float64)
         with torch.enable_grad():
             outputs64 = _floating_outputs(model64(*inputs64))
             torch.autograd.backward(outputs64, [u.to(torch.float64) for u in upstream])
         result["gradients64"] = _keep(_input_gradients(inputs64), "grad64_", arrays)
+        result["parameter_gradients64"] = _keep(_input_gradients([p for _, p in parameters64]), "pgrad64_", arrays)
     except BaseException as exc:  # no float64 backward: the working-dtype reference stands alone
         result["gradients64_error"] = f"{type(exc).__name__}: {exc}"
 
@@ -77,6 +95,7 @@ def candidate_gradients(model, base_inputs: list, reference: dict, reference_arr
                 for i, dtype in enumerate(described["dtypes"])]
     inputs = _differentiable(base_inputs)
     record: dict = {"status": "ok", "gradients_run": True}
+    own = dict(_parameters(model))
     phase("candidate")
     try:
         with torch.enable_grad():
@@ -91,4 +110,10 @@ def candidate_gradients(model, base_inputs: list, reference: dict, reference_arr
     finally:
         phase("kanalyze")
     record["gradients"] = _keep(_input_gradients(inputs), "cand_grad", arrays)
+    # The parameters that bear the reference's names and shapes; None: its backward never reached one.
+    shared = [name for name in reference.get("parameters", []) if name in own]
+    record["parameters"] = shared
+    record["parameters_without_gradient"] = [name for name in shared if own[name].grad is None]
+    record["parameter_gradients"] = _keep([own[name].grad if own[name].grad is not None
+                                           else torch.zeros_like(own[name]) for name in shared], "cand_pgrad", arrays)
     return record
