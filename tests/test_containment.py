@@ -313,7 +313,24 @@ def test_the_candidate_sees_no_file_of_kanalyzes_but_its_own_and_cannot_write_ho
     assert sorted(set(found["arrays"]) - set(shown)) == [], f"the candidate found kanalyze's arrays: {found['arrays']}"
     assert found["key"].startswith("refused") or found["key"] == "empty", found
     assert found["home"].startswith("refused"), found
+    # Its compile caches are its own: written there, refused where another's kernels are looked up.
+    caches = found["caches"]
+    assert caches["own"].startswith("written") and "/triton/" in caches["own"], caches
+    assert caches["default"].startswith("refused") and caches["sibling"].startswith("refused"), caches
     assert {v.code: v.status for v in gate_run.verdicts}["MEM002"] == "refuted", gate_run.verdicts
+
+
+def test_each_candidate_compiles_into_caches_of_its_own(tmp_path) -> None:
+    from kanalyze.dynamic.sandbox.process import candidate_caches
+
+    one, two, same = tmp_path / "one.py", tmp_path / "two.py", tmp_path / "same.py"
+    one.write_text("x = 1\n")
+    two.write_text("x = 2\n")
+    same.write_text("x = 1\n")
+    first, second, again = (candidate_caches({}, str(p)) for p in (one, two, same))
+    assert set(first) == {"TRITON_CACHE_DIR", "KANALYZE_EXTENSIONS_DIR", "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH"}
+    assert all(first[k] != second[k] for k in first)     # another source: other folders
+    assert first == again                                # the same source finds its builds again
 
 
 # --- what held, said once per run ---------------------------------------------------

@@ -20,6 +20,7 @@ recorded for that case, and the remaining cases go on in a fresh worker.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import select
@@ -112,6 +113,23 @@ class _Drain(threading.Thread):
         return data.decode("utf-8", "replace")
 
 
+def candidate_caches(env: dict[str, str], candidate: str | None) -> dict[str, str]:
+    """A candidate's own compile caches (Triton's kernel cache, kanalyze's and torch's CUDA C++
+    build caches, the CUDA driver's JIT cache) in folders keyed by the candidate's source, so
+    that what one candidate writes there (a cubin, a shared library) is never loaded by another,
+    and the same source finds its builds again."""
+    try:
+        with open(candidate or "", "rb") as handle:
+            key = hashlib.sha256(handle.read()).hexdigest()[:24]
+    except OSError:
+        key = "unreadable"
+    caches = os.path.dirname(extensions.cache_root())          # ~/.cache/kanalyze
+    return {"TRITON_CACHE_DIR": os.path.join(caches, "triton", key),
+            extensions.ROOT_VARIABLE: os.path.join(extensions.cache_root(), key),
+            "TORCH_EXTENSIONS_DIR": os.path.join(caches, "torch_extensions_default", key),
+            "CUDA_CACHE_PATH": os.path.join(caches, "cuda_compute_cache", key)}
+
+
 def scrubbed_environment(scratch: str, mode: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in _KEEP or k.startswith(_KEEP_PREFIXES)}
     home = os.path.expanduser("~")
@@ -150,11 +168,11 @@ class Worker:
         self.role, self.mode, self.limits, self.spec = role, mode, limits, spec
         self.scratch = tempfile.mkdtemp(prefix=f"{role}-", dir=scratch_root)
         spec_path = os.path.join(self.scratch, "spec.json")
+        env = self._environment(spec)
         with open(spec_path, "w", encoding="utf-8") as handle:
-            json.dump({**spec, "limits": {**limits.for_worker(mode, role), "files": self._view(spec)}}, handle)
+            json.dump({**spec, "limits": {**limits.for_worker(mode, role), "files": self._view(spec, env)}}, handle)
         control_r, self._control_w = os.pipe()
         self._status_r, status_w = os.pipe()
-        env = scrubbed_environment(self.scratch, mode)
         try:
             self.process = self._fork(spec_path, control_r, status_w, env)
             self.started_by = "forked from the zygote"
@@ -177,13 +195,18 @@ class Worker:
         self.phase = "kanalyze"           # whose code the worker is running (its "phase" events)
         self._phase_since = time.monotonic()
 
-    def _view(self, spec: dict) -> dict | None:
+    def _environment(self, spec: dict) -> dict[str, str]:
+        env = scrubbed_environment(self.scratch, self.mode)
+        if self.role == "candidate":
+            env.update(candidate_caches(env, (spec.get("harness") or {}).get("candidate")))
+        return env
+
+    def _view(self, spec: dict, env: dict[str, str]) -> dict | None:
         """What a candidate's worker sees of the files (mounts.py); the reference worker sees all."""
         if self.role != "candidate":
             return None
-        env = scrubbed_environment(self.scratch, self.mode)
-        writable = [env.get("TRITON_CACHE_DIR"), env.get("TORCH_EXTENSIONS_DIR"), extensions.cache_root(),
-                    os.path.join(os.path.expanduser("~"), ".nv")]
+        writable = [env.get("TRITON_CACHE_DIR"), env.get("TORCH_EXTENSIONS_DIR"), env.get(extensions.ROOT_VARIABLE),
+                    env.get("CUDA_CACHE_PATH")]
         for folder in writable:   # made now: a read-only home leaves no room to make them later
             try:
                 os.makedirs(folder, exist_ok=True)
