@@ -112,9 +112,10 @@ def test_summary_numbers_match_the_journal(uninterrupted, capsys) -> None:
     assert summary["differential"]["allclose_accepts_kanalyze_confirms"] == 2
     assert summary["kanalyze_failed"] == 0
     confirmed = [v for r in records for v in r["verdicts"].values() if v["status"] == "confirmed"]
-    assert summary["static_recall"] == {"flagged": sum(v["static_flag"] for v in confirmed),
-                                        "confirmed": len(confirmed),
-                                        "recall": round(sum(v["static_flag"] for v in confirmed) / len(confirmed), 4)}
+    flagged = sum(v["static_flag"] for v in confirmed)
+    assert (summary["static"]["all"]["predicted"], summary["static"]["all"]["missed"]) == \
+        (flagged, len(confirmed) - flagged)
+    assert summary["static"]["all"]["recall"] == round(flagged / len(confirmed), 4)
     assert main(["audit", "--summary", str(uninterrupted["output"])]) == 1
     assert "differential: 2 pairs accepted by allclose" in capsys.readouterr().out
 
@@ -219,4 +220,4 @@ def test_manifest_paths_are_relative_to_the_manifest_and_bad_lines_say_where(tmp
 
 def test_summary_of_an_empty_journal_says_nothing_was_confirmed() -> None:
     summary = summarize([])
-    assert summary["pairs"] == 0 and summary["static_recall"]["recall"] is None
+    assert summary["pairs"] == 0 and summary["static"]["all"]["recall"] is None

@@ -15,7 +15,8 @@ Read in this order:
                   process with a time limit, `--jobs` of them at once
     ray_executor.py  ... the same as Ray tasks on a cluster (`--executor ray`), files
                   shipped by content, each task running the local executor's child
-    summary.py    the numbers a corpus audit reports, from the journal alone
+    summary.py    the numbers a corpus audit reports, from the journal alone;
+                  summary_text.py prints them as a table in 100 columns
     html.py       the HTML report, DIR/report.html: one self-contained page from the journal
                   and the summary; html_pairs.py its pairs table, svg.py its chart,
                   sample.py its seeded hand-audit sample, report.css and report.js inlined

@@ -18,7 +18,7 @@ from kanalyze.audit.executor import ExecutorError
 from kanalyze.audit.html import write_report
 from kanalyze.audit.journal import RESULTS, JournalError
 from kanalyze.audit.run import AuditOptions, audit, summary_of
-from kanalyze.audit.summary import render_text
+from kanalyze.audit.summary_text import render_text
 
 
 def _pairs(args, usage_error) -> list[sources.Pair]:

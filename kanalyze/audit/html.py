@@ -5,10 +5,12 @@
 One direction, as for the terminal table and the JSON summary: the journal
 (results.jsonl) → summarize (summary.py) → this page.  Top to bottom it shows
 
-    summary        the pairs, the share with a confirmed violation, allclose's acceptances,
-                   the differential both ways, kanalyze's own failures, static recall
+    summary        the pairs, the share with a confirmed violation, the tolerance-free floor,
+                   allclose's acceptances, the differential both ways, kanalyze's own
+                   failures, the static pass's recall and precision, time per pair
     clauses        per clause: confirmed (with a witness, accepted by allclose),
                    refuted, unconfirmed; and a bar chart of the first three (svg.py)
+                   (every figure is summary.py's: the page counts nothing itself)
     differential   allclose's verdict against kanalyze's, and the pairs where they disagree
     hand audit     N pairs per clause, seeded (sample.py), with a column to fill in by hand
     pairs          every journal line: a sortable table (report.js), each finding with its
@@ -53,21 +55,6 @@ def _share(part: int, whole: int) -> str:
     return f"{part} of {whole} ({part / whole:.1%})" if whole else f"{part} of 0"
 
 
-def clause_figures(records: list[dict], summary: dict) -> dict[str, dict[str, int]]:
-    """Per clause of the summary: its counts, with the confirmed verdicts that have a witness
-    file and those on pairs that KernelBench's allclose accepted."""
-    figures = {code: {**counts, "with_witness": 0, "allclose_accepted": 0} for code, counts in summary["clauses"].items()}
-    for record in records:
-        if record.get("status") == "duplicate":
-            continue
-        accepted = (record.get("allclose") or {}).get("verdict") == "PASS"
-        for code in confirmed_codes(record):
-            witness = record["verdicts"][code].get("witness")
-            figures[code]["with_witness"] += isinstance(witness, str) and not witness.startswith("not written")
-            figures[code]["allclose_accepted"] += accepted
-    return figures
-
-
 def _header(page: Page, records: list[dict]) -> str:
     def gates(value) -> str:
         return ",".join(map(str, value)) if isinstance(value, list) else str(value)
@@ -90,21 +77,42 @@ def _pair_list(page: Page, pairs: list[dict], with_reason: bool = False) -> str:
            f"<ul>{items}</ul></details>"
 
 
+def _percent(share: float | None) -> str:
+    return "n/a" if share is None else f"{share:.0%}"
+
+
+def _static_text(static: dict) -> str:
+    total = static["all"]
+    if total["recall"] is None and total["precision"] is None:
+        return "n/a (no gate confirmed or refuted a clause)"
+    return (f"recall {_percent(total['recall'])} ({total['predicted']} of {total['predicted'] + total['missed']} "
+            f"confirmed verdicts had a static flag), precision {_percent(total['precision'])} "
+            f"({total['false_alarms']} flags refuted)")
+
+
+def _time_text(time: dict) -> str:
+    if not time["pairs"]:
+        return "n/a (no pair timed yet)"
+    return (f"median {time['median']:.1f} s, p90 {time['p90']:.1f} s, max {time['max']:.1f} s "
+            f"({time['pairs']} pairs, {time['total']:.0f} s in all)")
+
+
 def _summary(page: Page, summary: dict) -> str:
-    differential, recall = summary["differential"], summary["static_recall"]
+    differential, floor = summary["differential"], summary["tolerance_free"]
     accepted = summary["allclose_accepted"]
-    recall_text = "n/a (nothing confirmed)" if recall["recall"] is None else \
-        f"{recall['recall']:.0%}: {recall['flagged']} of {recall['confirmed']} confirmed verdicts had a static flag"
     rows = [
         ("pairs", f"{summary['pairs']} ({summary['done']} ran to the end"
                   + (f"; {summary['duplicates']} duplicate lines not run again" if summary["duplicates"] else "") + ")"),
         ("with a confirmed violation", _share(summary["with_violation"], summary["pairs"])),
+        ("tolerance-free floor", _share(floor["pairs"], summary["pairs"])
+         + f"; {floor['allclose_accepted']} of them accepted by allclose"),
         ("accepted by KernelBench's allclose", _share(accepted, summary["pairs"])),
         ("accepted by allclose, yet a violation confirmed",
          _share(differential["allclose_accepts_kanalyze_confirms"], accepted)),
         ("rejected by allclose, no violation confirmed", str(differential["allclose_rejects_kanalyze_confirms_nothing"])),
         ("kanalyze failed on", f"{summary['kanalyze_failed']} pairs (their verdicts are not the candidates')"),
-        ("static recall", recall_text),
+        ("static pass against the gates", _static_text(summary["static"])),
+        ("time per pair", _time_text(summary["seconds_per_pair"])),
     ]
     items = "".join(f"<dt>{escape(name)}</dt><dd>{escape(value)}</dd>" for name, value in rows)
     failures = ""
@@ -113,7 +121,7 @@ def _summary(page: Page, summary: dict) -> str:
     return f'<h2 id="summary">Summary</h2><dl class="figures">{items}</dl>{failures}'
 
 
-def _clauses(figures: dict[str, dict[str, int]]) -> str:
+def _clauses(figures: dict[str, dict]) -> str:
     if not figures:
         return '<h2 id="clauses">Clauses</h2><p class="note">No gate verdict in the journal yet.</p>'
     head = "".join(f'<th class="n">{escape(name)}</th>' for name in
@@ -201,7 +209,7 @@ def render(directory: str, records: list[dict], page_path: str, sample: int = 5,
         f"<style>{style}</style></head><body>",
         _header(page, records),
         _summary(page, summary),
-        _clauses(clause_figures(records, summary)),
+        _clauses(summary["clauses"]),
         _differential(page, records, summary),
         _hand_audit(page, records, sample, seed),
         ('<h2 id="pairs-table">Pairs</h2><p class="note">Every line of the journal.  Click a column\'s name to '

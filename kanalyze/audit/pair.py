@@ -7,7 +7,9 @@ spec: {"candidate", "problem" (or None with "problem_error"), "gates" ("all",
 "seconds" (the pair's time limit), "witness_dir"}.  The result (plain JSON):
 
     static     the candidate's static findings: [{"code", "row", "message"}]
-    verdicts   {code: {"status", "summary", "static_flag", "witness"}}: one per gate run
+    verdicts   {code: {"status", "summary", "static_flag", "witness", "failure"}}: one per gate run
+               ("failure": how a confirmed run failed, where the gate says: CMP003's crashed,
+               out_of_bounds or wrong; else null)
     allclose   KernelBench's criterion on the same problem (allclose.py)
     seconds    {"static", "gates", "allclose"}
 
@@ -72,8 +74,8 @@ def run_gates_of(spec: dict, static: list[dict], codes: list[str]) -> dict[str, 
     flagged = {f["code"] for f in static}
 
     def each(status: str, summary: str) -> dict[str, dict]:
-        return {code: {"status": status, "summary": summary, "static_flag": code in flagged, "witness": None}
-                for code in codes}
+        return {code: {"status": status, "summary": summary, "static_flag": code in flagged, "witness": None,
+                       "failure": None} for code in codes}
 
     if spec.get("problem") is None:
         return each("unconfirmed", f"no problem to run against: {spec.get('problem_error') or 'none given'}")
@@ -102,7 +104,9 @@ def run_gates_of(spec: dict, static: list[dict], codes: list[str]) -> dict[str, 
         previous = verdicts.get(verdict.code)
         if previous is None or previous["status"] != "confirmed":   # a clause's confirmation wins
             verdicts[verdict.code] = {"status": verdict.status, "summary": verdict.summary,
-                                      "static_flag": verdict.code in flagged, "witness": witness}
+                                      "static_flag": verdict.code in flagged, "witness": witness,
+                                      "failure": verdict.details.get("failure") if verdict.status == "confirmed"
+                                      else None}
     return verdicts
 
 

@@ -1,26 +1,62 @@
-"""The numbers an audit reports, from the journal's records alone.
+"""The numbers an audit reports, computed from the journal's records alone.
 
-    summarize(records) -> dict          render_text(summary) -> str
+    summarize(records) -> dict          (summary_text.render_text prints it, html.py shows it)
 
-    pairs           records (one per pair id), and how many ran to the end ("done")
-    clauses         per clause: confirmed / refuted / unconfirmed verdicts
-    differential    pairs KernelBench's allclose accepts (PASS) for which kanalyze
-                    confirms a violation, with their ids; and the reverse: pairs
-                    allclose rejects with no violation confirmed
-    kanalyze_failed pairs kanalyze itself failed on: the pair's worker crashed or ran
-                    out of time, or a verdict is unconfirmed for a failure of kanalyze's own (KANALYZE_FAILED)
-    static_recall   confirmed verdicts whose clause the static pass had flagged, over
-                    all confirmed verdicts (None when nothing was confirmed)
-    duplicates      manifest lines that repeat a pair already audited (not run again)
+A *pair* is a journal line that is not a duplicate; a pair *violates* a clause when
+its verdict for that clause is `confirmed`.  docs/audit.md ("How to read the
+summary") documents every key; in short:
+
+    pairs, done, duplicates     pairs audited, how many ran to the end, lines not run again
+    with_violation (+ _share)   pairs with at least one confirmed violation, over all pairs
+    allclose_accepted / _rejected / _no_verdict
+                                KernelBench's verdicts: PASS; FAIL or ERROR; anything else
+    clauses                     per clause: confirmed (the pairs violating it), with_witness,
+                                witness_share, allclose_accepted, refuted, unconfirmed
+    tolerance_free              the floor: pairs with a violation decided without a value
+                                tolerance (`tolerance_free()` says which verdicts), kept apart
+    differential                allclose accepts and kanalyze confirms a violation, and the
+                                reverse, each with its list of pairs
+    static                      per clause and in all: the static pass's flags against the
+                                gates' verdicts (predicted, missed, false alarms, recall, precision)
+    seconds_per_pair            the pairs' wall time (median, p90, max) and its phases
+    kanalyze_failed / _failures pairs kanalyze itself failed on, with why
 """
 
 from __future__ import annotations
 
-STATUSES = ("confirmed", "refuted", "unconfirmed")
+import math
+import statistics
 
+from kanalyze.verifier import TOLERANCE_FREE
+
+STATUSES = ("confirmed", "refuted", "unconfirmed")
+ACCEPTED = "PASS"                     # allclose: every trial close, KernelBench accepts
+REJECTED = ("FAIL", "ERROR")          # allclose: values, shape or a raise; KernelBench rejects
+# CMP003 compares values within a calibrated bound at each perturbed size; only these
+# of its outcomes (pair.py records the gate's `failure`) need no tolerance.
+CMP003_EXACT = ("crashed", "out_of_bounds")
+PHASES = ("static", "gates", "allclose")
 
 # How the dynamic pass words its own failures (runner.py, results.py, rundir.py): never the candidate's.
 KANALYZE_FAILED = ("kanalyze could not", "kanalyze's worker")
+
+
+def tolerance_free(code: str, verdict: dict) -> bool:
+    """A confirmed verdict decided without a value tolerance: a clause whose gate compares bits,
+    value classes, sentinels or recorded events (kanalyze.verifier.TOLERANCE_FREE: EXC001,
+    EXC002, MEM001-MEM004, ORD001, ORD002, RES001), or CMP003 when the perturbed run crashed
+    or went out of bounds (not when its values were off)."""
+    if verdict.get("status") != "confirmed":
+        return False
+    if code in TOLERANCE_FREE:
+        return True
+    return code == "CMP003" and verdict.get("failure") in CMP003_EXACT
+
+
+def has_witness(verdict: dict) -> bool:
+    """The journal names the verdict's witness file (pair.py writes one per confirmed verdict)."""
+    witness = verdict.get("witness")
+    return isinstance(witness, str) and not witness.startswith("not written")
 
 
 def _own_failure(summary: str) -> bool:
@@ -33,70 +69,145 @@ def _blames_kanalyze(record: dict) -> bool:
     return any(v["status"] == "unconfirmed" and _own_failure(v["summary"]) for v in record.get("verdicts", {}).values())
 
 
-def _label(record: dict) -> dict:
-    return {"id": record["id"], "candidate": record.get("candidate")}
+def _share(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+def _allclose(record: dict) -> str | None:
+    return (record.get("allclose") or {}).get("verdict")
+
+
+def _confirmed(record: dict) -> list[str]:
+    return sorted(code for code, v in record.get("verdicts", {}).items() if v.get("status") == "confirmed")
+
+
+def _label(record: dict, **extra) -> dict:
+    return {"id": record["id"], "candidate": record.get("candidate"), **extra}
+
+
+def allclose_rejected(record: dict) -> bool:
+    """KernelBench's check ran on the pair's problem and rejected the candidate (FAIL or ERROR).
+    A pair without a problem gets ERROR from no check at all: not a rejection."""
+    return _allclose(record) in REJECTED and record.get("problem") is not None
+
+
+def _clauses(pairs: list[dict]) -> dict[str, dict]:
+    clauses: dict[str, dict] = {}
+    for record in pairs:
+        accepted = _allclose(record) == ACCEPTED
+        for code, verdict in record.get("verdicts", {}).items():
+            counts = clauses.setdefault(code, {**dict.fromkeys(STATUSES, 0), "with_witness": 0,
+                                               "allclose_accepted": 0})
+            counts[verdict["status"]] += 1
+            if verdict["status"] == "confirmed":
+                counts["with_witness"] += has_witness(verdict)
+                counts["allclose_accepted"] += accepted
+    for counts in clauses.values():
+        counts["witness_share"] = _share(counts["with_witness"], counts["confirmed"])
+    return dict(sorted(clauses.items()))
+
+
+def _floor(pairs: list[dict]) -> dict:
+    by_clause: dict[str, int] = {}
+    floor, accepted = [], []
+    for record in pairs:
+        codes = sorted(code for code, v in record.get("verdicts", {}).items() if tolerance_free(code, v))
+        for code in codes:
+            by_clause[code] = by_clause.get(code, 0) + 1
+        if codes:
+            floor.append(record)
+            if _allclose(record) == ACCEPTED:
+                accepted.append(_label(record, clauses=codes))
+    return {"pairs": len(floor), "share": _share(len(floor), len(pairs)), "clauses": dict(sorted(by_clause.items())),
+            "allclose_accepted": len(accepted), "accepted_pairs": accepted}
+
+
+def _differential(pairs: list[dict]) -> dict:
+    accepted_but_violating, rejected_but_clean = [], []
+    for record in pairs:
+        codes = _confirmed(record)
+        if _allclose(record) == ACCEPTED and codes:
+            accepted_but_violating.append(_label(record, clauses=codes))
+        if record.get("status") == "done" and allclose_rejected(record) and not codes:
+            unconfirmed = sorted(c for c, v in record.get("verdicts", {}).items() if v["status"] == "unconfirmed")
+            rejected_but_clean.append(_label(record, allclose=_allclose(record), unconfirmed=unconfirmed))
+    accepted = sum(_allclose(r) == ACCEPTED for r in pairs)
+    return {"allclose_accepts_kanalyze_confirms": len(accepted_but_violating),
+            "share_of_accepted": _share(len(accepted_but_violating), accepted),
+            "accepted_pairs": accepted_but_violating,
+            "allclose_rejects_kanalyze_confirms_nothing": len(rejected_but_clean),
+            "rejected_pairs": rejected_but_clean}
+
+
+def _ratios(counts: dict[str, int]) -> dict:
+    predicted = counts["predicted"]
+    return {**counts, "recall": _share(predicted, predicted + counts["missed"]),
+            "precision": _share(predicted, predicted + counts["false_alarms"])}
+
+
+def _static(pairs: list[dict]) -> dict:
+    """A confirmed verdict on a clause the static pass flagged was predicted, one without a
+    flag was missed; a flagged clause the gate refuted is a false alarm.  Unconfirmed
+    verdicts decide nothing and are left out."""
+    per: dict[str, dict[str, int]] = {}
+    for record in pairs:
+        for code, verdict in record.get("verdicts", {}).items():
+            counts = per.setdefault(code, {"predicted": 0, "missed": 0, "false_alarms": 0})
+            flagged = bool(verdict.get("static_flag"))
+            if verdict["status"] == "confirmed":
+                counts["predicted" if flagged else "missed"] += 1
+            elif verdict["status"] == "refuted" and flagged:
+                counts["false_alarms"] += 1
+    total = {key: sum(c[key] for c in per.values()) for key in ("predicted", "missed", "false_alarms")}
+    targeted = sum((r.get("options") or {}).get("gates") == "targeted" for r in pairs)
+    return {"clauses": {code: _ratios(c) for code, c in sorted(per.items())}, "all": _ratios(total),
+            "targeted_pairs": targeted}
+
+
+def _spread(values: list[float]) -> dict:
+    """Median, 90th percentile (nearest rank: the smallest value at or above 90% of them) and max."""
+    if not values:
+        return {"median": None, "p90": None, "max": None}
+    ordered = sorted(values)
+    return {"median": round(statistics.median(ordered), 3), "p90": ordered[math.ceil(0.9 * len(ordered)) - 1],
+            "max": ordered[-1]}
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _seconds(pairs: list[dict]) -> dict:
+    wall = [r["wall_seconds"] for r in pairs if _number(r.get("wall_seconds"))]
+    phases = {phase: _spread([r["seconds"][phase] for r in pairs
+                              if isinstance(r.get("seconds"), dict) and _number(r["seconds"].get(phase))])
+              for phase in PHASES}
+    return {"pairs": len(wall), **_spread(wall), "total": round(sum(wall), 3), "phases": phases}
 
 
 def summarize(records: list[dict]) -> dict:
     pairs = [r for r in records if r.get("status") != "duplicate"]
-    clauses: dict[str, dict[str, int]] = {}
-    confirmed = with_flag = 0
-    accepted_but_violating, rejected_but_clean, failed = [], [], []
-    for record in pairs:
-        verdicts = record.get("verdicts", {})
-        for code, verdict in verdicts.items():
-            clauses.setdefault(code, dict.fromkeys(STATUSES, 0))[verdict["status"]] += 1
-            if verdict["status"] == "confirmed":
-                confirmed += 1
-                with_flag += bool(verdict.get("static_flag"))
-        violates = any(v["status"] == "confirmed" for v in verdicts.values())
-        allclose = (record.get("allclose") or {}).get("verdict")
-        if allclose == "PASS" and violates:
-            accepted_but_violating.append(_label(record))
-        if record.get("status") == "done" and allclose in ("FAIL", "ERROR") and not violates:
-            rejected_but_clean.append(_label(record))
-        if _blames_kanalyze(record):
-            failed.append({**_label(record), "reason": record.get("reason") or next(
-                v["summary"] for v in verdicts.values()
-                if v["status"] == "unconfirmed" and _own_failure(v["summary"]))})
+    violating = sum(bool(_confirmed(r)) for r in pairs)
+    accepted = sum(_allclose(r) == ACCEPTED for r in pairs)
+    rejected = sum(allclose_rejected(r) for r in pairs)
+    failed = [_label(record, reason=record.get("reason") or next(
+        v["summary"] for v in record.get("verdicts", {}).values()
+        if v["status"] == "unconfirmed" and _own_failure(v["summary"])))
+        for record in pairs if _blames_kanalyze(record)]
     return {
         "pairs": len(pairs),
         "done": sum(r.get("status") == "done" for r in pairs),
         "duplicates": len(records) - len(pairs),
-        "clauses": dict(sorted(clauses.items())),
-        "allclose_accepted": sum((r.get("allclose") or {}).get("verdict") == "PASS" for r in pairs),
-        "with_violation": sum(any(v["status"] == "confirmed" for v in r.get("verdicts", {}).values()) for r in pairs),
-        "differential": {"allclose_accepts_kanalyze_confirms": len(accepted_but_violating),
-                         "accepted_pairs": accepted_but_violating,
-                         "allclose_rejects_kanalyze_confirms_nothing": len(rejected_but_clean),
-                         "rejected_pairs": rejected_but_clean},
+        "with_violation": violating,
+        "with_violation_share": _share(violating, len(pairs)),
+        "allclose_accepted": accepted,
+        "allclose_rejected": rejected,
+        "allclose_no_verdict": len(pairs) - accepted - rejected,
+        "clauses": _clauses(pairs),
+        "tolerance_free": _floor(pairs),
+        "differential": _differential(pairs),
+        "static": _static(pairs),
+        "seconds_per_pair": _seconds(pairs),
         "kanalyze_failed": len(failed),
         "kanalyze_failures": failed,
-        "static_recall": {"flagged": with_flag, "confirmed": confirmed,
-                          "recall": round(with_flag / confirmed, 4) if confirmed else None},
     }
-
-
-def render_text(summary: dict) -> str:
-    differential = summary["differential"]
-    recall = summary["static_recall"]
-    lines = [f"pairs: {summary['pairs']} ({summary['done']} ran to the end"
-             + (f"; {summary['duplicates']} duplicate lines not run again" if summary["duplicates"] else "") + ")",
-             f"with a confirmed violation: {summary['with_violation']}; "
-             f"accepted by KernelBench's allclose: {summary['allclose_accepted']}", ""]
-    if summary["clauses"]:
-        lines.append(f"{'clause':<8}{'confirmed':>11}{'refuted':>9}{'unconfirmed':>13}")
-        for code, counts in summary["clauses"].items():
-            lines.append(f"{code:<8}{counts['confirmed']:>11}{counts['refuted']:>9}{counts['unconfirmed']:>13}")
-        lines.append("")
-    lines.append(f"differential: {differential['allclose_accepts_kanalyze_confirms']} pairs accepted by allclose "
-                 "with a violation kanalyze confirms")
-    lines += [f"  {p['id']}  {p['candidate']}" for p in differential["accepted_pairs"]]
-    lines.append(f"  and {differential['allclose_rejects_kanalyze_confirms_nothing']} rejected by allclose "
-                 "with no violation confirmed")
-    lines.append(f"kanalyze failed on {summary['kanalyze_failed']} pairs")
-    lines += [f"  {p['id']}  {p['candidate']}: {p['reason']}" for p in summary["kanalyze_failures"]]
-    shown = "n/a (nothing confirmed)" if recall["recall"] is None else \
-        f"{recall['recall']:.0%} ({recall['flagged']} of {recall['confirmed']} confirmed verdicts had a static flag)"
-    lines.append(f"static recall: {shown}")
-    return "\n".join(lines) + "\n"
