@@ -21,8 +21,17 @@ $(BIN)/.installed: pyproject.toml
 
 venv: $(BIN)/.installed
 
+# The static pass over the bundled kernels, then one flag confirmed on the CPU (Triton's
+# interpreter) with its witness, and the witness replayed (exit 1 while the defect is there).
+DEMO_WITNESSES := .kanalyze/demo
 demo: venv
-	$(BIN)/kanalyze check fixtures/ --exit-zero --statistics
+	$(BIN)/kanalyze check fixtures/triton fixtures/cuda --exit-zero --statistics
+	@echo; echo "--- confirming the ORD001 flag of one candidate on the CPU (about a minute) ---"
+	rm -rf $(DEMO_WITNESSES)
+	$(BIN)/kanalyze check fixtures/kernelbench/candidates/level1_problem1_mse_atomic.py --dynamic \
+	    --kernelbench fixtures/kernelbench --device cpu --select ORD001 --witness-dir $(DEMO_WITNESSES) --exit-zero
+	@echo; echo "--- replaying the witness: exit 1 while the candidate still breaks the clause ---"
+	$(BIN)/kanalyze replay $(DEMO_WITNESSES)/*.json || true
 
 test: venv
 	$(BIN)/python -m pytest -q
