@@ -93,7 +93,8 @@ def _differential(differential: dict) -> list[str]:
         unconfirmed = f"; unconfirmed {' '.join(pair['unconfirmed'])}" if pair["unconfirmed"] else ""
         return f"allclose {pair['allclose']}{unconfirmed}"
 
-    return [(f"differential: {differential['allclose_accepts_kanalyze_confirms']} pairs accepted by allclose "
+    accepted = differential['allclose_accepts_kanalyze_confirms']
+    return [(f"differential: {accepted} pair{'' if accepted == 1 else 's'} accepted by allclose "
              f"with a violation confirmed ({_percent(differential['share_of_accepted'])} of the accepted)"),
             *_listed(differential["accepted_pairs"], lambda pair: " ".join(pair["clauses"])),
             (f"  and {differential['allclose_rejects_kanalyze_confirms_nothing']} rejected by allclose "

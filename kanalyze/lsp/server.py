@@ -107,8 +107,8 @@ class KanalyzeServer(LanguageServer):
             self.generation += 1
             self.configurations.clear()
         if settings.ir:
-            self.warn_once("`ir` is set, but the IR pass is not part of this version: "
-                           "diagnostics come from the source pass only")
+            self.warn_once("`ir` is set, but the editor runs the source pass only (compiling kernels on "
+                           "every edit is too slow): run `kanalyze check --ir` for the compiled code")
 
     def roots(self) -> list[str]:
         try:

@@ -4,7 +4,7 @@ client's object, in whichever wrapping it comes, updates them.
     select, ignore   codes or prefixes; replace [tool.kanalyze]'s, as on the command line.
                      A list with a code that names no clause (`PRC01`) is not applied:
                      the server shows why (window/showMessage) and keeps what it had.
-    ir               accepted; the IR pass is not part of this version
+    ir               accepted; the editor runs the source pass only (`check --ir` compiles)
     debounce         milliseconds (default 150; 0 analyzes every change)
 """
 
