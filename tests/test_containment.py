@@ -317,6 +317,7 @@ def test_the_candidate_sees_no_file_of_kanalyzes_but_its_own_and_cannot_write_ho
     caches = found["caches"]
     assert caches["own"].startswith("written") and "/triton/" in caches["own"], caches
     assert caches["default"].startswith("refused") and caches["sibling"].startswith("refused"), caches
+    assert found["telltale_variables"] == [], found   # no variable named after kanalyze in its environment
     assert {v.code: v.status for v in gate_run.verdicts}["MEM002"] == "refuted", gate_run.verdicts
 
 

@@ -46,6 +46,7 @@ def load_problem(path: str, sizes: dict[str, int]) -> types.ModuleType:
 
 
 def load_candidate(path: str) -> types.ModuleType:
+    extensions.keep_root()
     with open(path, encoding="utf-8", errors="replace") as handle:
         if extensions.USES_EXTENSIONS.search(handle.read()):
             extensions.install()

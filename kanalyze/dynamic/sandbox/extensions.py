@@ -43,8 +43,13 @@ _LOCK = "kanalyze.lock"
 _installed = False
 
 
+_root: str | None = None   # in a worker: taken out of the environment before the candidate runs
+
+
 def cache_root() -> str:
     """The shared build cache (stdlib only: the parent computes it for the workers)."""
+    if _root:
+        return _root
     if os.environ.get(ROOT_VARIABLE):
         return os.environ[ROOT_VARIABLE]
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -153,3 +158,10 @@ def install() -> None:
         setattr(cpp_extension, function, _wrap(getattr(cpp_extension, function), function))
     _find_ninja()
     _installed = True
+
+
+def keep_root() -> None:
+    """In a worker, before the candidate's import: remember the build cache and take its variable
+    out of the environment, where its name would tell the candidate who runs it."""
+    global _root
+    _root = os.environ.pop(ROOT_VARIABLE, None) or _root
