@@ -73,6 +73,41 @@ class Reaching:
             self._suite_cache[id(node)] = frozenset(found)
         return self._suite_cache[id(node)]
 
+    def _branches_cover(self, d: Def, found: list[Def], at: cst.CSTNode, scopes: frozenset[int]) -> bool:
+        """Does an `if`/`elif`/`else` that holds `d`, and that the read follows unconditionally,
+        define the name on every branch (`if c: x = a` / `else: x = b`)?  Then no earlier
+        definition reaches the read."""
+        if isinstance(d.node, cst.For):
+            return False
+        for a in self.model.ancestors(d.node):
+            if a is self.root:
+                return False
+            if isinstance(a, cst.If) and not self.inside(at, a) and self._suites(a) <= scopes:
+                return self._covered(a, found)
+        return False
+
+    def _covered(self, branch: cst.If, found: list[Def]) -> bool:
+        """Every branch of this `if` chain holds one of `found` directly (not in a nested block)."""
+        direct = {id(next(iter(self._own_suite(d.node)), None)) for d in found if not isinstance(d.node, cst.For)}
+        suites = [branch.body]
+        orelse = branch.orelse
+        while isinstance(orelse, cst.If):          # elif
+            suites.append(orelse.body)
+            orelse = orelse.orelse
+        if orelse is None:
+            return False                            # no else: the name may keep its earlier value
+        suites.append(orelse.body)
+        return all(id(suite) in direct for suite in suites)
+
+    def _own_suite(self, node: cst.CSTNode) -> list[cst.BaseSuite]:
+        """The innermost block that holds `node` (as a list: empty at the function's top)."""
+        for a in self.model.ancestors(node):
+            if a is self.root:
+                return []
+            if isinstance(a, cst.BaseSuite):
+                return [a]
+        return []
+
     def defs(self, name: str, at: cst.CSTNode) -> list[Def]:
         key = (name, id(at))
         if key in self._cache:
@@ -88,6 +123,8 @@ class Reaching:
         for _, d in reversed(timed[:split]):
             found.append(d)
             if d.kind == "param" or (not isinstance(d.node, cst.For) and self._suites(d.node) <= scopes):
+                break
+            if self._branches_cover(d, found, at, scopes):
                 break
         loops = []
         for a in self.model.ancestors(at):
