@@ -6,8 +6,9 @@ Imports nothing of kanalyze, so that building the parser stays cheap for `kanaly
 from __future__ import annotations
 
 
-def add_audit_parser(sub, gates_type) -> None:
-    """`gates_type` is cli.py's `--gates` parser (codes or prefixes, or `all`)."""
+def add_audit_parser(sub, gates_type, selectors_type) -> None:
+    """`gates_type` is cli.py's `--gates` parser (codes or prefixes, or `all`); `selectors_type`
+    its `--select` parser."""
     def gates(value: str):
         return "targeted" if value.strip().lower() == "targeted" else gates_type(value)
 
@@ -24,6 +25,10 @@ def add_audit_parser(sub, gates_type) -> None:
                        default="all", metavar="all|targeted|CODES",
                        help="every gate (default), the flagged clauses' gates, or these clauses' gates")
     audit.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    audit.add_argument("--extend-select", type=selectors_type, default=[], metavar="CODES",
+                       help="add to the static pass's default selection (MEM003,MEM004: the z3 proofs)")
+    audit.add_argument("--ir", action="store_true",
+                       help="also compile each candidate's kernels and check the compiled code (check --ir)")
     audit.add_argument("--jobs", type=int, default=1,
                        help="pairs at once, each in its own process (default: 1; the local executor's)")
     audit.add_argument("--executor", choices=("local", "ray"), default="local",

@@ -4,7 +4,8 @@
 
 spec: {"candidate", "problem" (or None with "problem_error"), "gates" ("all",
 "targeted" or a list of codes), "device" ("cpu" | "cuda"), "case_timeout",
-"seconds" (the pair's time limit), "witness_dir"}.  The result (plain JSON):
+"seconds" (the pair's time limit), "witness_dir", "extend_select" (codes added to the
+static pass's selection), "ir" (the compiled code too)}.  The result (plain JSON):
 
     static     the candidate's static findings: [{"code", "row", "message"}]
     verdicts   {code: {"status", "summary", "static_flag", "witness", "failure"}}: one per gate run
@@ -30,26 +31,22 @@ import sys
 import threading
 import time
 
-from kanalyze.check import analyze_source
-from kanalyze.config import Config
 
+def static_pass(candidate: str, extend_select: list[str] | None = None, ir: bool = False) -> list[dict]:
+    """The candidate's findings as `kanalyze check --isolated` gives them: the default selection
+    and `extend_select`, the compiled code's with `ir` (`KAN000` when unreadable)."""
+    from kanalyze.check import run_static
+    from kanalyze.config import load_config
 
-def static_pass(candidate: str) -> list[dict]:
-    """The candidate's findings under the default selection (`KAN000` when unreadable)."""
-    from kanalyze.analyzer.sources import SourceError, read_source
-    from kanalyze.check.errors import error_finding
+    config = load_config([candidate], isolated=True, extend_select=extend_select or ())
+    result = run_static([candidate], config, use_cache=False, jobs=1)
+    if ir:
+        from kanalyze.check import run_ir
 
-    source = read_source(candidate, explicit=True)
-    if isinstance(source, SourceError):
-        findings = [error_finding(candidate, source.reason, source.row, source.column + 1)]
-    elif source is None:
-        findings = []
-    else:
-        findings, _ = analyze_source(candidate, source.text)
-    config = Config()
+        result = run_ir([candidate], config, result, use_cache=False, jobs=1)
     return [{"code": f.code, "row": f.location.row, "message": f.message, "kernel": f.kernel,
              **({"counterexample": f.evidence["counterexample"]} if "counterexample" in (f.evidence or {}) else {})}
-            for f in findings if config.selects(f.code)]
+            for f in result.findings if config.selects(f.code, f.location.file)]
 
 
 def gate_codes(gates, static: list[dict]) -> list[str]:
@@ -134,10 +131,12 @@ def run_pair(spec: dict) -> dict:
 
         thread = threading.Thread(target=overlap, daemon=True)
         thread.start()
-    static = static_pass(spec["candidate"])
+    static = static_pass(spec["candidate"], spec.get("extend_select"), spec.get("ir", False))
     static_seconds = time.monotonic() - started
     codes = gate_codes(spec["gates"], static)
-    verdicts = run_gates_of(spec, static, codes) if codes else {}
+    # Targeted with nothing flagged still runs the baseline: a candidate that fails on its own
+    # inputs is CMP001 confirmed, never a pair with no verdict.
+    verdicts = run_gates_of(spec, static, codes) if codes or spec["gates"] == "targeted" else {}
     gate_seconds = time.monotonic() - started - static_seconds
     if thread is not None:
         thread.join()

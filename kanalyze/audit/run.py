@@ -35,6 +35,8 @@ class AuditOptions:
     executor: object | None = field(default=None, repr=False)   # built from executor_kind unless given
     executor_kind: str = "local"                  # --executor: local | ray
     address: str | None = None                    # --address: the Ray cluster's
+    extend_select: list[str] = field(default_factory=list)   # --extend-select: the static pass's extra codes
+    ir: bool = False                              # --ir: the compiled code too
 
 
 def make_executor(options: AuditOptions):
@@ -52,7 +54,12 @@ def verdict_options(options: AuditOptions) -> dict:
     """What goes into every pair id: a change of any of these runs the pair again."""
     from kanalyze.dynamic.runner import resolve_mode
 
-    return {"gates": options.gates, "device": resolve_mode(options.device), "kanalyze": __version__}
+    settings = {"gates": options.gates, "device": resolve_mode(options.device), "kanalyze": __version__}
+    if options.extend_select:   # only when given: the ids of earlier journals stay the same
+        settings["extend_select"] = sorted(options.extend_select)
+    if options.ir:
+        settings["ir"] = True
+    return settings
 
 
 def _base(pair: Pair, identifier: str, settings: dict) -> dict:
@@ -81,7 +88,8 @@ def plan(pairs: list[Pair], options: AuditOptions, finished: dict[str, dict]) ->
         spec = {"candidate": os.path.abspath(pair.candidate),
                 "problem": os.path.abspath(pair.problem) if pair.problem else None,
                 "problem_error": pair.problem_error, "gates": settings["gates"], "device": settings["device"],
-                "case_timeout": options.case_seconds, "witness_dir": witness_dir}
+                "case_timeout": options.case_seconds, "witness_dir": witness_dir,
+                "extend_select": settings.get("extend_select", []), "ir": settings.get("ir", False)}
         jobs.append((identifier, {"base": _base(pair, identifier, settings), "spec": spec}))
     return jobs, duplicates
 

@@ -174,5 +174,5 @@ def build_parser() -> argparse.ArgumentParser:
 
     from kanalyze.audit.arguments import add_audit_parser  # imports nothing else of kanalyze
 
-    add_audit_parser(sub, _gates)
+    add_audit_parser(sub, _gates, _selectors)
     return parser

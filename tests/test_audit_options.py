@@ -1,0 +1,61 @@
+"""`kanalyze audit`'s static pass as `check` runs it: `--extend-select` (the z3 proofs), `--ir`,
+and targeted gates that still run a candidate nothing flagged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kanalyze.audit.journal import read_records
+from kanalyze.cli import main
+
+pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+KB = Path(__file__).resolve().parent.parent / "fixtures" / "kernelbench"
+CLEAN = KB / "candidates" / "level1_problem6_leaky_relu.py"
+PROBLEM = KB / "level1" / "6_leaky_relu.py"
+
+
+def _audit(tmp_path: Path, name: str, candidate: Path, *options: str, problem: Path = PROBLEM) -> list[dict]:
+    manifest = tmp_path / f"{name}.jsonl"
+    manifest.write_text(json.dumps({"candidate": str(candidate), "problem": str(problem)}) + "\n")
+    out = tmp_path / name
+    code = main(["audit", "--manifest", str(manifest), "--output", str(out), "--device", "cpu", "-q", *options])
+    assert code in (0, 1)
+    records, _, _ = read_records(str(out / "results.jsonl"))
+    return records
+
+
+def test_extend_select_runs_the_proofs_and_changes_the_pair_id(tmp_path) -> None:
+    plain = _audit(tmp_path, "plain", CLEAN, "--gates", "MEM002")
+    proofs = _audit(tmp_path, "proofs", CLEAN, "--gates", "MEM002", "--extend-select", "MEM004")
+    codes = {name: {f["code"] for f in records[0]["static"]} for name, records in (("plain", plain),
+                                                                                    ("proofs", proofs))}
+    assert "MEM004" not in codes["plain"] and "MEM004" in codes["proofs"], codes   # int32 `pid * BLOCK`
+    assert plain[0]["id"] != proofs[0]["id"]
+
+
+def test_targeted_gates_still_run_a_candidate_nothing_flagged(tmp_path) -> None:
+    broken = tmp_path / "level1_problem6_leaky_relu_broken.py"
+    broken.write_text(CLEAN.read_text().replace("        x = x.contiguous()\n",
+                                                "        rows, cols, depth = x.shape   # the input is 2-D\n"
+                                                "        x = x.contiguous()\n"))
+    records = _audit(tmp_path, "broken", broken, "--gates", "targeted")
+    assert records[0]["static"] == []
+    verdict = records[0]["verdicts"]["CMP001"]
+    assert verdict["status"] == "confirmed" and "not enough values to unpack" in verdict["summary"]
+
+
+def test_ir_adds_the_compiled_codes_evidence_to_the_static_pass(tmp_path) -> None:
+    tf32 = KB / "candidates" / "level1_problem3_matmul_tf32.py"
+    problem = KB / "level1" / "3_matmul.py"
+    compiled = _audit(tmp_path, "ir", tf32, "--gates", "MEM002", "--ir", problem=problem)
+    source = _audit(tmp_path, "no-ir", tf32, "--gates", "MEM002", problem=problem)
+    message = {name: next(f["message"] for f in records[0]["static"] if f["code"] == "PRC001")
+               for name, records in (("ir", compiled), ("source", source))}
+    assert "IR: compiles to" in message["ir"] and "tf32" in message["ir"], message
+    assert "IR:" not in message["source"]
+    assert compiled[0]["id"] != source[0]["id"]
