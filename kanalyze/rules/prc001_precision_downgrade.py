@@ -7,14 +7,16 @@ from typing import Iterator
 import libcst as cst
 
 from kanalyze.analyzer.names import dotted
+from kanalyze.analyzer.project_index import linked_of
+from kanalyze.analyzer.triton.backends import ascend_module
 from kanalyze.analyzer.triton.calls import calls_within, keyword, string_literal
 from kanalyze.analyzer.triton.dtype_flow import DtypeFlow
 from kanalyze.analyzer.triton.dtype_names import (LOW_PRECISION_FLOATS, UNKNOWN, cast_operand, cast_target, describe,
                                                   literal_dtype)
 from kanalyze.analyzer.triton.entities import JitFunction
 from kanalyze.analyzer.triton.model import TritonModule
-from kanalyze.analyzer.triton.narrowing import (bitcast, follows_tensor_dtype, is_loaded_or_fp32, matches_dot_partner,
-                                                only_stored, under_dtype_test)
+from kanalyze.analyzer.triton.narrowing import (bitcast, exact_round_trip, follows_tensor_dtype, is_loaded_or_fp32,
+                                                matches_dot_partner, only_stored, under_dtype_test)
 from kanalyze.rules.base import Report, Rule, expr_text, source
 
 DOT = "triton.language.dot"
@@ -40,18 +42,29 @@ class PrecisionDowngrade(Rule):
     `torch.set_float32_matmul_precision("high")`).
 
     The dtype of an operand is read from the source: a cast's target (a
-    constexpr is followed to the wrapper's launch value), `x.to(y.dtype)`, and
-    for `tl.load` the element type of the tensor the wrapper passes
+    constexpr is followed to the wrapper's launch value, a helper's table of
+    dtypes to its values), `x.to(y.dtype)`, a descriptor load's dtype, and for
+    `tl.load` the element type of the tensor the wrapper passes
     (`torch.zeros(..., dtype=torch.int8)`, `.half()`, `torch.empty(n)` is
-    float32).  Triton requires both operands of a dot to have one dtype, so one
-    known operand tells the other's.  Dots on fp16, bf16, fp8, int8 or fp64
-    operands are not flagged (they have no TF32).  Where no operand's dtype is
-    visible (both come from tensors handed in by a caller) the message says so
-    and the finding's evidence carries `"dtype_known": false`.  A narrowing
-    whose target follows an input's dtype (`x.to(y.dtype)`, a constexpr the
-    wrapper sets from `q.dtype`), a bitcast, a cast whose value is only
-    stored, and a host `.to(torch.bfloat16)` taken only when an input is bf16
-    are not flagged.
+    float32).  A wrapper's parameter takes what the callers in the file pass
+    (a test that feeds fp16, `Function.apply`), narrowed by the wrapper's own
+    checks (`assert q.dtype in (torch.float16, torch.bfloat16)`, `if ...: raise`)
+    and by the branch it is read in (`if x.dtype == torch.float32:`).  Triton
+    requires both operands of a dot to have one dtype, so one known operand
+    tells the other's.  Dots on fp16, bf16, fp8, int8 or fp64 operands are not
+    flagged (they have no TF32), nor default dots in a module written for
+    Ascend NPUs (it imports `torch_npu` or lives in an `_ascend/` backend
+    folder), where triton-ascend multiplies fp32 in IEEE unless asked, nor
+    kernels that never run (nothing launches, calls or names them, in a
+    `ModelNew` file, or in a module that launches its other kernels and that no
+    other checked module takes this one from).  Where no operand's dtype is
+    visible (both come from tensors handed in from outside the file) the
+    message says so and the finding's evidence carries `"dtype_known": false`.
+    A narrowing whose target follows an input's dtype (`x.to(y.dtype)`, a
+    constexpr the wrapper sets from `q.dtype`), a bitcast, a cast whose value
+    is only stored, a float32 value widened from data the target holds exactly
+    (fp8 → fp32 → fp16), and a host `.to(torch.bfloat16)` taken only when an
+    input is bf16 are not flagged.
 
     ## Why is this bad
     Triton's default for `tl.dot` on fp32 operands is TF32, which keeps 10 bits
@@ -139,18 +152,22 @@ class PrecisionDowngrade(Rule):
     ]
 
     def check(self, model: TritonModule) -> Iterator[Report]:
+        ieee_default = ascend_module(model) is not None  # triton-ascend: fp32 dots are IEEE unless asked
         for jit in model.jit.values():
             if jit.name != jit.function.name:
                 continue  # an alias (`k = triton.jit(_k)`) of a function seen already
+            if never_runs(model, jit):
+                continue  # dead code next to the kernels its file does launch: it never computes
             for site in model.calls_in(jit, DOT):
-                yield from self._check_dot(model, jit, site.node)
+                yield from self._check_dot(model, jit, site.node, ieee_default)
             for call, _ in calls_within(model, jit.node):
                 yield from self._check_kernel_downcast(model, jit, call)
         yield from self._check_host(model)
 
     # -- tl.dot -------------------------------------------------------------
 
-    def _check_dot(self, model: TritonModule, jit: JitFunction, call: cst.Call) -> Iterator[Report]:
+    def _check_dot(self, model: TritonModule, jit: JitFunction, call: cst.Call,
+                   ieee_default: bool) -> Iterator[Report]:
         text = expr_text(model, call)
         precision = keyword(call, "input_precision")
         allow_tf32 = keyword(call, "allow_tf32")
@@ -166,6 +183,8 @@ class PrecisionDowngrade(Rule):
                                         f"use `input_precision=\"ieee\"` to match an IEEE fp32 reference",
                                   kernel=jit.name, expression=text, precision="tf32")
             return
+        if ieee_default:
+            return  # an Ascend module: triton-ascend multiplies fp32 operands in IEEE fp32 by default
         operands = [keyword(call, n, i) for i, n in enumerate(("input", "other"))]
         flow = self._flow(model)
         types = [flow.value(jit.function, o) if o is not None else frozenset({UNKNOWN}) for o in operands]
@@ -222,6 +241,8 @@ class PrecisionDowngrade(Rule):
             return  # the other operand of the product is visibly that dtype: the problem's data is
         if len(narrow_to) == 1 and under_dtype_test(model, call, next(iter(narrow_to))):
             return  # `if fp8_v: p = p.to(tl.float8e5)` with `fp8_v = V.dtype.element_ty == tl.float8e5`
+        if all(exact_round_trip(model, flow, jit, operand, narrow, self._reachings(model)) for narrow in narrow_to):
+            return  # fp8 data widened to fp32 and narrowed to fp16: the same numbers come back
         text = expr_text(model, call)
         narrow = sorted(narrow_to)[0]
         if known:
@@ -283,6 +304,27 @@ class PrecisionDowngrade(Rule):
             yield self.report(site.node, f"`{text}` narrows a tensor to {narrow} in `{site.function.qualname}`; "
                                          f"an fp32 problem must be computed in fp32",
                               expression=text, to_dtype=narrow)
+
+
+def never_runs(model: TritonModule, jit: JitFunction) -> bool:
+    """A kernel nothing launches, calls or names, in a file known whole: a candidate that
+    defines `ModelNew`, or a module checked with the rest of its project (the project
+    index) that launches its other kernels itself and that no other checked module uses
+    this one from.  A module that launches none of its kernels is a kernel library whose
+    callers may lie outside the check: its kernels are kept."""
+    names = {name for name, other in model.jit.items() if other.function is jit.function}
+    if any(other.launches or other.called_from for other in model.jit.values() if other.function is jit.function):
+        return False
+    for node in model.nodes(cst.Name, cst.SimpleString):
+        text = node.value if isinstance(node, cst.Name) else string_literal(node)
+        if text in names and not (isinstance(node, cst.Name) and model.parent(node) is jit.node):
+            return False  # `kernels = {"fwd": k}`, `getattr(mod, "k")`, an alias: it may run
+    if any(c.name.value == "ModelNew" for c in model.nodes(cst.ClassDef)):
+        return True
+    linked = linked_of(model)
+    if linked is None or any(linked.users_of(name) for name in names):
+        return False  # checked alone, or another checked module launches it
+    return any(other.launches for other in model.jit.values())
 
 
 def resolve_dtypes_or_strings(model: TritonModule, jit: JitFunction, expr: cst.BaseExpression | None) -> set[str]:

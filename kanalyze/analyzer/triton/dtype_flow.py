@@ -28,11 +28,12 @@ class DtypeFlow:
     a pointer takes the element type of the tensor the wrapper passes, a cast takes
     its target, `x.to(y.dtype)` takes y's dtype, `x.to(P.dtype.element_ty)` P's
     element type), and on the host (`torch.zeros(..., dtype=torch.int32)`, `.half()`,
-    `torch.empty(n)` is the default float32).  Each answer is a set of dtype names;
-    `UNKNOWN` in it means some value whose dtype the source does not show.
-    Nothing is guessed: a tensor handed in by a caller is UNKNOWN."""
+    `torch.empty(n)` is the default float32, a parameter what the file's callers pass).
+    Each answer is a set of dtype names; `UNKNOWN` in it means some value whose dtype
+    the source does not show.  Nothing is guessed: a tensor handed in by a caller
+    outside the file is UNKNOWN."""
 
-    def __init__(self, model: TritonModule, depth: int = 8) -> None:
+    def __init__(self, model: TritonModule, depth: int = 12) -> None:
         self.model = model
         self.depth = depth
         self._active: set[tuple] = set()
@@ -41,6 +42,7 @@ class DtypeFlow:
         self._module_values: dict[str, list[cst.BaseExpression]] | None = None
         self._reachings: dict[int, object] = {}  # function node → its Reaching
         self._pointer_cache: dict = {}  # pointer_bases' own cache, kept across questions
+        self.host_caches: dict[str, dict] = {"checks": {}, "callers": {}}  # host_dtypes' helpers' caches
 
     # -- plumbing -------------------------------------------------------------
 
@@ -122,23 +124,10 @@ class DtypeFlow:
                     and expr.value.attr.value == "dtype" and self._jit(func) is not None:
                 return set(self.pointer_element(func, expr.value.value, depth - 1))
             return {UNKNOWN}
+        if isinstance(expr, cst.Call):
+            return self._named_call(func, expr, depth)
         if isinstance(expr, cst.Subscript):
-            table = expr.value
-            values: list[cst.BaseExpression] = []
-            if isinstance(table, cst.Name):
-                local = [d.value for d in model.flow(func).defs_of(table.value)] if func is not None else []
-                values = [v for v in local if v is not None] or self._module_assigned(table.value)
-            elif isinstance(table, cst.Dict):
-                values = [table]
-            dicts = [v for v in values if isinstance(v, cst.Dict)]
-            if not dicts or len(dicts) != len(values):
-                return {UNKNOWN}
-            found: set[str] = set()
-            for d in dicts:
-                for element in d.elements:
-                    found |= self.named(func, element.value, depth - 1) if isinstance(element, cst.DictElement) \
-                        else {UNKNOWN}
-            return found
+            return self._table_values(func, expr.value, depth)
         if not isinstance(expr, cst.Name):
             return {UNKNOWN}
         if func is None:
@@ -157,6 +146,45 @@ class DtypeFlow:
             else:
                 found.add(UNKNOWN)
         return found
+
+    def _named_call(self, func: Function | None, call: cst.Call, depth: int) -> set[str]:
+        """`table.get(key, None)` on a dict of dtypes (its values), or a call of a host function of
+        this module (`get_triton_type(x.dtype)`): what its `return`s name."""
+        callee = call.func
+        if isinstance(callee, cst.Attribute) and callee.attr.value == "get" and call.args:
+            return self._table_values(func, callee.value, depth)  # a miss gives None, which no kernel takes
+        helper = self._module_function(callee)
+        if helper is None:
+            return {UNKNOWN}
+        returns = [n.value for n in walk(helper.node.body) if isinstance(n, cst.Return) and n.value is not None]
+        found: set[str] = set()
+        for value in returns:
+            found |= self.named(helper, value, depth - 1)
+        return found or {UNKNOWN}
+
+    def _table_values(self, func: Function | None, table: cst.BaseExpression, depth: int) -> set[str]:
+        """The dtypes a lookup in a dict can give: a dict literal, or one a name holds
+        (`type_map = {torch.float16: tl.float16, ...}`), its values."""
+        values: list[cst.BaseExpression] = [table] if isinstance(table, cst.Dict) else []
+        if isinstance(table, cst.Name):
+            local = [d.value for d in self.model.flow(func).defs_of(table.value)] if func is not None else []
+            values = [v for v in local if v is not None] or self._module_assigned(table.value)
+        if not values or not all(isinstance(v, cst.Dict) for v in values):
+            return {UNKNOWN}
+        found: set[str] = set()
+        for d in values:
+            for element in d.elements:
+                found |= self.named(func, element.value, depth - 1) if isinstance(element, cst.DictElement) \
+                    else {UNKNOWN}
+        return found
+
+    def _module_function(self, callee: cst.BaseExpression) -> Function | None:
+        """The module-level host function a bare name calls, when exactly one `def` has that name."""
+        if not isinstance(callee, cst.Name):
+            return None
+        found = [f for f in self.model.host_functions if f.name == callee.value and f.class_name is None
+                 and self.model.function_of(f.node) is None]
+        return found[0] if len(found) == 1 else None
 
     def _param_named(self, func: Function, name: str, depth: int) -> set[str]:
         jit = self._jit(func)
@@ -323,6 +351,8 @@ class DtypeFlow:
         args = [a.value for a in call.args if a.keyword is None and not a.star]
         if leaf == "load":
             return set(self.pointer_element(func, keyword(call, "pointer", 0), depth - 1))
+        if leaf == "_experimental_descriptor_load":  # (desc, offsets, shape, dtype): the dtype it reads as
+            return set(self.named(func, keyword(call, "dtype", 3), depth - 1))
         if leaf in ("zeros", "full"):
             return set(self.named(func, keyword(call, "dtype", 1 if leaf == "zeros" else 2), depth - 1))
         if leaf == "dot":

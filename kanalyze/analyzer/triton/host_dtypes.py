@@ -2,8 +2,11 @@
 
 `torch.zeros(..., dtype=torch.int32)` has its `dtype=`, `torch.empty(n)` the
 default float32, `torch.empty_like(x)` and `x.view(...)` x's dtype, `.half()` and
-`.to(torch.bfloat16)` their target; `.to("cuda")` keeps the dtype.  A tensor
-handed in by a caller is UNKNOWN.  Used through `DtypeFlow.host_tensor`
+`.to(torch.bfloat16)` their target; `.to("cuda")` keeps the dtype.  A parameter
+takes what the function's callers in this file pass (host_callers.py; UNKNOWN when
+nobody in the file calls it), narrowed by the function's dtype checks and the
+branch tests around a read (`assert q.dtype in (torch.float16, torch.bfloat16)`,
+host_checks.py).  Used through `DtypeFlow.host_tensor`
 (dtype_flow.py), which also follows a kernel pointer to the tensor a launch passes.
 """
 
@@ -15,6 +18,8 @@ import libcst as cst
 
 from kanalyze.analyzer.triton.dtype_names import UNKNOWN
 from kanalyze.analyzer.triton.entities import Function
+from kanalyze.analyzer.triton.host_callers import host_callers
+from kanalyze.analyzer.triton.host_checks import branch_dtypes, function_checks
 
 if TYPE_CHECKING:
     from kanalyze.analyzer.triton.dtype_flow import DtypeFlow
@@ -29,7 +34,10 @@ HOST_CASTS = {"half": "float16", "float": "float32", "double": "float64", "bfloa
 HOST_SAME = set("contiguous view reshape permute transpose t flatten unflatten unsqueeze squeeze expand expand_as "
                 "view_as reshape_as clone detach narrow select cuda movedim as_strided chunk split unbind "
                 "zero_ fill_ copy_ requires_grad_ pin_memory".split())
+HOST_SAME |= set("normal_ uniform_ random_ bernoulli_ exponential_ cauchy_ log_normal_ geometric_ "
+                 "mul_ add_ sub_ div_ clamp_ abs_ neg_".split())  # in place: the tensor keeps its dtype
 HOST_NEW = {"new_empty", "new_zeros", "new_ones", "new_full", "new_empty_strided"}
+PARAMETER = {"torch.nn.Parameter", "torch.nn.parameter.Parameter"}
 
 
 def host_tensor_dtypes(flow: DtypeFlow, func: Function | None, expr: cst.BaseExpression, depth: int) -> set[str]:
@@ -42,9 +50,18 @@ def host_tensor_dtypes(flow: DtypeFlow, func: Function | None, expr: cst.BaseExp
             return {UNKNOWN}
         found: set[str] = set()
         for d in model.flow(func).defs_of(expr.value) or ():
+            if d.kind == "param":
+                found |= _parameter(flow, func, d.name, depth)
+                continue
             value = flow.unpacked(d, d.value) if d.value is not None and d.kind in ("assign", "walrus") else None
             found |= flow.host_tensor(func, value, depth - 1) if value is not None else {UNKNOWN}
-        return found or {UNKNOWN}
+        found = found or {UNKNOWN}
+        # What the function's own checks and the tests around this read allow (host_checks.py).
+        for allowed in (function_checks(model, func, flow.host_caches["checks"]).get(expr.value),
+                        branch_dtypes(model, expr)):
+            if allowed:
+                found = set(allowed) if UNKNOWN in found or not found & allowed else found & allowed
+        return found
     if isinstance(expr, cst.Subscript):
         return set(flow.host_tensor(func, expr.value, depth - 1))
     if isinstance(expr, cst.Attribute):
@@ -56,6 +73,8 @@ def host_tensor_dtypes(flow: DtypeFlow, func: Function | None, expr: cst.BaseExp
     if not isinstance(expr, cst.Call):
         return {UNKNOWN}
     name = model.call_name(expr) or ""
+    if name in PARAMETER and expr.args:  # `nn.Parameter(torch.randn(..., dtype=torch.float16))`
+        return set(flow.host_tensor(func, expr.args[0].value, depth - 1))
     dtype_arg = next((a.value for a in expr.args if a.keyword is not None and a.keyword.value == "dtype"), None)
     if name in TORCH_CREATE or name in TORCH_LIKE:
         if dtype_arg is not None:
@@ -85,3 +104,22 @@ def host_tensor_dtypes(flow: DtypeFlow, func: Function | None, expr: cst.BaseExp
     if method in HOST_SAME:
         return set(flow.host_tensor(func, receiver, depth - 1))
     return {UNKNOWN}
+
+
+def _parameter(flow: DtypeFlow, func: Function, name: str, depth: int) -> set[str]:
+    """A host function's parameter: what its callers in this file pass (host_callers.py);
+    UNKNOWN when it has none, or one passes what the file does not show."""
+    callers = host_callers(flow.model, func, flow.host_caches["callers"])
+    if not callers:
+        return {UNKNOWN}
+    param = next((p for p in (*func.node.params.posonly_params, *func.node.params.params,
+                              *func.node.params.kwonly_params) if p.name.value == name), None)
+    found: set[str] = set()
+    for caller, bound, call in callers:
+        arg = bound.get(name)
+        if arg is not None:
+            found |= flow.host_tensor(caller, arg, depth - 1)
+        elif param is None or not (isinstance(param.default, cst.Name) and param.default.value == "None") \
+                or any(a.star for a in call.args):
+            found.add(UNKNOWN)  # a default that is not None, or what an unpacked `*args` holds
+    return found or {UNKNOWN}

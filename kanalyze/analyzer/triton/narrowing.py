@@ -5,8 +5,9 @@ it.  Not a downgrade: a bitcast (`bitcast=True` reinterprets bits), a target tha
 follows an input's dtype (`x.to(y.dtype)`, a constexpr the wrapper picks from
 `q.dtype`), a cast whose value is only stored (`only_stored`, through ordered
 reaching definitions), a cast feeding `tl.dot` whose other operand is visibly
-loaded in that dtype, and a cast taken only when a tensor's `.dtype` is the
-target (`under_dtype_test`).  PRC001 reports the rest.
+loaded in that dtype, a cast taken only when a tensor's `.dtype` is the
+target (`under_dtype_test`), and a float32 value widened from data the target
+holds exactly (`exact_round_trip`: fp8 → fp32 → fp16).  PRC001 reports the rest.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.names import dotted
 from kanalyze.analyzer.triton.calls import bind_call_args, calls_within, keyword
 from kanalyze.analyzer.triton.dtype_flow import DtypeFlow
-from kanalyze.analyzer.triton.dtype_names import UNKNOWN, cast_target, literal_dtype, resolve_dtypes
+from kanalyze.analyzer.triton.dtype_names import UNKNOWN, cast_operand, cast_target, literal_dtype, resolve_dtypes
 from kanalyze.analyzer.triton.entities import JitFunction
+from kanalyze.analyzer.triton.host_callers import host_callers
 from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.analyzer.triton.reaching import Reaching
 
@@ -102,6 +104,43 @@ def only_stored(model: TritonModule, cast: cst.Call, reachings: dict, depth: int
     return True
 
 
+# What each narrow dtype holds exactly: a value widened from one of these and narrowed back loses nothing.
+EXACTLY_IN = {"float16": {"float16", "float8", "int8", "uint8", "bool"},
+              "bfloat16": {"bfloat16", "float8", "int8", "uint8", "bool"},
+              "float8": {"float8"}}
+
+
+def exact_round_trip(model: TritonModule, flow: DtypeFlow, jit: JitFunction, operand: cst.BaseExpression,
+                     narrow: str, reachings: dict) -> bool:
+    """Is the value cast to `narrow` a float32 widening of data `narrow` holds exactly (`w =
+    w.to(tl.float8e5, bitcast=True); w = w.to(tl.float32); w = w.to(tl.float16)`)?  Then the
+    narrowing gives back the same numbers: no bit is lost."""
+    reaching = _reaching(model, jit.function, reachings)
+
+    def values_of(expr: cst.BaseExpression | None) -> list[cst.BaseExpression] | None:
+        """What `expr` holds where it is read: the definitions that reach it (a name), or itself."""
+        if not isinstance(expr, cst.Name):
+            return [expr] if expr is not None else None
+        defs = _reaching_defs(model, reaching, expr.value, expr)
+        if not defs or any(d.kind != "assign" or d.value is None for d in defs):
+            return None
+        return [d.value for d in defs]
+
+    widenings = values_of(operand)
+    if not widenings:
+        return False
+    for value in widenings:
+        if not isinstance(value, cst.Call) or literal_dtype(model, cast_target(model, value)) != "float32":
+            return False
+        sources = values_of(cast_operand(value))
+        if not sources:
+            return False
+        held = frozenset().union(*(flow.value(jit.function, source) for source in sources))
+        if UNKNOWN in held or not held <= EXACTLY_IN.get(narrow, set()):
+            return False
+    return True
+
+
 def _reaching(model: TritonModule, function, reachings: dict) -> Reaching:
     """The function's `Reaching`, kept in `reachings` (the caller's: one per model)."""
     if id(function.node) not in reachings:
@@ -128,7 +167,8 @@ def under_dtype_test(model: TritonModule, node: cst.CSTNode, narrow: str) -> boo
 
 def _test_values(model: TritonModule, test: cst.BaseExpression) -> list[cst.BaseExpression]:
     """The test itself, or, for a jit parameter (`if fp8_v:`), every value its launches and
-    callers pass (`fp8_v=V.dtype.element_ty == tl.float8e5`) when each of them is visible."""
+    callers pass (`fp8_v=V.dtype.element_ty == tl.float8e5`) when each of them is visible;
+    a wrapper's name assigned once stands for its value (`use_tc = x.dtype in (...)`)."""
     if not isinstance(test, cst.Name):
         return [test]
     function = model.function_of(test)
@@ -136,10 +176,19 @@ def _test_values(model: TritonModule, test: cst.BaseExpression) -> list[cst.Base
     if jit is None or not any(d.kind == "param" for d in model.flow(jit.function).defs_of(test.value)):
         return [test]
     values = [bind_call_args(call, jit.params).get(test.value) for _, call in jit.called_from]
-    values += [l.args.get(test.value) for l in jit.launches]
+    values += [_assigned_once(model, l.wrapper, l.args.get(test.value)) for l in jit.launches]
     if not values or any(v is None for v in values):
         return [test]
     return values
+
+
+def _assigned_once(model: TritonModule, function, value: cst.BaseExpression | None) -> cst.BaseExpression | None:
+    """A name's only value in `function` (`use_tc = x.dtype in (...)`), else `value` itself."""
+    if isinstance(value, cst.Name) and function is not None:
+        defs = model.flow(function).defs_of(value.value)
+        if len(defs) == 1 and defs[0].kind == "assign" and defs[0].value is not None:
+            return DtypeFlow.unpacked(defs[0], defs[0].value)
+    return value
 
 
 def _tests_dtype_is(model: TritonModule, test: cst.BaseExpression, narrow: str) -> bool:
@@ -222,14 +271,19 @@ def bitcast(call: cst.Call) -> bool:
     return flag is not None and dotted(flag) == "True"
 
 
-def follows_tensor_dtype(model: TritonModule, function, expr: cst.BaseExpression | None, depth: int = 4) -> bool:
+def follows_tensor_dtype(model: TritonModule, function, expr: cst.BaseExpression | None, depth: int = 6) -> bool:
     """Is a cast's target read from a tensor's dtype (`y.dtype`, `P.dtype.element_ty`, a constexpr
-    the wrapper sets to `tl.float16 if x.dtype == torch.float16 else tl.bfloat16`)?"""
+    the wrapper sets to `tl.float16 if x.dtype == torch.float16 else tl.bfloat16`, a helper's
+    mapping of an input's dtype: `get_triton_type(elem_type)` with `elem_type` a wrapper's
+    parameter its caller in the file passes `mat1.dtype`)?"""
     if expr is None or depth < 0:
         return False
     if any(isinstance(n, cst.Attribute) and n.attr.value == "dtype" for n in walk(expr)):
         return True
     if not isinstance(expr, cst.Name):
+        return any(follows_tensor_dtype(model, function, n, depth) for n in walk(expr)
+                   if isinstance(n, cst.Name) and not isinstance(model.parent(n), cst.Attribute))
+    if function is None:
         return False
     for d in model.flow(function).defs_of(expr.value):
         if d.kind != "param":
@@ -238,6 +292,9 @@ def follows_tensor_dtype(model: TritonModule, function, expr: cst.BaseExpression
             continue
         jit = model.jit.get(function.name)
         if jit is None or jit.function is not function:
+            if any(bound.get(d.name) is not None and follows_tensor_dtype(model, caller, bound[d.name], depth - 1)
+                   for caller, bound, _ in host_callers(model, function, {})):
+                return True  # a host function's parameter: what its callers in the file pass
             continue
         for launch in jit.launches:
             value = launch.args.get(d.name)

@@ -1,0 +1,156 @@
+"""What a host function's own dtype checks say about its tensors.
+
+    assert q.dtype in (torch.float16, torch.bfloat16)      q is fp16 or bf16 from here on
+    assert Q.dtype == torch.float16 and K.dtype == ...     each of them
+    if x.dtype not in (torch.float16,): raise ValueError   x is fp16 past the `if`
+    assert q_dtype == k.dtype  (with q_dtype = q.dtype)    k is whatever q is
+
+are read at the top level of the function body: the function runs past them only with
+those dtypes, so each read of the name in it is taken to have them.  A read inside a branch that tests the dtype sees that branch's dtypes:
+`x_` in `else: x_tc = x_` under `if x_.dtype != torch.float16:`, or the body of
+`x if x.dtype == torch.float16 else x.half()`.
+
+`function_checks(model, function, cache)` gives name → the dtypes its checks allow;
+`branch_dtypes(model, name_node)` the dtypes the tests around one read allow.  Tests
+that exclude a dtype (`x.dtype != torch.float32` in an assert) say nothing here.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from kanalyze.analyzer.triton.dtype_names import literal_dtype
+from kanalyze.analyzer.triton.entities import Function
+from kanalyze.analyzer.triton.model import TritonModule
+
+Allowed = dict[str, frozenset[str]]
+
+
+def function_checks(model: TritonModule, function: Function, cache: dict) -> Allowed:
+    """Name → the dtypes the function's top-level asserts and raise-guards allow it
+    (kept in `cache`, the caller's: one per model)."""
+    key = id(function.node)
+    if key not in cache:
+        aliases = _dtype_aliases(function)
+        allowed: Allowed = {}
+        equal: list[tuple[str, str]] = []
+        for statement in _body(function.node):
+            if isinstance(statement, cst.SimpleStatementLine):
+                for small in statement.body:
+                    if isinstance(small, cst.Assert):
+                        _read(model, small.test, True, aliases, allowed, equal)
+            elif isinstance(statement, cst.If) and statement.orelse is None and _raises(statement.body):
+                _read(model, statement.test, False, aliases, allowed, equal)
+        changed = True
+        while changed:  # `assert q.dtype == k.dtype`: what one is allowed, the other is
+            changed = False
+            for a, b in equal + [(b, a) for a, b in equal]:
+                if a in allowed and allowed.get(b) != allowed[a] and (b not in allowed or allowed[a] < allowed[b]):
+                    allowed[b] = allowed[a]
+                    changed = True
+        cache[key] = allowed
+    return cache[key]
+
+
+def branch_dtypes(model: TritonModule, read: cst.Name) -> frozenset[str] | None:
+    """The dtypes `read` can have where it is read, by the `if`/ternary tests around it on
+    the `.dtype` of that same name; None when no test says."""
+    allowed: frozenset[str] | None = None
+    child: cst.CSTNode = read
+    function = model.function_of(read)
+    aliases = _dtype_aliases(function) if function is not None else {}
+    for ancestor in model.ancestors(read):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            break
+        branch = None
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test:
+            branch = child is ancestor.body
+        if branch is not None:
+            found: Allowed = {}
+            _read(model, ancestor.test, branch, aliases, found, [])
+            if read.value in found:
+                allowed = found[read.value] if allowed is None else allowed & found[read.value]
+        child = ancestor
+    return allowed
+
+
+# -- reading a test -----------------------------------------------------------
+
+
+def _read(model: TritonModule, test: cst.BaseExpression, holds: bool, aliases: dict[str, str],
+          allowed: Allowed, equal: list[tuple[str, str]]) -> None:
+    """What `test` says about dtypes when it evaluates to `holds`, added to `allowed`/`equal`."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        _read(model, test.expression, not holds, aliases, allowed, equal)
+        return
+    if isinstance(test, cst.BooleanOperation):
+        # `a and b` holding (or `a or b` failing) says both; the others say neither for sure.
+        if isinstance(test.operator, cst.And) == holds:
+            _read(model, test.left, holds, aliases, allowed, equal)
+            _read(model, test.right, holds, aliases, allowed, equal)
+        return
+    if not isinstance(test, cst.Comparison):
+        return
+    sides = [test.left] + [c.comparator for c in test.comparisons]
+    if len(sides) > 2 and not holds:
+        return  # `a == b == c` failing: which link failed is not known
+    for (left, right), target in zip(zip(sides, sides[1:]), test.comparisons):
+        op = target.operator
+        positive = isinstance(op, (cst.Equal, cst.Is, cst.In))
+        if not positive and not isinstance(op, (cst.NotEqual, cst.IsNot, cst.NotIn)):
+            continue
+        if positive != holds:
+            continue  # `x.dtype != torch.float32` holding excludes one dtype: nothing allowed for sure
+        a, b = _tensor_of(left, aliases), _tensor_of(right, aliases)
+        if a is not None and b is not None:
+            equal.append((a, b))
+            continue
+        name, other = (a, right) if a is not None else (b, left)
+        dtypes = _dtype_set(model, other, membership=isinstance(op, (cst.In, cst.NotIn)))
+        if name is not None and dtypes:
+            allowed[name] = allowed[name] & dtypes if name in allowed else dtypes
+
+
+def _tensor_of(expr: cst.BaseExpression, aliases: dict[str, str]) -> str | None:
+    """`x.dtype` → "x"; a name assigned `x.dtype` once (`q_dtype = q.dtype`) → "q"."""
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "dtype" and isinstance(expr.value, cst.Name):
+        return expr.value.value
+    if isinstance(expr, cst.Name):
+        return aliases.get(expr.value)
+    return None
+
+
+def _dtype_set(model: TritonModule, expr: cst.BaseExpression, membership: bool) -> frozenset[str]:
+    """The dtypes a literal names: `torch.float16`, or every member of `(torch.float16, torch.bfloat16)`."""
+    if membership:
+        if not isinstance(expr, (cst.Tuple, cst.List, cst.Set)):
+            return frozenset()
+        names = [literal_dtype(model, e.value) for e in expr.elements]
+        return frozenset(names) if names and all(names) else frozenset()
+    name = literal_dtype(model, expr)
+    return frozenset({name}) if name else frozenset()
+
+
+def _dtype_aliases(function: Function) -> dict[str, str]:
+    """Names the function assigns a tensor's dtype to, once: `q_dtype = q.dtype`."""
+    seen: dict[str, list[cst.BaseExpression]] = {}
+    for statement in _body(function.node):
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign) and len(small.targets) == 1 \
+                        and isinstance(small.targets[0].target, cst.Name):
+                    seen.setdefault(small.targets[0].target.value, []).append(small.value)
+    return {name: values[0].value.value for name, values in seen.items()
+            if len(values) == 1 and _tensor_of(values[0], {}) is not None}
+
+
+def _body(node: cst.FunctionDef) -> list[cst.BaseStatement]:
+    return list(node.body.body) if isinstance(node.body, cst.IndentedBlock) else []
+
+
+def _raises(block: cst.BaseSuite) -> bool:
+    """Does the block end by raising (`if bad: raise ValueError(...)`)?"""
+    statements = list(block.body) if isinstance(block, cst.IndentedBlock) else [block]
+    last = statements[-1] if statements else None
+    small = last.body if isinstance(last, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) else ()
+    return bool(small) and isinstance(small[-1], cst.Raise)
