@@ -43,7 +43,8 @@ class ConfigError(Exception):
 
 _KNOWN_KEYS = {
     "select", "ignore", "extend-select", "extend-ignore", "per-file-ignores",
-    "exclude", "extend-exclude", "harness", "target", "max-numel", "max-size", "gate-numel", "witness-dir", "ir",
+    "exclude", "extend-exclude", "harness", "target", "max-numel", "max-size", "proof-rlimit", "gate-numel",
+    "witness-dir", "ir",
     "profile", "allow-tf32", "deterministic", "file-timeout", "cache-dir", "respect-gitignore",
 }
 PROFILES = ("auto", "candidate", "library")  # check/profile.py says what each shows
@@ -245,9 +246,10 @@ def load_config(
             raise ConfigError(f"{where}: `per-file-ignores` must be a table of glob = [codes]")
         for pattern in pfi:
             config.per_file_ignores[pattern] = _code_list(pfi, pattern, f"{where} per-file-ignores")
-        # max-size / max-numel: the ranges the MEM003 / MEM004 proofs assume;
+        # max-size / max-numel: the ranges the MEM003 / MEM004 proofs assume; proof-rlimit:
+        # the z3 resource units one file's proofs may use (KAN003 past it);
         # gate-numel: the input elements a dynamic gate's case may use.
-        for key in ("max-size", "max-numel", "gate-numel"):
+        for key in ("max-size", "max-numel", "proof-rlimit", "gate-numel"):
             if key in table and (not isinstance(table[key], int) or isinstance(table[key], bool) or table[key] < 1):
                 raise ConfigError(f"{where}: `{key}` must be a positive integer")
         if "file-timeout" in table:

@@ -3,21 +3,23 @@
 What the pool's workers, the editor and the tests call; never raises on user input.
 A file too deeply nested for the parsers is refused before any parse
 (sources.measure_nesting); one whose analysis runs past its CPU budget is
-reported as such (errors.cpu_budget).
+reported as such (errors.cpu_budget).  The z3 proofs get a deadline below that
+budget (errors.PROOF_SHARE of it), so that they alone never take a file there.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from typing import Iterator
 
 from kanalyze.analyzer.cuda.sources import is_cuda_path, may_contain_inline_cuda
 from kanalyze.analyzer.project_index import Linked
 from kanalyze.analyzer.sources import may_contain_triton, measure_nesting
-from kanalyze.check.errors import (FILE_BUDGET_S, INTERNAL_ERROR, OverBudget, cpu_budget, enter_stage, error_finding,
-                                   nesting_finding, over_budget_finding)
+from kanalyze.check.errors import (FILE_BUDGET_S, INTERNAL_ERROR, PROOF_SHARE, OverBudget, cpu_budget, enter_stage,
+                                   error_finding, nesting_finding, over_budget_finding)
 from kanalyze.findings import Finding, Location
 
 # Python frames one analysis may stack.  LibCST's code generation and kanalyze's
@@ -134,8 +136,11 @@ def analyze_source(path: str, text: str, language: str | None = None, proofs: di
     it may build CUDA (load_inline, cupy); anything else gives no findings.
 
     `budget` is the CPU seconds the file may take (None: no limit); past it the
-    file gets one KAN001 finding that names the stage that ran over.  `linked`:
-    what the project index of a check says about the file (None: the file alone)."""
+    file gets one KAN001 finding that names the stage that ran over; the z3 proofs
+    stop at PROOF_SHARE of it (a KAN003 note says so).  `linked`: what the project
+    index of a check says about the file (None: the file alone)."""
+    if budget:  # the proofs' watchdog (bounds/solver.py), in this process's CPU time, as the budget counts
+        proofs = {**(proofs or {}), "proof-deadline": time.process_time() + PROOF_SHARE * budget}
     try:
         with cpu_budget(budget), _deep_recursion():
             return _analyze_source(path, text, language, proofs, linked)

@@ -7,6 +7,7 @@ from typing import Iterator
 from kanalyze.analyzer.bounds.proofs import AccessReport, BoundsAnalysis, analyze, has_launched_accesses
 from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.rules.base import Report, Rule, expr_text, source
+from kanalyze.rules.kan003_proof_budget import budget_notes
 
 
 class OutOfBounds(Rule):
@@ -98,6 +99,7 @@ class OutOfBounds(Rule):
                 if id(access.call) in cmp003:
                     continue  # CMP003 reports this unmasked access already
             yield self._report(model, access, verdict.counterexample, analysis)
+        yield from budget_notes(analysis)  # KAN003: accesses the file's proof budget left unproved
 
     def _report(self, model: TritonModule, access: AccessReport, example: dict, analysis: BoundsAnalysis) -> Report:
         text = expr_text(model, access.call)

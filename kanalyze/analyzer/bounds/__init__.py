@@ -9,7 +9,9 @@ asked:
   - MEM004: can an int32 operation of the offset, mask or loop-bound
     arithmetic wrap, for tensors of up to max-numel elements?
 An access the extraction does not model is "unknown", with the reason; so is
-one where the solver gives up.  Nothing here imports z3 until a file has a
+one where the solver gives up, and one the file's proof budget (`proof-rlimit`,
+z3 resource units) or its watchdog (a CPU deadline below the file's CPU budget)
+left unasked, which KAN003 reports.  Nothing here imports z3 until a file has a
 launched kernel with a memory access.
 
 The parts, in the order data flows through them (proofs.py drives them, per file):
@@ -22,8 +24,9 @@ The parts, in the order data flows through them (proofs.py drives them, per file
   symbols.py   the symbols (sizes, program ids, lanes, iterations) and their facts
   checks.py    the two questions and the counterexamples handed to the gates
   screen.py    proves the common idioms in Python first: only the rest reaches z3
-  solver.py    asking z3 within a resource budget, one incremental solver a file;
-               the smallest model
+  solver.py    asking z3 within resource budgets (a question, a file), one
+               incremental solver a file; the smallest model
+  watchdog.py  stops z3 at the file's CPU deadline, which the counts miss
 
 Assumptions every verdict carries: the tensors the wrapper receives are
 contiguous; a received tensor's rank is what the wrapper's reads imply

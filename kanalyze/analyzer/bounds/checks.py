@@ -89,7 +89,7 @@ def check_bounds(access: AccessTerms, bound: BoundLaunch, ev: Evaluated, budget:
     if status == "unsat":
         return Verdict("proved")
     if status == "unknown":
-        return Verdict("unknown", "the solver gave up (resource limit)")
+        return Verdict("unknown", budget.gave_up())
     unread = variables(extent) - bound.read
     if unread:
         # The wrapper never reads this tensor's shape: only an access before its
@@ -101,7 +101,7 @@ def check_bounds(access: AccessTerms, bound: BoundLaunch, ev: Evaluated, budget:
             return Verdict("unknown", f"in bounds only if `{tensor.label}` is as large as the kernel reads: the "
                                       f"wrapper never reads its shape")
         if status == "unknown":
-            return Verdict("unknown", "the solver gave up (resource limit)")
+            return Verdict("unknown", budget.gave_up())
     approximations = _free_reasons(bound.env, assertions) + bound.inexact
     if approximations:
         return Verdict("unknown", "possibly out of bounds, but " + "; ".join(approximations))
@@ -207,7 +207,7 @@ def check_overflows(items: list, bound: BoundLaunch, budget: Budget,
                 budget.wraps[key[1]] = _smallest_wrap(access, bound, ev, budget, base, check, condition, found[key])
             wraps.append(budget.wraps[key[1]])
         if any(k[0] == index for k in unknown):
-            reasons.append("the solver gave up (resource limit)")
+            reasons.append(budget.gave_up())
         overall = next((w for w in wraps if w.status == "violated"), None)
         if overall is None:
             overall = Verdict("unknown", reasons[0]) if reasons else Verdict("proved")

@@ -178,6 +178,8 @@ class HostEval(TensorReads):
                     return value.items[position]
                 if position == star:
                     raise Unsupported("a starred target")
+                if len(value.items) < len(elements) - 1:  # the starred name takes none: still too few
+                    raise Unsupported(f"unpacking `{short_text(statement.value)}` into {len(elements)} names")
                 return value.items[position] if position < star else value.items[position - len(elements)]
         raise Unsupported(f"the assignment of `{name}`")
 

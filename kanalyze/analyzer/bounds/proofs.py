@@ -1,5 +1,12 @@
 """The proofs of one file: every launch × constexpr configuration × access, both
-questions, merged into one report per access (the package's docstring says how)."""
+questions, merged into one report per access (the package's docstring says how).
+
+The file's questions share one z3 resource budget (`proof-rlimit`, solver.py).
+Once it is spent, the configurations left are not evaluated and the questions
+left are not asked: their accesses are "unknown" (solver.BUDGET_SPENT) and are
+listed in `BoundsAnalysis.cut`, which KAN003 reports as one note for the file.
+The same when the watchdog's CPU deadline (`proof-deadline`, which the pipeline
+sets below the file's CPU budget) stops them first (solver.TIME_SPENT)."""
 
 from __future__ import annotations
 
@@ -44,10 +51,18 @@ class BoundsAnalysis:
     solver_seconds: float = 0.0
     queries: int = 0
     screened: int = 0               # questions the Python screen proved without z3 (screen.py)
-    timeouts: int = 0
+    timeouts: int = 0               # questions z3 gave up on (their own rlimit, or the watchdog)
     max_size: int = DEFAULT_MAX_SIZE
     max_numel: int = DEFAULT_MAX_NUMEL
     truncated: list[str] = field(default_factory=list)   # kernels with more autotune configs than checked
+    proof_rlimit: int | None = None  # the file's z3 budget (`proof-rlimit`; None: solver.py's default)
+    spent: int = 0                  # z3 resource units the file's questions used
+    refused: int = 0                # questions not asked: the budget was spent
+    cut: list[AccessReport] = field(default_factory=list)  # accesses left unproved by the spent budget
+    deadline: float | None = None   # the watchdog: time.process_time() at which the proofs stop
+    out_of_time: bool = False       # the watchdog stopped them (the cut is by time, not by `proof-rlimit`)
+    cpu_seconds: float = 0.0        # CPU seconds of the proofs
+    configurations: dict[str, list[int]] = field(default_factory=dict)  # kernel → [asked in full, in all]
 
 
 def has_launched_accesses(model: TritonModule) -> bool:
@@ -59,24 +74,28 @@ def has_launched_accesses(model: TritonModule) -> bool:
 
 
 def proof_ranges(raw: dict) -> dict:
-    """The proof ranges among a `[tool.kanalyze]` table (validated by config.py)."""
-    return {key: raw[key] for key in ("max-size", "max-numel") if key in raw}
+    """The proof settings among a `[tool.kanalyze]` table (validated by config.py)."""
+    return {key: raw[key] for key in ("max-size", "max-numel", "proof-rlimit") if key in raw}
 
 
 def settings_of(model: TritonModule) -> dict:
     """The proof settings the pipeline handed to this file's model: `max-size`,
-    `max-numel`, and `proofs: False` when neither MEM003 nor MEM004 is selected."""
+    `max-numel`, `proof-rlimit`, `proofs: False` when neither MEM003 nor MEM004
+    is selected, and `proof-deadline` (the time.process_time() at which the proofs
+    stop; check/analyze.py sets it below the file's CPU budget, absent: no deadline)."""
     return dict(model.settings)
 
 
 def analyze(model: TritonModule) -> BoundsAnalysis:
     """The proofs of one file, computed once (both rules read them)."""
     raw = settings_of(model)
-    key = (raw.get("max-size", DEFAULT_MAX_SIZE), raw.get("max-numel", DEFAULT_MAX_NUMEL), raw.get("proofs", True))
+    key = (raw.get("max-size", DEFAULT_MAX_SIZE), raw.get("max-numel", DEFAULT_MAX_NUMEL), raw.get("proofs", True),
+           raw.get("proof-rlimit"))
     cached = getattr(model, "_bounds_analysis", None)
     if cached is not None and cached[0] == key:
         return cached[1]
-    analysis = BoundsAnalysis(max_size=key[0], max_numel=key[1])
+    analysis = BoundsAnalysis(max_size=key[0], max_numel=key[1], proof_rlimit=key[3],
+                              deadline=raw.get("proof-deadline"))
     # `proofs: False` when neither MEM003 nor MEM004 is selected: skip z3 entirely.
     if raw.get("proofs", True) and has_launched_accesses(model):
         _run(model, analysis)
@@ -85,33 +104,58 @@ def analyze(model: TritonModule) -> BoundsAnalysis:
 
 
 def _run(model: TritonModule, analysis: BoundsAnalysis) -> None:
-    from kanalyze.analyzer.bounds.launch import configurations, pointer_parameters
-    from kanalyze.analyzer.bounds.solver import Budget, Settings
+    from kanalyze.analyzer.bounds.solver import BUDGET_SPENT, TIME_SPENT, Budget, Settings
     from kanalyze.analyzer.bounds.symbols import fresh_context
 
     fresh_context()
-    started = time.perf_counter()
-    budget = Budget(Settings(max_size=analysis.max_size, max_numel=analysis.max_numel))
+    started, cpu_started = time.perf_counter(), time.process_time()
+    limits = {} if analysis.proof_rlimit is None else {"file_rlimit": analysis.proof_rlimit}
+    budget = Budget(Settings(max_size=analysis.max_size, max_numel=analysis.max_numel, deadline=analysis.deadline,
+                             **limits))
     reports: dict[int, AccessReport] = {}
+    try:
+        _kernels(model, reports, budget, analysis)
+    finally:
+        budget.close()  # the watchdog's thread, if a question started one
+    fresh_context()  # let the terms of this file go (and its solver)
+    analysis.accesses = list(reports.values())
+    analysis.cut = [report for report in analysis.accesses
+                    if BUDGET_SPENT in report.reasons or TIME_SPENT in report.reasons]
+    analysis.seconds = time.perf_counter() - started
+    analysis.cpu_seconds = time.process_time() - cpu_started
+    analysis.out_of_time = budget.out_of_time
+    analysis.solver_seconds = budget.solver_seconds
+    analysis.queries = budget.queries
+    analysis.screened = budget.screened
+    analysis.timeouts = budget.timeouts
+    analysis.proof_rlimit = budget.settings.file_rlimit
+    analysis.spent = budget.spent
+    analysis.refused = budget.refused
+
+
+def _kernels(model: TritonModule, reports: dict, budget, analysis: BoundsAnalysis) -> None:
+    """Every launched kernel × launch × configuration, until the file's budget or time is spent."""
+    from kanalyze.analyzer.bounds.launch import configurations, pointer_parameters
+
     seen_kernels: set[int] = set()
     for jit in model.jit.values():
         if not jit.launches or id(jit.node) in seen_kernels:
             continue
         seen_kernels.add(id(jit.node))
-        pointers = pointer_parameters(model, jit)
+        pointers = pointer_parameters(model, jit) if not budget.exhausted else set()
         configs, total = configurations(jit)
         if total > len(configs):
             analysis.truncated.append(f"{jit.name}: {len(configs)} of {total} autotune configs")
+        finished = 0  # launch configurations whose questions were all asked
         for launch in jit.launches:
             for index, config in configs:
+                if budget.exhausted:  # the file's budget or time is spent: nothing more is evaluated or asked
+                    _unknown_launch(model, jit, reports, budget.gave_up())
+                    continue
                 _configuration(model, jit, launch, index, config, pointers, reports, budget)
-    fresh_context()  # let the terms of this file go (and its solver)
-    analysis.accesses = list(reports.values())
-    analysis.seconds = time.perf_counter() - started
-    analysis.solver_seconds = budget.solver_seconds
-    analysis.queries = budget.queries
-    analysis.screened = budget.screened
-    analysis.timeouts = budget.timeouts
+                finished += not budget.exhausted
+        if finished < len(jit.launches) * len(configs):
+            analysis.configurations[jit.name] = [finished, len(jit.launches) * len(configs)]
 
 
 def _configuration(model: TritonModule, jit, launch, index, config: dict, pointers: set, reports: dict,

@@ -1,35 +1,64 @@
 """Asking z3, within a budget: one question, many questions at once, the smallest model.
 
 "unsat" is a proof (under the stated ranges), "sat" a model, and a question
-the solver gives up on is "unknown".  Limits are z3 resource counts, so that
-an answer does not depend on how loaded the machine is.  `facts` gathers what
-is known about the symbols a question mentions (symbols.py); the two
-questions themselves are in checks.py.
+the solver gives up on is "unknown".  Every budget is a z3 resource count
+(`rlimit`), not a clock: the same file gives the same answers, and so the
+same findings, on an idle machine and on a loaded one.  A file's questions
+share one budget (`proof-rlimit`); once it is spent the rest are not asked
+(`Budget.exhausted`), and the proofs report it (proofs.py, KAN003).
+
+The one clock is a watchdog for what the count misses: inside nlsat (offsets that
+multiply runtime sizes) z3 can work for a minute on a few 1e5 units.  When the
+pipeline gives the file a CPU deadline (`Settings.deadline`, below its CPU budget:
+check/analyze.py), a thread (watchdog.py) interrupts the question z3 is working on
+once the process's CPU time passes it; that question, and every one after it, is
+"unknown" (`Budget.out_of_time`), and KAN003 says the proofs were cut by time.  A
+file whose proofs end before the deadline never meets the watchdog: its findings
+are the same on any machine.
+
+`facts` gathers what is known about the symbols a question mentions (symbols.py);
+the two questions themselves are in checks.py.
 """
 
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import z3
 
 from kanalyze.analyzer.bounds.symbols import Env, disjunction, variables
+from kanalyze.analyzer.bounds.watchdog import Watchdog
+
+
+# z3 resource units all the questions of one file may use (`proof-rlimit`).
+DEFAULT_FILE_RLIMIT = 30_000_000
+# A question that used more units than this leaves the file's solver slower for the
+# next ones (solver_of): the next question outside a search gets a new solver.
+RENEW_AFTER = 500_000
+# Why an access is "unknown" when z3 was asked and gave up, and when it was not asked.
+GAVE_UP = "the solver gave up (resource limit)"
+BUDGET_SPENT = "not asked: the file's proof budget (`proof-rlimit`) was spent"
+TIME_SPENT = "not asked: the file's proofs ran out of time (short of the per-file CPU budget, `file-timeout`)"
 
 
 @dataclass
 class Settings:
     """Limits are z3 resource counts (`rlimit`), not seconds, so that a verdict does
-    not depend on how loaded the machine is.  On the fixture corpus the costliest
-    query used 5e6 (about 30 ms); 1e8 is roughly 0.3 to 1 s of one core."""
+    not depend on how loaded the machine is; the one clock, `deadline`, is the
+    watchdog the module's docstring describes (None: none).  z3 (5.4) counts 1e6
+    to 5e6 units a second of one core on these questions, far fewer inside nlsat
+    (nonlinear questions: 1e4 a second at worst seen); on the fixture corpus the
+    costliest file used 3.4e6 in all, on Liger 1.5e7 but for one file
+    (docs/bounds.md)."""
 
     max_size: int = 2**20           # MEM003: every runtime size in [1, max_size]
     max_numel: int = 2**32          # MEM004: every tensor of at most max_numel elements
-    rlimit: int = 50_000_000        # one question
-    search_rlimit: int = 10_000_000  # one step of the counterexample minimisation
-    file_rlimit: int = 2_000_000_000  # all questions of one file
-    timeout_ms: int = 10_000        # wall-clock safety net for one question
+    rlimit: int = 10_000_000        # one question
+    search_rlimit: int = 2_000_000  # one step of the counterexample minimisation
+    file_rlimit: int = DEFAULT_FILE_RLIMIT  # all questions of one file
+    deadline: float | None = None   # the watchdog: time.process_time() at which the proofs stop
 
 
 @dataclass
@@ -38,7 +67,9 @@ class Budget:
     started: float = field(default_factory=time.perf_counter)
     queries: int = 0
     screened: int = 0               # questions the Python screen proved (no query)
-    timeouts: int = 0
+    timeouts: int = 0               # questions z3 gave up on (their rlimit, or the watchdog)
+    refused: int = 0                # questions not asked: the file's budget was spent
+    out_of_time: bool = False       # the watchdog stopped the proofs (Settings.deadline)
     solver_seconds: float = 0.0
     spent: int = 0                  # rlimit used so far
     # Answers by question (the ids of its assertions; z3 shares identical terms): a
@@ -47,10 +78,47 @@ class Budget:
     # The smallest wrap found for an operation (by id), whichever launch found it first.
     wraps: dict = field(default_factory=dict)
     solver: object = None           # the file's incremental solver (solver_of)
-    rlimit_seen: int = 0            # its "rlimit count" after the last question
+    renew: bool = False             # the last question was costly: a new solver for the next
+    rlimit_seen: int = 0            # the context's "rlimit count" after the last question
+    watchdog: Watchdog | None = None  # started at the first question when there is a deadline (close())
 
     def remaining(self) -> int:
         return self.settings.file_rlimit - self.spent
+
+    def seconds_left(self) -> float | None:
+        """CPU seconds left before the watchdog's deadline (None: no deadline)."""
+        deadline = self.settings.deadline
+        return None if deadline is None else deadline - time.process_time()
+
+    @property
+    def exhausted(self) -> bool:
+        """Is the file's budget spent, or its time?  Then no question of the file is asked any more.
+        Once the count is spent the cut stays a cut by count, whenever the deadline passes."""
+        if self.out_of_time or self.remaining() <= 0:
+            return True
+        left = self.seconds_left()
+        self.out_of_time = left is not None and left <= 0
+        return self.out_of_time
+
+    def watching(self, s: z3.Solver):
+        """Around one check: the watchdog, started at the first, interrupts it past the deadline."""
+        if self.settings.deadline is None:
+            return nullcontext()
+        if self.watchdog is None:
+            self.watchdog = Watchdog(self.settings.deadline)
+        return self.watchdog.watching(s)
+
+    def close(self) -> None:
+        """Stop the watchdog (the file's proofs are over)."""
+        if self.watchdog is not None:
+            self.watchdog.stop()
+            self.watchdog = None
+
+    def gave_up(self) -> str:
+        """Why a question came back "unknown": its own limit, the file's spent budget, or its time."""
+        if self.out_of_time:
+            return TIME_SPENT
+        return BUDGET_SPENT if self.remaining() <= 0 else GAVE_UP
 
 
 @dataclass
@@ -63,15 +131,22 @@ class Verdict:
 
 
 def solver_of(budget: "Budget") -> z3.Solver:
-    """The file's one incremental solver: each question is pushed, checked and popped.
+    """The file's incremental solver: each question is pushed, checked and popped;
+    after a costly question (RENEW_AFTER units), a new one.
 
     z3's per-question set-up (a new solver, a tactic applied to every assertion)
-    cost about 1.3 ms, more than most questions take to answer: on the fixture
-    corpus one solver for all questions of a file measured 1.6x faster in total
-    than a fresh tactic solver per question, with the same verdicts.  It belongs
-    to the file's z3 context (bounds_symbols.fresh_context), as the budget does."""
-    if budget.solver is None:
+    cost about 1.3 ms, more than most questions take to answer, and what the
+    solver learns on one question helps the next: a new solver per question made
+    an Ascend file of Liger 4x slower (grpo_loss.py, 0.6 s → 2.3 s).  But after a
+    costly nonlinear question the solver keeps arithmetic atoms and lemmas that
+    make later questions slower without z3 counting the work in `rlimit`
+    (TritonBench's triton_conv2d_fwd.py did not finish in 150 s); a new solver
+    after each such question took that file to 14 s and attention_llama.py from
+    11 s to 5.5 s.  It belongs to the file's z3 context
+    (bounds_symbols.fresh_context), as the budget does."""
+    if budget.solver is None or (budget.renew and budget.solver.num_scopes() == 0):
         budget.solver = z3.SimpleSolver()
+        budget.renew = False
     return budget.solver
 
 
@@ -81,30 +156,37 @@ def solve(assertions: list, budget: Budget, rlimit: int | None = None, given: in
     key = tuple(sorted(a.get_id() for a in assertions))
     if key in budget.answers:
         return budget.answers[key][1:]
-    limit = min(rlimit or budget.settings.rlimit, budget.remaining())
-    if limit <= 0:
+    wanted = rlimit or budget.settings.rlimit
+    limit = min(wanted, budget.remaining())
+    if limit <= 0 or budget.exhausted:
+        budget.refused += 1
         return "unknown", None
     s = solver_of(budget)
     s.push()
     try:
-        s.set("rlimit", limit)   # per check, counted from where the solver stands
-        s.set("timeout", budget.settings.timeout_ms)
+        s.set("rlimit", limit)   # per check, counted from where the solver stands; no timeout
         for assertion in assertions[given:]:
             _assert(s, assertion)
         started = time.perf_counter()
-        result = s.check()
+        with budget.watching(s):
+            result = s.check()
         model = s.model() if result == z3.sat else None
         budget.solver_seconds += time.perf_counter() - started
     finally:
         s.pop()
     count = _rlimit_count(s)
-    budget.spent += limit if count is None else count - budget.rlimit_seen  # the count is the solver's total
+    used = limit if count is None else count - budget.rlimit_seen  # the count is the context's total
+    budget.spent += used
+    budget.renew = budget.renew or used > RENEW_AFTER
     budget.rlimit_seen = count if count is not None else budget.rlimit_seen
     budget.queries += 1
     status = "sat" if result == z3.sat else "unsat" if result == z3.unsat else "unknown"
     if status == "unknown":
         budget.timeouts += 1
-    else:  # a timeout is not an answer: a later question with more time may get one
+        over = budget.exhausted  # past the deadline, this notes it: the watchdog stopped this question
+        if limit < wanted and not over:  # cut short by what was left of the file's budget: that budget is spent
+            budget.spent = max(budget.spent, budget.settings.file_rlimit)
+    else:  # giving up is not an answer: a later question with a larger limit may get one
         budget.answers[key] = (assertions, status, model)
     return status, model
 
@@ -286,4 +368,5 @@ def discover(disjuncts: dict, budget: Budget) -> tuple[dict, list]:
     return found, []
 
 
-__all__ = ["Budget", "Settings", "Verdict", "discover", "facts", "minimize", "solve"]
+__all__ = ["BUDGET_SPENT", "DEFAULT_FILE_RLIMIT", "GAVE_UP", "TIME_SPENT", "Budget", "Settings", "Verdict", "discover",
+           "facts", "minimize", "solve"]
