@@ -253,3 +253,17 @@ def test_comparisons_in_chunks_find_what_one_pass_finds(monkeypatch) -> None:
     assert check.mismatches == int(np.count_nonzero(np.abs(observed.astype(np.float64) - exact)[np.isfinite(exact)]
                                                     > check.bound)) + 2
     assert (count, first) == (2, (10, 10)) and largest == pytest.approx(1.0, rel=1e-6)
+
+
+def test_a_value_beyond_the_dtypes_range_is_not_the_candidates_error() -> None:
+    """fp16 overflows past 65504 in torch as in the candidate: where the reference in its own dtype
+    is inf and float64 is finite, the candidate's inf is no error; a wrong finite value still is."""
+    exact = np.array([1.0, 74370.0, 2.0])
+    with np.errstate(over="ignore"):
+        working = Leaf(exact.astype(np.float16), "float16")       # 74370 -> inf in fp16
+    assert np.isinf(working.array[1])
+    same = Leaf(np.array([1.0, np.inf, 2.0], dtype=np.float16), "float16")
+    assert check_values(same, working, Leaf(exact, "float64")).ok
+    wrong = Leaf(np.array([1.0, np.inf, 3.0], dtype=np.float16), "float16")
+    check = check_values(wrong, working, Leaf(exact, "float64"))
+    assert not check.ok and check.index == (2,)

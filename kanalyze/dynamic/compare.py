@@ -94,7 +94,9 @@ def check_values(observed: Leaf, working: Leaf, expected64_leaf: Leaf, bound: fl
                  terms: int = 1) -> ValueCheck:
     """Observed against float64 within the calibrated bound (or the one given).
 
-    Elements where the float64 reference is not finite are left to EXC001;
+    Elements where the float64 reference is not finite are left to EXC001, and so
+    are those where the reference in its own dtype is not (a value beyond the
+    dtype's range: fp16 overflows past 65504 in torch as in the candidate);
     elsewhere a non-finite observed value is an infinite error.
     """
     calibrated, reference_error = calibrated_bound(working, expected64_leaf, terms)
@@ -105,8 +107,8 @@ def check_values(observed: Leaf, working: Leaf, expected64_leaf: Leaf, bound: fl
     if numel == 0:
         return ValueCheck(True, 0.0, bound, reference_error, None, None, None, 0, 0, terms=terms)
     worst, at, observed_at, expected_at, mismatches = -1.0, 0, None, None, 0
-    for start, out, exact in _parts(observed, expected64_leaf):
-        considered = np.isfinite(exact)
+    for start, out, ref, exact in _parts(observed, working, expected64_leaf):
+        considered = np.isfinite(exact) & np.isfinite(ref)
         with np.errstate(invalid="ignore", over="ignore"):
             error = np.where(considered, np.abs(out - exact), 0.0)
         error = np.where(considered & ~np.isfinite(out), np.inf, error)
