@@ -17,6 +17,8 @@ not: there is no backward to check, `unconfirmed`), and so must the reference's.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from kanalyze.dynamic.compare import check_values, classes
@@ -71,7 +73,7 @@ class GradientCheck(Gate):
         if got.shape != want.shape:
             return self.verdict(CONFIRMED, f"the gradient of {label} is {got.describe()} where the "
                                 f"reference's is {want.describe()}", [result.case])
-        key = label.replace(" ", "_")
+        key = re.sub(r"\W+", "_", label).strip("_")[:60]   # an array's name: letters, digits, _
         masks = classes(as_float64(got)) != classes(as_float64(want64))
         if masks.any():
             first = [int(x) for x in np.unravel_index(int(np.flatnonzero(masks.reshape(-1))[0]), masks.shape)]
@@ -106,7 +108,7 @@ class GradientCheck(Gate):
                 return self.verdict(CONFIRMED, f"the parameter `{name}` gets no gradient: the candidate's backward "
                                     f"pass never reaches it, so training would never update it (float64 autograd "
                                     f"of the reference gives it a non-zero gradient)", [result.case],
-                                    arrays={f"expected_grad_{name}": want64.array})
+                                    arrays={"expected_grad_" + re.sub(r"\W+", "_", name)[:60]: want64.array})
             # A parameter's gradient sums over every output it touched: the allowance grows with them.
             terms = max(result.reduction_terms, outputs // max(1, int(want.shape[0]) if want.shape else 1))
             wrong = self._compare(f"parameter `{name}`", got, want, want64, terms, result)
