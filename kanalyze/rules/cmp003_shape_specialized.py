@@ -2,8 +2,10 @@
 
 What it reports lives here; the analysis it reads lives in kanalyze.analyzer.triton:
 size_literals (literal sizes and shape checks that do or do not pin a shape),
-tile_extents (aranges that stay inside their axis) and full_blocks (loops and guards
-that keep unmasked accesses on full blocks).
+tile_extents and exact_sizes (aranges exactly as wide as a size), row_windows (columns
+that stay inside a row), dispatch_facts (what the wrapper knows where it picks a kernel)
+and full_blocks (loops, guards, pruners and grids that keep unmasked accesses on full
+blocks).
 """
 
 from __future__ import annotations
@@ -18,15 +20,17 @@ from kanalyze.analyzer.triton.access_offsets import (compared_bound, covers_dime
 from kanalyze.analyzer.triton.calls import calls_within, keyword
 from kanalyze.analyzer.triton.dataflow import Dataflow, names_read
 from kanalyze.analyzer.triton.entities import Function, JitFunction, Launch
-from kanalyze.analyzer.triton.full_blocks import guarded_block, in_loop, peeled_loops
+from kanalyze.analyzer.triton.full_blocks import (floor_grid_tile, guarded_block, in_loop, peeled_loops,
+                                                   pruned_multiples)
 from kanalyze.analyzer.triton.grids import grid_arithmetic, grid_dims, grid_literal_sizes
 from kanalyze.analyzer.triton.model import TritonModule
+from kanalyze.analyzer.triton.row_windows import column_in_row, reaching_aranges
 from kanalyze.analyzer.triton.shape_asserts import host_size_like
 from kanalyze.analyzer.triton.shapes import (ARANGE, LOAD, PROGRAM_ID, STORE, TL, constant_int, is_none,
                                              pointer_params, reaches, runtime_params, shape_kinds)
 from kanalyze.analyzer.triton.size_literals import (MACHINE, RESHAPES, SIZED, TILE_NAME, block_follows_programs,
                                                     grid_divisor_is_tile, host_tile, is_harness, kernel_tile,
-                                                    rounded, shape_pins)
+                                                    rounded, shape_pins, whole_blocks_of)
 from kanalyze.analyzer.triton.tile_extents import (arange_reaches, exact_extent, fixed_arity, index_aranges,
                                                    within_row, wrapped_later)
 from kanalyze.rules.base import Report, Rule, expr_text, source
@@ -54,11 +58,18 @@ class ShapeSpecialized(Rule):
     `w[0]`, `w[1]`, `w[2]`; `assert HQ % H == 0` between two inputs' sizes;
     `N % num_groups`), a modulus of 2 (halves), comparisons of loaded data with a
     literal (`x < 6`), lower bounds (`2 < span`), an arange as wide as an exact
-    factor of its axis (`i_h * G + tl.arange(0, G)` with `G = HQ // H`), loops
-    over full blocks whose last block is peeled and masked (`range(0, K - BLOCK,
-    BLOCK)`, `range(0, n // BLOCK)`, `range(0, pid * BLOCK, BLOCK)`), accesses
-    under `if start + BLOCK <= n:`, offsets wrapped on the way (`rm % M`),
-    indices read from memory, and tests or benchmarks that pick a shape.
+    factor of its axis (`i_h * G + tl.arange(0, G)` with `G = HQ // H`; a size
+    saved as `ctx.D` for backward; a block the wrapper launches only where it equals
+    the size, directly or through a planning helper's flag), loops over full blocks
+    whose last block is peeled and masked (`range(0, K - BLOCK, BLOCK)`,
+    `range(0, n // BLOCK)`, `range(0, pid * BLOCK, BLOCK)`), accesses under
+    `if start + BLOCK <= n:`, columns that stay inside their row (`o_i + 48` where
+    the wrapper picks the kernel only for `BT == 64`; tiles of a configured chunk
+    `i_i * BC` with `i_i = i_c % NC`), blocks that only run whole (an autotune
+    pruner keeping `N % BLOCK_N == 0`, a wrapper's `assert D % BLOCK == 0`, tiles
+    of a grid rounded down, which is reported once, on the grid), offsets wrapped
+    on the way (`rm % M`), indices read from memory, and tests or benchmarks that
+    pick a shape.
 
     ## Why is this bad
     KernelBench checks five inputs of one fixed shape.  A kernel that hard-codes
@@ -209,7 +220,8 @@ class ShapeSpecialized(Rule):
                 # A small literal among runtime dims is structure (`qkv.view(B, T, 3, H, D)`), not a size;
                 # so is a buffer of a few scalars (`torch.zeros(2)` for a complex pair, `torch.zeros(3)`
                 # for three weights' gradients).
-                if value is not None and (value > 8 or (None not in values and max(values) > 4)) and value >= 2:
+                if value is not None and (value > 8 or (None not in values and max(values) > 4)) and value >= 2 \
+                        and not whole_blocks_of(flow, args, value):
                     call = expr_text(model, site.node)
                     yield self.report(arg, f"`{call}` hard-codes the size {value}; use the tensor's own shape "
                                            f"(`x.shape[i]`, or `-1` for one inferred dimension)",
@@ -315,7 +327,10 @@ class ShapeSpecialized(Rule):
         comparisons = [(n.left, n.comparisons[0].comparator) for n in walk(jit.node)
                        if isinstance(n, cst.Comparison) and len(n.comparisons) == 1]
         sizes = size_params(model, jit, runtime, comparisons)
-        one_dim = len(model.calls_in(jit, ARANGE)) == 1
+        ragged = frozenset(n for left, right in comparisons if names_read(right) & sizes for n in names_read(left))
+        own_aranges = {id(site.node) for site in model.calls_in(jit, ARANGE)}
+        whole = pruned_multiples(model, jit)
+        one_dim = len(own_aranges) == 1
         for site in model.calls_in(jit, LOAD, STORE):
             call, is_load = site.node, site.qualname == LOAD
             mask, pointer = keyword(call, "mask", 1 if is_load else 2), keyword(call, "pointer", 0)
@@ -326,7 +341,9 @@ class ShapeSpecialized(Rule):
             calls = {id(c): (c, n, f, e) for f, e in exprs for c, n in calls_within(model, e)}
             if any(n in (TL + "make_block_ptr", TL + "advance") for _, n, _, _ in calls.values()):
                 continue
+            # In order: an arange whose name is reassigned before the access does not reach it.
             reachable = index_aranges(model, jit.function, pointer)
+            reachable -= own_aranges - reaching_aranges(model, jit, pointer)
             if not reachable:
                 continue  # `mid_index + tl.argmax(tl.load(...))`: one index read from data, not a span
             open_ranges = {id(c): (c, f, e) for c, n, f, e in calls.values()
@@ -334,14 +351,19 @@ class ShapeSpecialized(Rule):
                            and not exact_extent(model, c) and not wrapped_later(model, jit, pointer, f, e)
                            and (f is not jit.function or id(c) in reachable)}
             # Full blocks only: a loop that stops a block early (its tail peeled and masked) runs
-            # its aranges in bounds, and so does an access under `if start + BLOCK <= n:`.
+            # its aranges in bounds, and so does an access under `if start + BLOCK <= n:`, a block
+            # the autotune pruner keeps only where it divides a size, and a column that stays
+            # inside the row the rest of the address strides over.
             loops = peeled_loops(model, jit, call, pointer, pointers)
             open_ranges = {k: v for k, v in open_ranges.items()
                            if not any(in_loop(model, jit, v, loop) for loop in loops)
-                           and not within_row(model, jit, pointer, *v)}
+                           and expr_text(model, keyword(v[0], "end", 1) or v[0]) not in whole
+                           and not floor_grid_tile(model, jit, v[0], v[2])
+                           and not within_row(model, jit, pointer, *v)
+                           and not column_in_row(model, jit, call, pointer, v[0], pointers)}
             if not open_ranges or guarded_block(model, jit, call, sizes):
                 continue  # a scalar load, or every arange covers its dimension (or one factor of it) exactly
-            offs, ids = offsets_name(model, jit, pointer, pointers, set(open_ranges))
+            offs, ids = offsets_name(model, jit, pointer, pointers, set(open_ranges), ragged=ragged)
             arange, fn, root = open_ranges[next((k for k in open_ranges if k in ids), next(iter(open_ranges)))]
             tiled = reaches(model, fn, root, PROGRAM_ID)
             extent = keyword(arange, "end", 1)

@@ -24,7 +24,11 @@
   access_offsets.py the offsets of a load or store
   size_literals.py  literal sizes and shape checks that pin one shape, or are tiles, halves, a test's shape
   tile_extents.py   whether an arange stays inside its axis (exact factors, rows of a stride, fixed-arity reads)
-  full_blocks.py    loops that visit only full blocks (tail peeled and masked), guards keeping a block in bounds
+  exact_sizes.py    host values that are a size read from the input as it is, never rounded up
+  dispatch_facts.py what the host knows about sizes where it picks a kernel (branches, asserts, a helper's flag)
+  row_windows.py    columns that stay inside one row of a width the host fixes or dispatches on
+  full_blocks.py    loops that visit only full blocks (tail peeled and masked), guards keeping a block in bounds,
+                    blocks a pruner or an assert keeps whole, tiles of a grid rounded down
   nan_tests.py      NaN / ±Inf tests and metadata-only reads
   nan_carriers.py   which values can hold an input NaN (none, a lane, a whole row), which calls drop it
   nan_paths.py      the def-use paths a NaN travels; what reaches a store or return, a load address

@@ -74,11 +74,12 @@ def size_params(model: TritonModule, jit: JitFunction, runtime: set[str], compar
 
 
 def offsets_name(model: TritonModule, jit: JitFunction, pointer, pointers: set[str], open_ids: set[int],
-             depth: int = 3) -> tuple[str | None, set[int]]:
+                 depth: int = 3, ragged: frozenset[str] = frozenset()) -> tuple[str | None, set[int]]:
     """The name carrying an unbounded arange in a pointer (`offs` in `x_ptr + offs`), and the
-    ids of the aranges it carries."""
+    ids of the aranges it carries; of several, one the kernel compares with a size elsewhere
+    (`ragged`: `offs_m` of `offs_m < Q_CTX` before `offs_k` of a head dimension)."""
     flow = model.flow(jit)
-    for name in sorted(names_read(pointer) - pointers):
+    for name in sorted(names_read(pointer) - pointers, key=lambda n: (n not in ragged, n)):
         ids = {id(c) for _, e in model.sources(jit, cst.Name(name)) for c, _ in calls_within(model, e)} & open_ids
         if not ids:
             continue
@@ -86,7 +87,7 @@ def offsets_name(model: TritonModule, jit: JitFunction, pointer, pointers: set[s
                   if (v := assigned_value(d, name)) is not None and names_read(v) & pointers]
         if not values:
             return name, ids
-        if depth > 0 and (found := offsets_name(model, jit, values[0], pointers, open_ids, depth - 1))[0]:
+        if depth > 0 and (found := offsets_name(model, jit, values[0], pointers, open_ids, depth - 1, ragged))[0]:
             return found  # `ptrs = x_ptr + offs`: the offsets are inside
     return None, set()
 

@@ -3,7 +3,9 @@
 Answers: which loops around an access visit full blocks only, their last block peeled and
 masked outside them (`range(0, K - BLOCK, BLOCK)`, `range(0, n // BLOCK)`,
 `range(0, pid * BLOCK, BLOCK)`); is an arange the block such a loop walks; is an access under a
-guard that keeps the whole block below a size (`if start + BLOCK <= n:`).
+guard that keeps the whole block below a size (`if start + BLOCK <= n:`); which blocks run
+only where they divide a size (an autotune pruner, or a wrapper's `assert n % BLOCK == 0`); is a tile indexed by a program axis the
+grid rounds down (`DK // BK` programs).
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ import libcst as cst
 from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.triton.calls import int_literal, keyword
 from kanalyze.analyzer.triton.dataflow import Dataflow, names_read
+from kanalyze.analyzer.triton.dispatch_facts import path_conditions, references
 from kanalyze.analyzer.triton.entities import JitFunction
+from kanalyze.analyzer.triton.grids import grid_dims
 from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.analyzer.triton.shapes import LOAD, PROGRAM_ID, STORE, assigned_value, is_none, reaches, single_value
 from kanalyze.analyzer.triton.size_literals import TILE_NAME, expr_text
-from kanalyze.analyzer.triton.tile_extents import RANGES, addends
+from kanalyze.analyzer.triton.tile_extents import RANGES, addends, factors
 
 
 def peeled_loops(model: TritonModule, jit: JitFunction, call: cst.Call, pointer,
@@ -146,3 +150,95 @@ def fits_below(jit: JitFunction, comparison: cst.Comparison, sizes: set[str]) ->
     if isinstance(big, cst.BinaryOperation) and isinstance(big.operator, cst.Subtract):
         return tile(small)  # `n - start >= BLOCK`
     return len(addends(small)) > 1 and any(tile(t) for t in addends(small))
+
+
+def pruned_multiples(model: TritonModule, jit: JitFunction) -> set[str]:
+    """The block parameters every launch runs only where they divide a size: an autotune
+    pruner keeps a config only where `n % config.kwargs["BLOCK_N"] == 0`, or the wrapper checks
+    `assert D_k % BLOCK == 0` (or raises otherwise) before each launch."""
+    found = set()
+    for decorator in jit.node.decorators:
+        call = decorator.decorator
+        prune = keyword(call, "prune_configs_by") if isinstance(call, cst.Call) else None
+        if not isinstance(prune, cst.Dict):
+            continue
+        for element in prune.elements:
+            if not (isinstance(element, cst.DictElement) and isinstance(element.value, cst.Name)
+                    and "early_config_prune" in expr_text(model, element.key)):
+                continue
+            for fn in model.host_functions:
+                if fn.name == element.value.value:
+                    found |= _kept_multiples(model, fn)
+    checked = None
+    for ref in references(model, jit):
+        divisors = {expr_text(model, m.right) for test, holds in path_conditions(model, ref.function, ref.node)
+                    for m in _multiples(test, holds)}
+        blocks = {name for name in jit.constexpr_names
+                  if name in ref.bindings and expr_text(model, ref.bindings[name]) in divisors}
+        checked = blocks if checked is None else checked & blocks
+    return found | (checked or set())
+
+
+def _multiples(test, holds: bool) -> list:
+    """The `a % b` a condition says are 0: `a % b == 0` holding, `a % b != 0` failing (an
+    `if ...: raise` passed), through `and` (holding) and `or` (failing)."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And) == holds:
+        return _multiples(test.left, holds) + _multiples(test.right, holds)
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return _multiples(test.expression, not holds)
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 \
+            and int_literal(test.comparisons[0].comparator) == 0 and isinstance(test.left, cst.BinaryOperation) \
+            and isinstance(test.left.operator, cst.Modulo) \
+            and isinstance(test.comparisons[0].operator, cst.Equal if holds else cst.NotEqual):
+        return [test.left]
+    return []
+
+
+def _kept_multiples(model: TritonModule, fn) -> set[str]:
+    """In a pruner, the config keys `B` of each `if size % B == 0: kept.append(config)`."""
+    flow, found = model.flow(fn), set()
+    for node in walk(fn.node):
+        if not (isinstance(node, cst.If) and isinstance(node.test, cst.Comparison)
+                and isinstance(node.test.comparisons[0].operator, cst.Equal)
+                and int_literal(node.test.comparisons[0].comparator) == 0
+                and isinstance(node.test.left, cst.BinaryOperation) and isinstance(node.test.left.operator, cst.Modulo)
+                and any(isinstance(n, cst.Attribute) and n.attr.value == "append" for n in walk(node.body))):
+            continue
+        block = node.test.left.right
+        value = single_value(flow, block.value) if isinstance(block, cst.Name) else block
+        if isinstance(value, cst.Subscript) and isinstance(value.value, cst.Attribute) \
+                and value.value.attr.value == "kwargs":
+            key = value.slice[0].slice
+            if isinstance(key, cst.Index) and isinstance(key.value, cst.SimpleString):
+                found.add(key.value.evaluated_value)
+    return found
+
+
+def floor_grid_tile(model: TritonModule, jit: JitFunction, arange: cst.Call, root) -> bool:
+    """`i_k * BK + tl.arange(0, BK)` with `i_k = tl.program_id(0)`, launched on a grid whose
+    axis 0 is `DK // BK`: whole blocks only (the tail the grid drops is the grid's finding)."""
+    extent = expr_text(model, keyword(arange, "end", 1) or arange)
+    flow = model.flow(jit)
+    axis = None
+    for term in addends(root):
+        parts = factors(term)
+        if len(parts) < 2 or extent not in {expr_text(model, f) for f in parts}:
+            continue  # `i_k * BK`, or `offset_d * D_V * BLOCK_K` beside `tl.arange(0, BLOCK_K)[:, None] * D_V`
+        for index in parts:
+            value = single_value(flow, index.value) if isinstance(index, cst.Name) else index
+            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "to":
+                value = value.func.value  # `tl.program_id(0).to(tl.int64)`
+            if isinstance(value, cst.Call) and model.call_name(value) == PROGRAM_ID:
+                axis = int_literal(keyword(value, "axis", 0)) if value.args else 0
+    if axis is None or not jit.launches:
+        return False
+    for launch in jit.launches:
+        if launch.wrapper is None:
+            return False
+        dims = grid_dims(model.flow(launch.wrapper), launch.grid)
+        block = launch.args.get(extent)
+        dim = dims[axis] if axis < len(dims) else None
+        if not (isinstance(dim, cst.BinaryOperation) and isinstance(dim.operator, cst.FloorDivide)
+                and block is not None and expr_text(model, dim.right) == expr_text(model, block)):
+            return False
+    return True

@@ -4,7 +4,7 @@ one shape, and which are tiles, halves, a test's chosen shape or a machine-sized
 Answers: is a value a block rounded up from a size (`next_power_of_2(n)`), is a modulus a tile
 (`K % 64`) rather than another input's size (`HQ % H`), which conjuncts of a condition pin a
 shape, is a grid divisor a block, does a fixed grid's block follow the input, is a function a
-test or benchmark driver.
+test or benchmark driver, does a literal in a reshape split a buffer padded to whole blocks.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from kanalyze.analyzer.triton.dataflow import Dataflow, names_read
 from kanalyze.analyzer.triton.entities import Function, JitFunction, Launch
 from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.analyzer.triton.shape_asserts import shape_pin
-from kanalyze.analyzer.triton.shapes import constant_int, is_modulo, shape_kind, shape_kinds, single_value
+from kanalyze.analyzer.triton.shapes import assigned_value, constant_int, is_modulo, shape_kind, shape_kinds, single_value
 
 
 def expr_text(model: TritonModule, node: cst.CSTNode, limit: int = 60) -> str:
@@ -82,7 +82,9 @@ def grid_divisor_is_tile(model: TritonModule, flow: Dataflow, launch: Launch, ex
     """Is a grid divisor a block size: a literal, `meta['BLOCK']`, a constexpr argument?
     A divisor of 1 or another input size read as it is (`numel // shape[dim]`) counts rows exactly."""
     value = constant_int(flow, expr)
-    if value is not None or (isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Name)):
+    keyed = isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Name) and isinstance(
+        expr.slice[0].slice, cst.Index) and isinstance(expr.slice[0].slice.value, cst.SimpleString)
+    if value is not None or keyed:  # `meta["BLOCK"]`; `shape[-1]` is a size
         return value is None or value > 1
     if launch.wrapper is not None and shape_kind(model, launch.wrapper, expr) is not None \
             and not rounded(model, launch.wrapper, expr):
@@ -100,17 +102,20 @@ def grid_divisor_is_tile(model: TritonModule, flow: Dataflow, launch: Launch, ex
 
 
 def block_follows_programs(model: TritonModule, launch: Launch, programs: int) -> bool:
-    """`grid = (12,)` with `BLOCK = next_power_of_2(cdiv(N, 12))`: a fixed number of programs
-    whose block is computed from the input, so the launch still covers every size."""
+    """`grid = (12,)` with `BLOCK = next_power_of_2(cdiv(N, 12))` (or `cdiv(N, grid)` with
+    `grid = 12`): a fixed number of programs whose block is computed from the input, so the
+    launch still covers every size."""
     for name, arg in launch.args.items():
         if name not in launch.kernel.constexpr_names or launch.wrapper is None:
             continue
+        flow = model.flow(launch.wrapper)
         for _, e in model.sources(launch.wrapper, arg):
             for n in walk(e):
                 operands = [a.value for a in n.args] if isinstance(n, cst.Call) else \
                     [n.left, n.right] if isinstance(n, cst.BinaryOperation) and isinstance(
                         n.operator, (cst.FloorDivide, cst.Divide)) else []
-                if len(operands) == 2 and int_literal(operands[1]) == programs and int_literal(operands[0]) is None:
+                if len(operands) == 2 and constant_int(flow, operands[1]) == programs \
+                        and constant_int(flow, operands[0]) is None:
                     return True  # `cdiv(N, 12)`, `N // 12`: the block is the input split over the programs
     return False
 
@@ -160,3 +165,22 @@ def kernel_tile(model: TritonModule, jit: JitFunction, expr) -> bool:
         if not kinds or None in kinds or "computed" in kinds:
             return True
     return False  # runtime sizes, or constexprs every launch binds to the input's shape
+
+
+def whole_blocks_of(flow: Dataflow, args: list, value: int) -> bool:
+    """`x.view(num_blocks, 2048)` with `num_blocks = padded // 2048` and `padded` a multiple of
+    2048 (`((n // 2048) + 1) * 2048`): rows of a buffer padded to whole blocks, not a size."""
+    def values(expr) -> list:
+        if not isinstance(expr, cst.Name):
+            return [expr]
+        found = [assigned_value(d, expr.value) for d in flow.defs_of(expr.value)]
+        return found if found and None not in found else []
+
+    def multiple(expr) -> bool:
+        return isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Multiply) and value in (
+            int_literal(expr.left), int_literal(expr.right))
+
+    return any(all(isinstance(count, cst.BinaryOperation) and isinstance(count.operator, cst.FloorDivide)
+                   and int_literal(count.right) == value and values(count.left)
+                   and all(multiple(v) for v in values(count.left)) for count in values(arg)) and values(arg)
+               for arg in args)

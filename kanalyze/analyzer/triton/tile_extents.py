@@ -15,11 +15,13 @@ from kanalyze.analyzer.cstwalk import child_nodes, walk
 from kanalyze.analyzer.triton.access_offsets import clamps
 from kanalyze.analyzer.triton.calls import bind_call_args, int_literal, keyword
 from kanalyze.analyzer.triton.dataflow import Dataflow, names_read
+from kanalyze.analyzer.triton.dispatch_facts import references
 from kanalyze.analyzer.triton.entities import Function, JitFunction
+from kanalyze.analyzer.triton.exact_sizes import exact_at, exact_size
 from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.analyzer.triton.shapes import (ARANGE, LOAD, PROGRAM_ID, SHAPE_ATTRS, STORE, TL, assigned_value,
-                                             constant_int, reaches, shape_kind)
-from kanalyze.analyzer.triton.size_literals import EXACT_CALL, call_text, expr_text, rounded
+                                             constant_int, reaches)
+from kanalyze.analyzer.triton.size_literals import expr_text
 
 
 # The loops whose bounds say how far they run.
@@ -104,25 +106,38 @@ def index_aranges(model: TritonModule, fn: Function, expr, depth: int = 4, seen:
 def exact_extent(model: TritonModule, arange: cst.Call) -> bool:
     """`tl.arange(0, G)` with `G = HQ // H` (or any size read from the input, not rounded up)
     at every launch: `i_h * G + tl.arange(0, G)` walks one factor of an axis of `H * G` elements
-    and ends exactly at its end.  `HEAD_DIM // 2` of such a size is half of it."""
+    and ends exactly at its end.  `HEAD_DIM // 2` of such a size is half of it.  So does a block
+    the wrapper passes as a runtime size too (`group_size, ..., BLOCK=group_size`), or one it
+    launches with only where it equals a size (`if block == n_cols:`, or a helper's flag)."""
     jit = model.jit_of(arange)
     extent = keyword(arange, "end", 1)
     if isinstance(extent, cst.BinaryOperation) and isinstance(extent.operator, cst.FloorDivide) \
             and int_literal(extent.right) is not None:
         extent = extent.left
     if jit is None or not isinstance(extent, cst.Name) or extent.value not in jit.constexpr_names \
-            or not jit.launches or any(extent.value in c for c in jit.autotune_configs):
+            or any(extent.value in c for c in jit.autotune_configs):
         return False
-    for launch in jit.launches:
-        value = launch.args.get(extent.value)
-        if value is None or launch.wrapper is None or shape_kind(model, launch.wrapper, value) is None \
-                or rounded(model, launch.wrapper, value):
+    refs = references(model, jit)
+    if any(launch.wrapper is None for launch in jit.launches):
+        return False
+    sizes = [p.name for p in jit.params if not p.is_constexpr]
+    for ref in refs:
+        value = ref.bindings.get(extent.value)
+        if value is None:
             return False
-        for _, e in model.sources(launch.wrapper, value):
-            for n in walk(e):  # a helper's result (`calculate_settings(n)`) may be a rounded block
-                if isinstance(n, cst.Call) and not EXACT_CALL.search(call_text(model, n)):
-                    return False
-    return True
+        text = _text(model, value)
+        if exact_size(model, ref.function, value) or exact_at(model, ref.function, value, ref.node) or any(
+                name in ref.bindings and _text(model, ref.bindings[name]) == text for name in sizes):
+            continue
+        equals = {t for e in ref.facts.edges for t in e if t.isidentifier() and ref.facts.equal(t, text)}
+        if not any(exact_size(model, ref.function, cst.Name(t)) for t in sorted(equals - {text})):
+            return False
+    return bool(refs)
+
+
+def _text(model: TritonModule, expr) -> str:
+    """An expression's text as `dispatch_facts` names its terms."""
+    return expr_text(model, expr, 200).replace(" ", "")
 
 
 def within_row(model: TritonModule, jit: JitFunction, pointer, arange: cst.Call, fn: Function, root) -> bool:
