@@ -11,6 +11,9 @@
   dtype_promotion.py the result dtype of Triton arithmetic and `tl` functions
   dtype_flow.py     DtypeFlow: the dtype of a kernel value, a pointer's elements, a host tensor
   host_dtypes.py    the dtype of a torch tensor in host code (factories, casts, views)
+  host_checks.py    what a host function's own dtype checks (asserts, raises, branches) say of its tensors
+  host_callers.py   who calls a host function within its file, and which argument each parameter gets
+  backends.py       which accelerator a module's kernels are written for (Ascend: IEEE dots by default)
   narrowing.py      when a cast to fp16/bf16/fp8 is a precision downgrade (PRC001)
   pointers.py       which kernel parameter a pointer expression writes through
   host.py           the host side: reference vs candidate functions, wrappers
