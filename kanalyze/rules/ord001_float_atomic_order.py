@@ -8,6 +8,7 @@ import libcst as cst
 
 from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.triton.calls import bind_call_args, int_literal, keyword, string_literal
+from kanalyze.analyzer.triton.constexpr_branches import never_taken
 from kanalyze.analyzer.triton.dtypes import INTEGERS, DtypeFlow, cast_target, describe, resolve_dtypes
 from kanalyze.analyzer.triton.dtypes import UNKNOWN as UNKNOWN_DTYPE
 from kanalyze.analyzer.triton.entities import Function, JitFunction
@@ -57,7 +58,10 @@ class FloatAtomicOrder(Rule):
     integer dtype (`torch.zeros(..., dtype=torch.int32)`: the value is converted
     to it), `tl.atomic_max` / `tl.atomic_min` (exact in any order), and adds
     whose address is `pid * BLOCK + tl.arange(...)` over every program axis
-    (each element gets one add per launch).
+    (each element gets one add per launch), and adds under a constexpr test
+    that no value of the constexpr reaches (the split-K branch of
+    `if SPLIT_K == 1:` where every autotune config, heuristic or launch sets
+    `SPLIT_K` to 1).
 
     ## Why is this bad
     Float addition is not associative: the sum depends on the order the atomics
@@ -165,6 +169,8 @@ class FloatAtomicOrder(Rule):
                 continue  # an integer counter, or nothing visible: stay silent
             if pointer is not None and _one_program_per_address(model, jit, pointer):
                 continue  # each element gets one add per launch: no order to depend on
+            if never_taken(model, jit, site.node):
+                continue  # `else:` of `if SPLIT_K == 1:` where every config sets SPLIT_K to 1
             target = flow.pointer_element(jit.function, pointer) if pointer is not None else frozenset({UNKNOWN_DTYPE})
             if UNKNOWN_DTYPE not in target and target <= INTEGERS:
                 continue  # the add is converted to the tensor's integer type: exact in any order

@@ -23,6 +23,7 @@
   shapes.py         constant sizes, shape-derived values
   grids.py          a launch's grid as arithmetic
   early_exits.py    a kernel's early returns: which programs skip their stores
+  constexpr_branches.py  branches on a constexpr that no config, heuristic or launch ever takes
   shape_asserts.py  conditions that pin a shape
   access_offsets.py the offsets of a load or store
   size_literals.py  literal sizes and shape checks that pin one shape, or are tiles, halves, a test's shape

@@ -19,6 +19,7 @@ from kanalyze.analyzer.triton.dtype_names import UNKNOWN, cast_target, literal_d
 from kanalyze.analyzer.triton.dtype_promotion import (INT_RANK, METHOD_SAME, SCALAR, TL, TL_FLOAT, TL_INT, TL_JOIN,
                                                       TL_SAME, is_number_literal, promote)
 from kanalyze.analyzer.triton.entities import Function, JitFunction
+from kanalyze.analyzer.triton.host_checks import branch_dtypes
 from kanalyze.analyzer.triton.host_dtypes import host_tensor_dtypes
 from kanalyze.analyzer.triton.model import TritonModule
 
@@ -145,6 +146,10 @@ class DtypeFlow:
                 found |= self.named(func, value, depth - 1)
             else:
                 found.add(UNKNOWN)
+        if self._jit(func) is None:  # `dtype=dtype` under `elif dtype == torch.int64:` (host_checks.py)
+            allowed = branch_dtypes(model, expr)
+            if allowed:
+                found = set(allowed) if UNKNOWN in found or not found & allowed else found & allowed
         return found
 
     def _named_call(self, func: Function | None, call: cst.Call, depth: int) -> set[str]:

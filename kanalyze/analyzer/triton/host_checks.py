@@ -8,7 +8,8 @@
 are read at the top level of the function body: the function runs past them only with
 those dtypes, so each read of the name in it is taken to have them.  A read inside a branch that tests the dtype sees that branch's dtypes:
 `x_` in `else: x_tc = x_` under `if x_.dtype != torch.float16:`, or the body of
-`x if x.dtype == torch.float16 else x.half()`.
+`x if x.dtype == torch.float16 else x.half()`; the `else` of
+`if torch.is_floating_point(x):` sees an integer x (also `dtype` there, with `dtype = x.dtype`).
 
 `function_checks(model, function, cache)` gives name → the dtypes its checks allow;
 `branch_dtypes(model, name_node)` the dtypes the tests around one read allow.  Tests
@@ -19,11 +20,13 @@ from __future__ import annotations
 
 import libcst as cst
 
-from kanalyze.analyzer.triton.dtype_names import literal_dtype
+from kanalyze.analyzer.triton.dtype_names import INTEGERS, literal_dtype
 from kanalyze.analyzer.triton.entities import Function
 from kanalyze.analyzer.triton.model import TritonModule
 
 Allowed = dict[str, frozenset[str]]
+# What a tensor that is not floating point can be, as a kernel reads it (no complex in Triton).
+NON_FLOATS = frozenset(INTEGERS)
 
 
 def function_checks(model: TritonModule, function: Function, cache: dict) -> Allowed:
@@ -68,8 +71,10 @@ def branch_dtypes(model: TritonModule, read: cst.Name) -> frozenset[str] | None:
         if branch is not None:
             found: Allowed = {}
             _read(model, ancestor.test, branch, aliases, found, [])
-            if read.value in found:
-                allowed = found[read.value] if allowed is None else allowed & found[read.value]
+            # a read of the tensor, or of a name holding its dtype (`dtype = x.dtype`)
+            tensor = read.value if read.value in found else aliases.get(read.value)
+            if tensor in found:
+                allowed = found[tensor] if allowed is None else allowed & found[tensor]
         child = ancestor
     return allowed
 
@@ -88,6 +93,10 @@ def _read(model: TritonModule, test: cst.BaseExpression, holds: bool, aliases: d
         if isinstance(test.operator, cst.And) == holds:
             _read(model, test.left, holds, aliases, allowed, equal)
             _read(model, test.right, holds, aliases, allowed, equal)
+        return
+    floating = _floating_test(test, aliases)
+    if floating is not None and not holds:  # `torch.is_floating_point(x)` failing: x is an integer
+        allowed[floating] = allowed[floating] & NON_FLOATS if floating in allowed else NON_FLOATS
         return
     if not isinstance(test, cst.Comparison):
         return
@@ -109,6 +118,22 @@ def _read(model: TritonModule, test: cst.BaseExpression, holds: bool, aliases: d
         dtypes = _dtype_set(model, other, membership=isinstance(op, (cst.In, cst.NotIn)))
         if name is not None and dtypes:
             allowed[name] = allowed[name] & dtypes if name in allowed else dtypes
+
+
+def _floating_test(test: cst.BaseExpression, aliases: dict[str, str]) -> str | None:
+    """The tensor `torch.is_floating_point(x)`, `x.is_floating_point()` or
+    `x.dtype.is_floating_point` (also through `dtype = x.dtype`) tests; else None."""
+    if isinstance(test, cst.Call):
+        func = test.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "is_floating_point":
+            if test.args and isinstance(test.args[0].value, cst.Name):
+                return test.args[0].value.value  # `torch.is_floating_point(x)`
+            if not test.args and isinstance(func.value, cst.Name):
+                return func.value.value          # `x.is_floating_point()`
+        return None
+    if isinstance(test, cst.Attribute) and test.attr.value == "is_floating_point":
+        return _tensor_of(test.value, aliases)
+    return None
 
 
 def _tensor_of(expr: cst.BaseExpression, aliases: dict[str, str]) -> str | None:
