@@ -126,8 +126,10 @@ def test_failing_cuda_cpp_candidates_are_recorded_results(gpu_verdicts) -> None:
 
 def test_each_cuda_source_is_built_once_in_its_own_directory(gpu_verdicts, extension_cache) -> None:
     """Candidates that share an extension name (`leaky_relu`: three sources) never share a build,
-    and the twin used by two gates was built once, by whichever worker came first."""
-    built = [d for d in extension_cache.iterdir() if (d / "kanalyze-complete").exists()]
+    and the twin used by two gates was built once, by whichever worker came first.  Each
+    candidate builds in a folder of its own under the cache (process.candidate_caches)."""
+    built = [marker.parent for marker in extension_cache.rglob("kanalyze-complete")]
+    assert all(directory.parent != extension_cache for directory in built)   # never in the shared root
     names: dict[str, int] = {}
     for directory in built:
         names[directory.name.rsplit("-", 1)[0]] = names.get(directory.name.rsplit("-", 1)[0], 0) + 1
