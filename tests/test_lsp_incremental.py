@@ -266,20 +266,29 @@ def kernels(*bodies: str) -> str:
 
 
 @pytest.mark.parametrize("text, reason", [
-    (kernels("pass", "pass") + "\ndef host(x):\n    return x\n", "host function"),
-    (kernels("pass", "pass") + "\nclass M:\n    pass\n", "class"),
-    (kernels("pass", "pass") + "\nk0[(1,)](None)\n", "launch"),
-    (kernels("def inner():\n        pass", "pass"), "class or a function"),
-    (kernels("import math", "pass"), "import inside a function"),
-    (kernels("global G", "pass"), "global"),
+    (kernels("pass", "pass") + "\nk0[(1,)](None)\n", "launch"),  # at the module level: not on the candidate path
     (kernels("pass", "pass") + "# kanalyze: noqa\n", "file-level"),
-    (kernels("pass", "pass").replace("@triton.jit", "@functools.cache", 1), "host function"),
     (kernels("pass", "x = (", "pass"), "cannot parse"),
     (kernels("pass"), "fewer than two components"),
 ])
 def test_what_is_analyzed_whole(text: str, reason: str) -> None:
     layout = cut(text)
     assert isinstance(layout, str) and reason in layout
+
+
+@pytest.mark.parametrize("text", [
+    kernels("pass", "pass") + "\ndef host(x):\n    return x\n",
+    kernels("pass", "pass") + "\nclass M:\n    pass\n",
+    kernels("def inner():\n        pass", "pass"),
+    kernels("import math", "pass"),
+    kernels("global G", "pass"),
+    kernels("pass", "pass", "pass").replace("@triton.jit", "@functools.cache", 1),
+])
+def test_host_code_nested_functions_imports_and_globals_are_cut(text: str) -> None:
+    """Host functions, classes and what kernels hold beyond kernel code are units too
+    (test_lsp_incremental_host.py tests them on real files)."""
+    assert isinstance(cut(text), Layout)
+    same_as_whole(IncrementalAnalyzer(), text)
 
 
 def test_a_mention_joins_kernels_and_the_context_holds_what_it_names() -> None:

@@ -9,7 +9,10 @@ leaves a kernel's text alone, wherever it moves it, finds its findings kept.
 Rows are mapped back to the document, findings in the context (which every
 piece holds) are counted once, and the union is sorted as the pipeline sorts.
 Anything else (CUDA, a text layout.py leaves whole, a piece that gives a
-KAN000/KAN001, a row that does not map) is analyzed whole.
+KAN000/KAN001, a row that does not map) is analyzed whole, and so is a text
+that may launch a kernel while the bounds proofs are on (one solver and one
+budget per file), and one where a piece reports a kernel that nothing launches
+(RES001 lists every kernel the file launches in that finding).
 
 The count of findings `# noqa` suppressed is the pieces' counts less the
 context's count in every piece but one.
@@ -52,7 +55,8 @@ class IncrementalAnalyzer:
             self._layouts[path] = layout
             if len(self._layouts) > LAYOUTS_KEPT:
                 self._layouts.popitem(last=False)
-            result = self._by_pieces(path, layout, proofs)
+            proving = layout.may_launch and (proofs or {}).get("proofs", True)
+            result = None if proving else self._by_pieces(path, layout, proofs)
             if result is not None:
                 self.stats["cut"] += 1
                 return result
@@ -70,7 +74,7 @@ class IncrementalAnalyzer:
                 return None
             for finding in result[0]:
                 placed = _placed(finding, piece.rows)
-                if placed is None:
+                if placed is None or _file_wide(finding):
                     return None
                 identity = repr(placed.to_dict())
                 if identity not in seen:
@@ -107,6 +111,12 @@ class IncrementalAnalyzer:
         if len(self._pieces) > self.capacity:
             self._pieces.popitem(last=False)
         return result
+
+
+def _file_wide(finding: Finding) -> bool:
+    """A finding whose text says something of the whole file: RES001's kernel that nothing
+    launches lists every kernel the file launches."""
+    return finding.code == "RES001" and "launched" in finding.evidence
 
 
 def _placed(finding: Finding, rows: tuple[int, ...]) -> Finding | None:

@@ -3,32 +3,36 @@ edit re-analyzes only the kernels it touched (incremental.py).
 
 The text is read with `ast` (never run) into top-level *blocks*: a statement
 with the decorators above it, statements that share a line kept together.
-A block that is a `@triton.jit` function is a *unit*; every other block is
-*context* (imports, constants, the module docstring).  Units that mention one
-another's names (a helper and its callers) form one *component*.  A *piece*
-is the text of the whole context and one component, every other line left
+A block that is a `def` or a `class` is a *unit*: a jit kernel, a wrapper
+that launches one, a host helper, a `ModelNew`, an autograd Function; every
+other block is *context* (imports, constants, the module docstring, module
+code).  Units are joined into *components*, and some into the context, by
+the names they share (joins.py says how, blocks.py what each block says).  A
+*piece* is the text of the context and one component, every other line left
 out, with the document row of each of its lines: the findings of a piece,
 rows mapped back, are the findings that the whole text gives inside that
 component, and the union over the pieces is what the whole text gives.
 
-That holds because, in a file cut this way, what the rules read about a
-kernel is the kernel, the jit functions that name it or that it names, and
-the module's context: every link between two kernels goes through a name
-(a call, an alias, a string naming a kernel), so any mention of a unit's
-name, even in a comment or a string, joins the two, and any context line
-that mentions a unit puts that unit in every piece.  Whatever would make the
-rules look across the whole file leaves the text uncut, and the caller
-analyzes it whole:
-  - a host function or class anywhere (the forward path, wrappers and dead
-    kernels are file-wide questions), a `def` nested anywhere;
-  - a launch `kernel[grid](...)` anywhere, or text that looks like one (the
-    bounds proofs share one solver and one budget per file);
-  - an import or `global` inside a kernel, a name imported as two different
-    things (the import map is file-wide);
+That holds because what the rules read about a unit is the unit, the units
+that name it or that it names, the units that share a name the model keys
+facts by, and the context; and because the few facts the rules read of the
+whole file are the same in every piece: the context holds the import map (an
+import inside a unit joins whatever reads the name it binds), ModelNew, and
+the first launch on the candidate path (RES001's messages name it).  Whatever
+no piece could stand for leaves the text uncut, and the caller analyzes it
+whole:
+  - calls that look like launches (`f[...](...)`) of which none is surely a
+    launch on the candidate path, or a `forward` with no launch at all (the
+    forward path is then a file-wide question);
+  - a word naming Ascend or an NPU in a unit (the dot default is file-wide);
+  - a name imported as two different things (the import map's order);
   - a file-level `# kanalyze: noqa`, inline CUDA, deep nesting, a text `ast`
     cannot parse (the pipeline reports the error at its place), a BOM;
-  - a top-level `def` whose decorators do not make it a Triton jit function;
-  - fewer than two components (nothing to gain).
+  - fewer than two components holding a kernel (nothing to gain).
+The bounds proofs (MEM003, MEM004) share one solver and one budget per file:
+incremental.py analyzes whole a text that may launch (`may_launch`) when they
+are on.  A RES001 finding that lists every launched kernel of the file (a kernel
+never launched) is file-wide too: incremental.py then analyzes the text whole.
 Comment-only and blank lines between blocks are left out of every piece:
 rules never read comments, and the line-level `# noqa` that matters sits on
 a line with code.
@@ -42,26 +46,21 @@ from __future__ import annotations
 
 import ast
 import re
-import unicodedata
 import warnings
 from dataclasses import dataclass
-from functools import lru_cache
 
 from kanalyze.analyzer.cuda.sources import may_contain_inline_cuda
-from kanalyze.analyzer.module_imports import dotted_name
 from kanalyze.analyzer.names import ImportMap
 from kanalyze.analyzer.sources import MAX_FILE_BYTES, may_contain_triton, measure_nesting
 from kanalyze.analyzer.suppressions import Suppressions
-from kanalyze.analyzer.triton.entities import AUTOTUNE, HEURISTICS, JIT_DECORATORS
+from kanalyze.analyzer.triton.entities import JIT_DECORATORS
+from kanalyze.lsp.blocks import IDENTIFIER, BlockFacts, block_facts
+from kanalyze.lsp.joins import expression, file_wide, join
 
 # Lines as Python and LibCST count them: `\r\n`, `\r` and `\n` end one.
 _LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
-_IDENTIFIER = re.compile(r"[^\W\d]\w*")
-# Text that may hold a launch, `kernel[grid](...)`: checked before anything is parsed,
-# since the files that launch their kernels are analyzed whole anyway.
+# Text that may hold a launch, `kernel[grid](...)`: where the bounds proofs may run.
 _MAY_LAUNCH = re.compile(r"\]\s*\(")
-_UNIT_DECORATORS = JIT_DECORATORS | {AUTOTUNE, HEURISTICS}
-BLOCK_FACTS_CACHE = 4096
 
 
 @dataclass(frozen=True)
@@ -81,24 +80,14 @@ class Layout:
     context: Piece
     lines: tuple[str, ...]
     blocks: tuple[_Block, ...]
-
-
-@dataclass(frozen=True)
-class _Facts:
-    """What one block's text says, whatever its place in the file (cached by text)."""
-
-    problem: str | None                       # why the file cannot be cut because of this block
-    name: str | None                          # the function's name, for a `def`
-    decorators: tuple[str | None, ...]        # each decorator's dotted name (a call's callee)
-    imports: tuple[tuple[str, str], ...]      # (local name, what it names), in order
-    tokens: frozenset[str]                    # every identifier-like word, strings and comments too
+    may_launch: bool  # text like a launch `kernel[grid](...)`: the bounds proofs may run on it
 
 
 @dataclass(frozen=True)
 class _Block:
     start: int   # first row, 1-based
     end: int     # last row
-    facts: _Facts
+    facts: BlockFacts
 
 
 def cut(text: str, previous: Layout | None = None) -> Layout | str:
@@ -108,8 +97,6 @@ def cut(text: str, previous: Layout | None = None) -> Layout | str:
         return "a byte-order mark, a NUL byte or a size the pipeline refuses"
     if not may_contain_triton(text) or may_contain_inline_cuda(text):
         return "not a Triton-only file"
-    if _MAY_LAUNCH.search(text):
-        return "a launch (`kernel[grid](...)`), or text like one"
     if "kanalyze" in text and Suppressions.parse(text).file_codes:
         return "a file-level `# kanalyze: noqa`"
     lines = _LINES.findall(text)
@@ -122,24 +109,29 @@ def cut(text: str, previous: Layout | None = None) -> Layout | str:
     aliases = _aliases(blocks)
     if aliases is None:
         return "a name imported twice as different things"
-    units, context = [], []
-    for block in blocks:
-        if block.facts.name is None:
-            context.append(block)
-        elif not _IDENTIFIER.fullmatch(block.facts.name):
-            return f"`{block.facts.name}` has characters that mentions are not searched with"
-        elif _is_jit(block.facts.decorators, aliases):
-            units.append(block)
-        else:
-            return f"`{block.facts.name}` is a host function"
-    components = _components(units, context)
-    context.sort(key=lambda b: b.start)
-    if len(components) < 2:
-        return "fewer than two components"
-    pieces = tuple(_piece(lines, sorted(context + component, key=lambda b: b.start)) for component in components)
-    if not all(may_contain_triton(piece.text) for piece in pieces):
-        return "a piece the prefilter would skip"
-    return Layout(pieces, _piece(lines, context), tuple(lines), tuple(blocks))
+    units = [b for b in blocks if b.facts.name is not None]
+    odd = next((name for b in blocks for name in b.facts.names | b.facts.keys | b.facts.writes | b.facts.bound
+                if not IDENTIFIER.fullmatch(name)), None)
+    if odd is not None:
+        return f"`{odd}` has characters that mentions are not searched with"
+    jit_names = {u.facts.name for u in units if u.facts.is_function and _is_jit(u.facts.decorators, aliases)}
+    problem = file_wide(blocks, units, jit_names, aliases)
+    if problem:
+        return problem
+    joined = join(blocks, units, aliases, jit_names)
+    # A piece the pipeline's prefilter would skip (host code, no kernel) goes with the first one
+    # it would not: a union of components is analyzed as the whole text analyzes it.
+    kept, skipped = [], []
+    for component in joined.components:
+        piece = _piece(lines, sorted(joined.context + component, key=lambda b: b.start))
+        (kept if may_contain_triton(piece.text) else skipped).append((component, piece))
+    if skipped and kept:
+        first = sorted(joined.context + kept[0][0] + [b for c, _ in skipped for b in c], key=lambda b: b.start)
+        kept[0] = (None, _piece(lines, first))
+    if len(kept) < 2:
+        return "fewer than two components (with a kernel)"
+    return Layout(tuple(piece for _, piece in kept), _piece(lines, joined.context), tuple(lines), tuple(blocks),
+                  bool(_MAY_LAUNCH.search(text)))
 
 
 def _outline(text: str, lines: list[str], previous: Layout | None) -> list[_Block] | str:
@@ -211,62 +203,10 @@ def _blocks(tree: ast.Module, lines: list[str], offset: int) -> list[_Block] | s
         if any(line.strip() and not line.lstrip().startswith("#") for line in gap):
             return "code between statements that `ast` did not place"
         if start <= len(lines):
-            facts = _facts("".join(lines[start - 1:end]), len(span) == 2)
+            facts = block_facts("".join(lines[start - 1:end]), len(span) == 2)
             blocks.append(_Block(start + offset, end + offset, facts))
         previous = end
     return blocks
-
-
-@lru_cache(maxsize=BLOCK_FACTS_CACHE)
-def _facts(text: str, single: bool) -> _Facts:
-    """Read one block: whole statements at the top level, so it parses alone."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            statements = ast.parse(text).body
-    except Exception:  # `from __future__` past the top, say: parsed in the file, not alone
-        return _Facts("a block that does not parse alone", None, (), (), frozenset())
-    tokens = frozenset(_IDENTIFIER.findall(text if text.isascii() else unicodedata.normalize("NFKC", text)))
-    top = statements[0]
-    is_def = single and len(statements) == 1 and isinstance(top, ast.FunctionDef)
-    problem = None
-    imports: list[tuple[str, str]] = []
-    for node in _preorder(statements):
-        if isinstance(node, (ast.ClassDef, ast.AsyncFunctionDef)) \
-                or (isinstance(node, ast.FunctionDef) and not (is_def and node is top)):
-            problem = "a class or a function that is not a top-level jit function"
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            problem = "a `global` statement"
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript):
-            problem = "a launch (`kernel[grid](...)`)"
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            if is_def:
-                problem = "an import inside a function"
-            imports.extend(_bindings(node))
-        if problem:
-            break
-    if not is_def:
-        return _Facts(problem, None, (), tuple(imports), tokens)
-    decorators = tuple(dotted_name(d.func if isinstance(d, ast.Call) else d) for d in top.decorator_list)
-    return _Facts(problem, top.name, decorators, (), tokens)
-
-
-def _preorder(statements: list[ast.stmt]):
-    """Every node, in source order (the order the model's walk sees imports in)."""
-    stack: list[ast.AST] = list(reversed(statements))
-    while stack:
-        node = stack.pop()
-        yield node
-        stack.extend(reversed(list(ast.iter_child_nodes(node))))
-
-
-def _bindings(node: ast.Import | ast.ImportFrom) -> list[tuple[str, str]]:
-    """(local name, qualified name) as kanalyze's ImportMap records an import."""
-    if isinstance(node, ast.Import):
-        return [(a.asname, a.name) if a.asname else (a.name.split(".")[0],) * 2 for a in node.names]
-    if node.level or node.module is None or any(a.name == "*" for a in node.names):
-        return []
-    return [(a.asname or a.name, f"{node.module}.{a.name}") for a in node.names]
 
 
 def _aliases(blocks: list[_Block]) -> dict[str, str] | None:
@@ -281,52 +221,11 @@ def _aliases(blocks: list[_Block]) -> dict[str, str] | None:
 
 
 def _is_jit(decorators: tuple[str | None, ...], aliases: dict[str, str]) -> bool:
-    """Do these decorators make a Triton jit function, as the model's collector reads them?"""
+    """Do these decorators make a Triton jit function, as the model's collector reads them
+    (one of them `triton.jit`, whatever the others are)?"""
     imports = ImportMap()
     imports.aliases = dict(aliases)
-    names = [imports.qualify(_expression(d)) if d is not None else None for d in decorators]
-    return bool(names) and all(n in _UNIT_DECORATORS for n in names) and any(n in JIT_DECORATORS for n in names)
-
-
-@lru_cache(maxsize=256)
-def _expression(dotted: str):
-    import libcst as cst
-
-    return cst.parse_expression(dotted)
-
-
-def _components(units: list[_Block], context: list[_Block]) -> list[list[_Block]]:
-    """Units joined by a mention of a name, in document order; a unit that the
-    context mentions (and what it mentions) moves into the context."""
-    mentioned = set().union(*(b.facts.tokens for b in context))
-    moved = True
-    while moved:
-        moved = False
-        for unit in list(units):
-            if unit.facts.name in mentioned:
-                units.remove(unit)
-                context.append(unit)
-                mentioned |= unit.facts.tokens
-                moved = True
-    parent = list(range(len(units)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    by_name: dict[str, list[int]] = {}
-    for index, unit in enumerate(units):
-        by_name.setdefault(unit.facts.name, []).append(index)
-    for index, unit in enumerate(units):
-        for token in unit.facts.tokens & by_name.keys():
-            for other in by_name[token]:
-                parent[root(other)] = root(index)
-    groups: dict[int, list[_Block]] = {}
-    for index, unit in enumerate(units):
-        groups.setdefault(root(index), []).append(unit)
-    return sorted(groups.values(), key=lambda group: group[0].start)
+    return any(d is not None and imports.qualify(expression(d)) in JIT_DECORATORS for d in decorators)
 
 
 def _piece(lines: list[str], blocks: list[_Block]) -> Piece:
