@@ -206,11 +206,15 @@ def fixed_arity(model: TritonModule, fn: Function, size, value) -> bool:
                and isinstance(n.value, cst.Name)}
     if len(tensors) != 1:
         return False
-    tensor, bound = tensors.pop(), []
-    for launch in model.launches:
-        for param, arg in launch.args.items():
-            if isinstance(arg, cst.Name) and arg.value == tensor:
-                bound.append((launch.kernel, param))
+    tensor = tensors.pop()
+
+    def bound_in(launches) -> list:
+        return [(launch.kernel, param) for launch in launches for param, arg in launch.args.items()
+                if isinstance(arg, cst.Name) and arg.value == tensor]
+
+    # The asserting function's own launches of `w` when it has any (another wrapper's `w` is
+    # another tensor); else every launch of the file (the assert may guard a helper's launch).
+    bound = bound_in([launch for launch in model.launches if launch.wrapper is fn]) or bound_in(model.launches)
     if not bound:
         return False
     for jit, param in bound:
