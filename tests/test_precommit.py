@@ -127,3 +127,34 @@ def test_precommit_blocks_a_flagged_kernel_and_passes_it_fixed_or_suppressed(tmp
     assert suppressed.returncode == 0, suppressed.stdout + suppressed.stderr
     assert re.search(r"^kanalyze\.+Passed$", suppressed.stdout + suppressed.stderr, re.MULTILINE)
     assert commits() == 3
+
+
+def test_the_readmes_local_hook_works_as_written(tmp_path: Path) -> None:
+    """The README's `.pre-commit-config.yaml` (a local hook using the kanalyze installed beside it),
+    copied as it is, refuses a flagged kernel and passes it fixed."""
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"```yaml\n(# \.pre-commit-config\.yaml[^\n]*\n.*?)```", readme, re.DOTALL)
+    assert block, "the README shows a .pre-commit-config.yaml"
+    env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home"),
+           "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+           "GIT_AUTHOR_NAME": "kanalyze tests", "GIT_AUTHOR_EMAIL": "tests@kanalyze.invalid",
+           "GIT_COMMITTER_NAME": "kanalyze tests", "GIT_COMMITTER_EMAIL": "tests@kanalyze.invalid",
+           "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+    env.pop("KANALYZE_OUTPUT_FORMAT", None)
+    project = tmp_path / "project"
+    project.mkdir()
+    _git(project, "init", "-q", env=env)
+    (project / ".pre-commit-config.yaml").write_text(block.group(1))
+    (project / "kern.py").write_text(TF32_KERNEL)
+
+    def run_hooks() -> subprocess.CompletedProcess:
+        _git(project, "add", "-A", env=env)
+        return subprocess.run([sys.executable, "-m", "pre_commit", "run", "--all-files"], cwd=project, env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    refused = run_hooks()
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "kern.py:10:9: PRC001" in refused.stdout
+    (project / "kern.py").write_text(FIXED_KERNEL)
+    passed = run_hooks()
+    assert passed.returncode == 0, passed.stdout + passed.stderr
