@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 
-from kanalyze.dynamic.recording import CallRecorder, LaunchCounter
+from kanalyze.dynamic.recording import CallRecorder, LaunchCounter, ModeGuard
 
 
 class Environment:
@@ -33,6 +33,7 @@ class Environment:
 
         self.watch = Watch()   # before the candidate's import: what it replaces there shows too
         self.launches = LaunchCounter()
+        self.modes = ModeGuard()
         self._ops = None
         self._seal: dict | None = None
         self.poison: int | None = None
@@ -71,7 +72,7 @@ class Environment:
         torch = self.torch
         self.poison = run.get("poison")
         self.launches.launches.clear()
-        self.launches.guard.seen.clear()
+        self.modes.seen.clear()
         if self.driver is not None:
             self.driver.reset(run.get("order_seed"), bool(case.get("emulate_tf32")), bool(case.get("collect_bounds")))
         elif self.poison is not None:
@@ -105,7 +106,7 @@ class Environment:
         """Inside the recorder, after the candidate's call: its canary and whether the hooks are intact."""
         if nonce is None:
             return
-        tampered = self.launches.tampered() + self._ops.tampered()
+        tampered = self.launches.tampered() + self._ops.tampered() + self.modes.tampered()
         self._ops.sing(nonce)
         self._seal = {"canaries": list(self._ops.canaries), "tampered": tampered}
 

@@ -39,7 +39,6 @@ class LaunchCounter:
         self.depth = 0      # > 0 while a launch (or kanalyze's own work) runs
         self.installed: dict[type, tuple] = {}   # class -> (our run, its code)
         self._install()
-        self.guard = ModeGuard()
 
     def tampered(self) -> list[str]:
         """How the launch hooks differ from the ones installed (empty: intact)."""
@@ -92,12 +91,15 @@ class ModeGuard:
         import triton
 
         self.trusted = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, triton))
-        self.seen: list[str] = []
+        self.seen: list[str] = []   # since the last `clear`: one run's
         for module_name, name in self.NAMES:
             module = importlib.import_module(module_name)
             original = getattr(module, name, None)
             if original is not None:
                 setattr(module, name, self._watch(f"{module_name}.{name}", original))
+
+    def tampered(self) -> list[str]:
+        return [f"torch function modes switched off: {seen}" for seen in self.seen]
 
     def _watch(self, name: str, original):
         import sys
@@ -133,7 +135,7 @@ class CallRecorder(TorchFunctionMode):
             problems.append("the torch call recorder's code was replaced")
         if not torch._C._is_torch_function_enabled():
             problems.append("torch function modes were disabled")
-        return problems + [f"torch function modes switched off: {seen}" for seen in self.launches.guard.seen]
+        return problems
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if args and args[0] is self.canary:   # kanalyze's canary, not the candidate's call

@@ -73,7 +73,7 @@ class GradientCheck(Gate):
         if got.shape != want.shape:
             return self.verdict(CONFIRMED, f"the gradient of {label} is {got.describe()} where the "
                                 f"reference's is {want.describe()}", [result.case])
-        key = re.sub(r"\W+", "_", label).strip("_")[:60]   # an array's name: letters, digits, _
+        key = _array_name(label)
         masks = classes(as_float64(got)) != classes(as_float64(want64))
         if masks.any():
             first = [int(x) for x in np.unravel_index(int(np.flatnonzero(masks.reshape(-1))[0]), masks.shape)]
@@ -108,7 +108,7 @@ class GradientCheck(Gate):
                 return self.verdict(CONFIRMED, f"the parameter `{name}` gets no gradient: the candidate's backward "
                                     f"pass never reaches it, so training would never update it (float64 autograd "
                                     f"of the reference gives it a non-zero gradient)", [result.case],
-                                    arrays={"expected_grad_" + re.sub(r"\W+", "_", name)[:60]: want64.array})
+                                    arrays={f"expected_grad_{_array_name(name)}": want64.array})
             # A parameter's gradient sums over every output it touched: the allowance grows with them.
             terms = max(result.reduction_terms, outputs // max(1, int(want.shape[0]) if want.shape else 1))
             wrong = self._compare(f"parameter `{name}`", got, want, want64, terms, result)
@@ -116,3 +116,8 @@ class GradientCheck(Gate):
                 return wrong
             compared += 1
         return f" and {compared} parameter{'' if compared == 1 else 's'}" if compared else ""
+
+
+def _array_name(label: str) -> str:
+    """A witness array's name from a label or a parameter's name: letters, digits and _ only."""
+    return re.sub(r"\W+", "_", label).strip("_")[:60]

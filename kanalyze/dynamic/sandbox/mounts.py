@@ -1,4 +1,4 @@
-"""What a candidate's worker sees of the file system, in its own mount namespace (stdlib only).
+"""What a candidate's worker sees of the file system, in its own mount namespace (stdlib and rundir.py only).
 
 The parent plans it (`plan`, when it starts a candidate's worker) and the
 namespace's init applies it (`apply`, namespaces.py) before the worker proper
@@ -24,6 +24,8 @@ from __future__ import annotations
 import ctypes
 import os
 
+from kanalyze.dynamic.sandbox.rundir import PREFIX
+
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 0x1, 0x2, 0x4, 0x20, 0x1000, 0x4000
 
 
@@ -43,8 +45,6 @@ def plan(scratch: str, run_directory: str, key_directory: str, writable: list[st
 def other_runs(run_directory: str) -> list[str]:
     """The run directories of other kanalyze processes beside this one (another check, an audit's
     concurrent pairs): hidden too, so that no reference of theirs is in sight."""
-    from kanalyze.dynamic.sandbox.rundir import PREFIX
-
     parent, own = os.path.split(os.path.realpath(run_directory))
     try:
         names = os.listdir(parent)
