@@ -29,6 +29,7 @@ import pytest
 
 from kanalyze.dynamic.harness import Harness, find_harness
 from kanalyze.dynamic.runner import Options, run_gates
+from kanalyze.dynamic.sandbox.execute import CANDIDATE_SIDE_KEYS
 from kanalyze.dynamic.sandbox import zygote_client
 from kanalyze.dynamic.sandbox.process import (
     Limits,
@@ -309,7 +310,7 @@ def test_the_candidate_sees_no_file_of_kanalyzes_but_its_own_and_cannot_write_ho
         os.remove(written)
     # Only the inputs kanalyze saved for candidates are shown (read-only): never an output.
     shown = [path for path in found["arrays"] if "/reference-inputs-" in path or "/inputs/" in path]
-    assert all(os.path.basename(path).startswith(("in", "init", "state")) for path in shown), shown
+    assert all(os.path.basename(path).startswith(CANDIDATE_SIDE_KEYS) for path in shown), shown
     assert sorted(set(found["arrays"]) - set(shown)) == [], f"the candidate found kanalyze's arrays: {found['arrays']}"
     assert found["key"].startswith("refused") or found["key"] == "empty", found
     assert found["home"].startswith("refused"), found
