@@ -61,6 +61,7 @@ def sealed(result: Result) -> dict:
 class Session:
     def __init__(self, harness: Harness, mode: str, limits: Limits, promoted_source: str | None = None) -> None:
         self.harness, self.mode, self.limits = harness, mode, limits
+        created = time.perf_counter()
         self.root = new_scratch_root()
         absolute = {**harness.to_dict(), "candidate": os.path.abspath(harness.candidate),
                     "problem": os.path.abspath(harness.problem)}
@@ -87,7 +88,9 @@ class Session:
                                                                      "visible": shown["visible"] + [folder]},
                                                  limits, self.root)
         self.environment: dict = {"mode": mode}
-        self.seconds: dict[str, float] = {}   # where the run's time went (the environment's `seconds`)
+        # Where the run's time went (the environment's `seconds`): `start` is the workers' launch
+        # (a zygote's own start included); each worker's start in detail is `<role>_start_seconds`.
+        self.seconds: dict[str, float] = {"start": round(time.perf_counter() - created, 3)}
         self.output_shapes: list | None = None   # the reference's, at the planned sizes
 
     @property
@@ -197,6 +200,10 @@ class Session:
                 if result.case.call is None:
                     result.reference = by_key[result.case.input_key]
         self._took("release", started)
+        for role in ("reference", "candidate"):   # each worker's start, from this side
+            ready = self.environment.get(f"{role}_start_seconds", {}).get("ready")
+            if ready is not None:
+                self.seconds[f"{role}_ready"] = ready
         self.environment["seconds"] = dict(self.seconds)
         return results
 
@@ -241,6 +248,9 @@ def _describe_ready(ready: dict, role: str) -> dict:
            f"{role}_numerics": ready.get("numerics", {})}
     if role == "candidate" and ready.get("import_error"):
         out["candidate_import_error"] = ready["import_error"]
+    seconds = ready.get("seconds")
+    if isinstance(seconds, dict):   # where the worker's start went (process.py, worker.py)
+        out[f"{role}_start_seconds"] = {k: v for k, v in seconds.items() if isinstance(v, (int, float))}
     return out
 
 

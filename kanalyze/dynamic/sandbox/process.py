@@ -165,6 +165,7 @@ class ProtocolViolation(Exception):
 class Worker:
     def __init__(self, role: str, mode: str, spec: dict, limits: Limits, scratch_root: str) -> None:
         namespaces.protect_this_process()   # before any worker runs: kanalyze's /proc files closed to it
+        self._created = time.monotonic()
         self.role, self.mode, self.limits, self.spec = role, mode, limits, spec
         self.scratch = tempfile.mkdtemp(prefix=f"{role}-", dir=scratch_root)
         spec_path = os.path.join(self.scratch, "spec.json")
@@ -187,6 +188,7 @@ class Worker:
         finally:
             os.close(control_r)
             os.close(status_w)
+        self.start_seconds = round(time.monotonic() - self._created, 3)   # a zygote's own start included
         self._drain = _Drain(self.process.stdout, limits.output_bytes)
         self._drain.start()
         self._buffer = b""
@@ -279,6 +281,10 @@ class Worker:
                     break
             # How it was started goes into the run's environment record, beside the confinement.
             event["confinement"] = {**(event.get("confinement") or {}), "start": self.started_by}
+            # Where the start went: the fork (with a zygote's own start), the worker's set-up,
+            # the candidate's import, the device; `ready` is the whole, from this side.
+            event["seconds"] = {**(event.get("seconds") if isinstance(event.get("seconds"), dict) else {}),
+                                "fork": self.start_seconds, "ready": round(time.monotonic() - self._created, 3)}
             self.ready = event
         return self.ready
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 
 
@@ -78,6 +79,8 @@ def serve(role: str, mode: str, control_fd: int, status_fd: int, spec_path: str,
           confinement: dict | None = None) -> int:
     """Everything a worker does after its imports: limits (unless applied before the imports),
     device set-up, guards, the candidate's import, `ready`, then the job loop."""
+    started = time.perf_counter()
+    seconds: dict[str, float] = {}   # where the start went: set-up, the candidate's import, the device
     status = os.fdopen(status_fd, "w", buffering=1)
     control = os.fdopen(control_fd, "r")
     with open(spec_path, encoding="utf-8") as handle:
@@ -110,6 +113,7 @@ def serve(role: str, mode: str, control_fd: int, status_fd: int, spec_path: str,
         _send(status, event="ready", error=f"the worker could not start: {type(exc).__name__}: {exc}")
         return 3
     device = "cpu" if mode == "cpu" else "cuda"
+    seconds["setup"] = round(time.perf_counter() - started, 3)
     install_guards()
     import_error = None
     phase = phase_reporter(status)
@@ -117,20 +121,25 @@ def serve(role: str, mode: str, control_fd: int, status_fd: int, spec_path: str,
         from kanalyze.dynamic.loading import load_candidate
 
         phase("candidate")
+        importing = time.perf_counter()
         try:
             module = load_candidate(spec.get("candidate_file") or harness["candidate"])
         except BaseException as exc:
             import_error = describe_error(exc)
+        seconds["import"] = round(time.perf_counter() - importing, 3)
         phase("kanalyze")
         side = CandidateSide(harness, device, None if import_error else module, env, phase,
                              device_share=spec.get("device_share", True))
     else:
         side = ReferenceSide(harness, device, env.op_recorder)
     in_force = numerics.current()   # what the candidate's import left, if it changed anything
+    opening = time.perf_counter()   # the device's name opens its context: a GPU's start-up cost
+    device_name = torch.cuda.get_device_name(0) if mode == "cuda" else "Triton interpreter (CPU)"
+    seconds["device"] = round(time.perf_counter() - opening, 3)
     _send(status, event="ready", error=None, import_error=import_error, confinement=confinement,
           numerics={"policy": policy, **({"changed_by_import": in_force} if in_force != policy else {})},
-          versions={"torch": torch.__version__, "triton": sys.modules["triton"].__version__,
-                    "device": torch.cuda.get_device_name(0) if mode == "cuda" else "Triton interpreter (CPU)"})
+          versions={"torch": torch.__version__, "triton": sys.modules["triton"].__version__, "device": device_name},
+          seconds=seconds)
     try:
         return _serve_jobs(role, control, status, side, harness, import_error,
                            device_map if mode == "cpu" else None, case_sizes)
