@@ -187,6 +187,36 @@ def test_another_environment_gets_another_zygote(probe_spec, scratch, monkeypatc
     assert after != before
 
 
+def test_a_zygote_begun_early_serves_the_first_worker(probe_spec, scratch) -> None:
+    """`check --dynamic` starts the zygote before its static pass (process.begin_zygote): the first
+    worker waits for that zygote's imports instead of starting another."""
+    from kanalyze.dynamic.sandbox.process import begin_zygote
+
+    zygote_client.shutdown_all()
+    begin_zygote("cpu")
+    begun = _zygote_pid()
+    assert not zygote_client._zygotes["cpu"].ready          # begun, not waited for
+    worker, ready, _ = _probe(probe_spec, scratch, Limits())
+    try:
+        assert ready["confinement"]["start"] == "forked from the zygote"
+        assert _parent_of(worker.process.pid) == begun
+        assert set(zygote_client._zygotes["cpu"].seconds) >= {"imports", "meta", "wall"}
+    finally:
+        worker.close()
+
+
+def test_a_zygote_begun_and_never_used_ends_at_once(scratch) -> None:
+    """A run whose static pass flags nothing never waits for the zygote it began: shutting it
+    down mid-import kills it rather than waiting for its imports to finish."""
+    from kanalyze.dynamic.sandbox.process import begin_zygote
+
+    zygote_client.shutdown_all()
+    begin_zygote("cpu")
+    process = zygote_client._zygotes["cpu"].process
+    zygote_client.shutdown_all()
+    assert process.poll() == -signal.SIGKILL       # killed mid-import, not waited for
+
+
 @pytest.mark.parametrize("name,words", [("segfault", "SIGSEGV"), ("fork", "os.fork is refused")])
 def test_hostile_candidates_are_contained_in_fresh_processes_too(name, words, monkeypatch) -> None:
     monkeypatch.setenv(zygote_client.DISABLE, "1")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 from kanalyze.analyzer.sources import SourceText, discover, read_source
 from kanalyze.check.analyze import needs_analysis
@@ -21,11 +21,13 @@ def run_ir(
     force_exclude: bool = False,
     use_cache: bool = True,
     jobs: int | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> CheckResult:
     """The IR stage (`--ir`): compile every kernel ahead of time (Triton; CUDA
     through nvcc), scan PTX/SASS, check resource budgets, and merge what it
     finds into `result`, the static findings.  Only called with `--ir`, so the
-    static path never loads it (nor triton)."""
+    static path never loads it (nor triton).  `progress(name, done, total)`: told
+    of the compile jobs as they end (analyzer/ir/stage.py)."""
     from kanalyze.analyzer.ir.artifacts import ArtifactCache
     from kanalyze.analyzer.ir.merge import failure_findings, hit_findings, merge
     from kanalyze.analyzer.ir.settings import SettingsError, load_settings
@@ -45,7 +47,7 @@ def run_ir(
         if isinstance(source, SourceText) and needs_analysis(path, source.text):
             sources.append((path, source.text))
     cache = ArtifactCache.open(config.root) if use_cache else ArtifactCache.disabled()
-    run = analyze_ir(sources, settings, cache, workers=jobs)
+    run = analyze_ir(sources, settings, cache, workers=jobs, progress=progress)
 
     rules = clause_rules({"PRC001", "PRC002", "ORD001", "EXC001", "EXC002", "RES002", "KAN002"})
     names = {code: rule.name for code, rule in rules.items()}

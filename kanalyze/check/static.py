@@ -22,7 +22,7 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 from kanalyze.analyzer.cuda.sources import cuda_files_named_in, is_cuda_path
 from kanalyze.analyzer.project_index import Linked, ProjectIndex
@@ -47,6 +47,7 @@ UNSURE_DEPTH = MAX_EXPRESSION_DEPTH * 2 // 5
 UNSURE_BRACKETS = MAX_NESTING // 2
 
 Output = tuple[str, list[dict], int]  # (path, findings as dicts, suppressed)
+Finished = Callable[[str], None]  # told of each file's path as its analysis ends (the run's progress)
 
 
 @dataclass
@@ -61,7 +62,8 @@ class CheckResult:
 
 
 def _analyze_batch(batch: list[tuple[str, str]], proofs: dict, budget: float | None = FILE_BUDGET_S,
-                   in_worker: bool = False, links: dict[str, Linked] | None = None) -> list[Output]:
+                   in_worker: bool = False, links: dict[str, Linked] | None = None,
+                   finished: Finished | None = None) -> list[Output]:
     """Analyze files one after the other.  `in_worker`: this process is a worker,
     which the kernel kills if one file keeps it past WALL_CLOCK_FACTOR budgets.
     `links`: what the project index says about each file (absent: the file alone)."""
@@ -77,6 +79,8 @@ def _analyze_batch(batch: list[tuple[str, str]], proofs: dict, budget: float | N
             if in_worker and budget and hasattr(signal, "setitimer"):
                 signal.setitimer(signal.ITIMER_REAL, 0)
         results.append((path, [f.to_dict() for f in findings], suppressed))
+        if finished is not None:
+            finished(path)
     return results
 
 
@@ -107,11 +111,13 @@ def _context():
 
 
 def _analyze_in_pool(to_parse: list[tuple[str, str]], proofs: dict, budget: float | None,
-                     workers: int, links: dict[str, Linked]) -> list[Output]:
+                     workers: int, links: dict[str, Linked], finished: Finished | None = None) -> list[Output]:
     """The files over a pool of `workers` processes.  When a worker dies, the pool
     breaks and every batch it had not finished fails: those files are analyzed
-    again, each in a process of its own (`_analyze_isolated`)."""
-    from concurrent.futures import ProcessPoolExecutor
+    again, each in a process of its own (`_analyze_isolated`).  `finished` hears of a
+    batch's files as the batch comes back (the first done, the first told); the outputs
+    keep the batches' order."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
     context = _context()
     if context.get_start_method() == "fork":
@@ -122,20 +128,25 @@ def _analyze_in_pool(to_parse: list[tuple[str, str]], proofs: dict, budget: floa
         batches = _batches(to_parse, workers * 4)
         futures = [(batch, pool.submit(_analyze_batch, batch, proofs, budget, True, _links_of(batch, links)))
                    for batch in batches]
+        if finished is not None:
+            for future in as_completed([future for _, future in futures]):
+                if not future.cancelled() and future.exception() is None:
+                    for path, _, _ in future.result():
+                        finished(path)
         for batch, future in futures:
             try:
                 outputs.extend(future.result())
             except Exception:  # BrokenProcessPool: a worker died, this batch with it
                 again.extend(batch)
-    return outputs + (_analyze_isolated(again, proofs, budget, workers, links) if again else [])
+    return outputs + (_analyze_isolated(again, proofs, budget, workers, links, finished) if again else [])
 
 
 def _links_of(batch: list[tuple[str, str]], links: dict[str, Linked]) -> dict[str, Linked]:
     return {path: links[path] for path, _ in batch if path in links}
 
 
-def _analyze_isolated(items: list[tuple[str, str]], proofs: dict, budget: float | None,
-                      workers: int, links: dict[str, Linked] | None = None) -> list[Output]:
+def _analyze_isolated(items: list[tuple[str, str]], proofs: dict, budget: float | None, workers: int,
+                      links: dict[str, Linked] | None = None, finished: Finished | None = None) -> list[Output]:
     """Each file in a fresh process of its own, `workers` at a time: a file that
     kills its process (a segmentation fault, the wall-clock kill) gets one KAN001
     finding saying how it died, and the others their findings."""
@@ -162,6 +173,8 @@ def _analyze_isolated(items: list[tuple[str, str]], proofs: dict, budget: float 
                 outputs[path] = (path, [crash_finding(path, _how_it_died(process.exitcode, budget)).to_dict()], 0)
             reader.close()
             process.join()
+            if finished is not None:
+                finished(path)
         for reader, (process, path, started) in list(running.items()):
             if limit is not None and time.monotonic() - started > limit:
                 process.kill()  # wait() sees its pipe close and reports it
@@ -194,14 +207,18 @@ def run_static(
     jobs: int | None = None,
     budget: float | None | str = "config",
     index: ProjectIndex | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> CheckResult:
     """`budget`: the CPU seconds one file's analysis may take (None: no limit; "config": the
     configuration's `file-timeout`, else the default for the selection).  `index`: the project
     index to link the files by, built beforehand over a larger tree (a benchmark checking a
-    project file by file); None builds it over the files of this run."""
+    project file by file); None builds it over the files of this run.  `progress(name, done,
+    total)`: told of the files to analyze (cached or not; z3 proofs included) before the first
+    and as each one ends, its path relative to the working directory as the name."""
     ranges = _ranges(config)
     return _check_files(paths, config, ranges, force_exclude=force_exclude, use_cache=use_cache, jobs=jobs,
-                        budget=file_budget(config, ranges) if budget == "config" else budget, index=index)
+                        budget=file_budget(config, ranges) if budget == "config" else budget, index=index,
+                        progress=progress)
 
 
 def file_budget(config: Config, ranges: dict) -> float:
@@ -238,7 +255,8 @@ def run_text(name: str, data: bytes, config: Config) -> CheckResult:
 
 
 def _check_files(paths: Iterable[str], config: Config, ranges: dict, *, force_exclude: bool, use_cache: bool,
-                 jobs: int | None, budget: float | None, index: ProjectIndex | None = None) -> CheckResult:
+                 jobs: int | None, budget: float | None, index: ProjectIndex | None = None,
+                 progress: Callable[[str, int, int], None] | None = None) -> CheckResult:
     result = CheckResult()
     cache = Cache.open(config.root, repr(sorted(ranges.items())), config.cache_dir) if use_cache else Cache.disabled()
     to_parse: list[tuple[str, str]] = []
@@ -272,6 +290,7 @@ def _check_files(paths: Iterable[str], config: Config, ranges: dict, *, force_ex
 
     index = index if index is not None else ProjectIndex.build(texts)
     links = {path: linked for path, _ in to_analyze if (linked := index.linked(path)) is not None}
+    finished = _tally(progress, len(to_analyze))
     for path, text in to_analyze:
         cached = cache.get(path, _cache_text(text, links.get(path)))
         if cached is not None:
@@ -279,21 +298,23 @@ def _check_files(paths: Iterable[str], config: Config, ranges: dict, *, force_ex
             per_file[path] = [Finding.from_dict(d) for d in findings]
             result.suppressed += suppressed
             result.files_from_cache += 1
+            if finished is not None:
+                finished(path)
             continue
         to_parse.append((path, text))
 
     result.files_parsed = len(to_parse)
     workers = jobs if jobs is not None else (os.cpu_count() or 1)
     if workers > 1 and len(to_parse) >= POOL_THRESHOLD:
-        outputs = _analyze_in_pool(to_parse, ranges, budget, workers, links)
+        outputs = _analyze_in_pool(to_parse, ranges, budget, workers, links, finished)
     else:
         # No pool to absorb a crash: a file the nesting guard is unsure of gets a process of its own.
         sure: list[tuple[str, str]] = []
         unsure: list[tuple[str, str]] = []
         for path, text in to_parse:
             (unsure if not is_cuda_path(path) and _unsure(text) else sure).append((path, text))
-        outputs = (_analyze_batch(sure, ranges, budget, links=links)
-                   + _analyze_isolated(unsure, ranges, budget, workers, links))
+        outputs = (_analyze_batch(sure, ranges, budget, links=links, finished=finished)
+                   + _analyze_isolated(unsure, ranges, budget, workers, links, finished))
 
     for path, finding_dicts, suppressed in outputs:
         if worth_caching(finding_dicts):
@@ -313,3 +334,22 @@ def _cache_text(text: str, linked: Linked | None) -> str:
     what the index told its analysis.  A checked text never holds a NUL (sources.decode_source
     refuses it), so the two parts cannot run into each other."""
     return text if linked is None else f"{text}\0{linked.key()}"
+
+
+def _tally(progress: Callable[[str, int, int], None] | None, total: int) -> Finished | None:
+    """What tells `progress` of each file as it ends (None without one, or without files):
+    `progress("", 0, total)` at once, then the file's path relative to the working directory."""
+    if progress is None or not total:
+        return None
+    done = 0
+    progress("", 0, total)
+
+    def finished(path: str) -> None:
+        nonlocal done
+        done += 1
+        try:
+            shown = os.path.relpath(path)
+        except ValueError:  # another drive (Windows)
+            shown = path
+        progress(shown, done, total)
+    return finished

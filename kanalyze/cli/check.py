@@ -4,6 +4,7 @@ standard input (`-`, `--stdin-filename`), `--add-noqa` (add_noqa.py) and `--fix`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import sys
@@ -59,14 +60,19 @@ def _check(args: argparse.Namespace, stdin_name: str | None, paths: list[str], c
                 sys.stdout.buffer.write(sys.stdin.buffer.read())  # `--fix` echoes it unchanged, as ruff
             return EXIT_CLEAN
     else:
-        result = run_static(paths, config, force_exclude=args.force_exclude,
-                            use_cache=not args.no_cache, jobs=args.jobs)
+        if args.dynamic or args.gates:
+            _begin_workers(args, config)
+        with _progress_bar(args, "files", ticking=False) as progress:  # no thread while the pool forks
+            result = run_static(paths, config, force_exclude=args.force_exclude,
+                                use_cache=not args.no_cache, jobs=args.jobs, progress=progress)
         _warn_about_unknown_noqa_codes(paths, config, args.force_exclude)
     if wants_ir:
         from kanalyze.check import run_ir
 
-        result = run_ir(paths, config, result, targets=args.target, show_resources=args.show_resources,
-                        force_exclude=args.force_exclude, use_cache=not args.no_cache, jobs=args.jobs)
+        with _progress_bar(args, "compiling") as progress:
+            result = run_ir(paths, config, result, targets=args.target, show_resources=args.show_resources,
+                            force_exclude=args.force_exclude, use_cache=not args.no_cache, jobs=args.jobs,
+                            progress=progress)
         for note in result.notes:
             if not args.quiet or not note.startswith("IR: "):
                 sys.stderr.write(f"kanalyze: {note}\n")
@@ -198,6 +204,20 @@ def _warn_about_unknown_noqa_codes(paths: list[str], config, force_exclude: bool
             sys.stderr.write(f"kanalyze: warning: {code.warning(path)}\n")
 
 
+def _begin_workers(args: argparse.Namespace, config) -> None:
+    """Where candidates have a problem to run against, start the gates' workers' zygote now:
+    its imports of torch and triton overlap the static pass instead of following it."""
+    if not (args.reference or args.kernelbench or config.raw.get("harness")):
+        return
+    from kanalyze.dynamic.runner import resolve_mode
+    from kanalyze.dynamic.sandbox.process import begin_zygote
+
+    try:
+        begin_zygote(resolve_mode(args.device))
+    except ValueError:   # an unknown device: said where the gates start
+        pass
+
+
 def _run_dynamic(args: argparse.Namespace, paths: list[str], config, result):
     from kanalyze.check import run_dynamic
     from kanalyze.dynamic.confirm import DynamicOptions
@@ -214,9 +234,15 @@ def _run_dynamic(args: argparse.Namespace, paths: list[str], config, result):
                              root=config.root, mode=args.device, jobs=args.jobs, case_seconds=args.case_timeout,
                              witness_dir=os.path.join(config.root, witness_dir) if witness_dir else None,
                              max_numel=config.raw.get("gate-numel"))
-    if args.quiet or not sys.stderr.isatty():  # a progress bar on a terminal only
+    with _progress_bar(args, "gates") as options.progress:
         return run_dynamic(paths, config, result, options, force_exclude=args.force_exclude)
-    from kanalyze.report.progress import gate_progress
 
-    with gate_progress() as options.progress:
-        return run_dynamic(paths, config, result, options, force_exclude=args.force_exclude)
+
+def _progress_bar(args: argparse.Namespace, label: str, *, ticking: bool = True):
+    """A pass's progress bar (report/progress.py), which yields `progress(name, done, total)`:
+    on a terminal only, and not with `-q`; elsewhere it yields None and draws nothing."""
+    if args.quiet or not sys.stderr.isatty():
+        return contextlib.nullcontext(None)
+    from kanalyze.report.progress import progress_bar
+
+    return progress_bar(label, ticking=ticking)

@@ -123,7 +123,8 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
         elif harness.kind == "kernel":
             sizes = {}
         else:
-            sizes = session.plan_sizes(options.max_numel or MAX_NUMEL[mode])
+            # Only PRC002 reads the reference's output shapes (which knobs a reduction runs over).
+            sizes = session.plan_sizes(options.max_numel or MAX_NUMEL[mode], output_shapes="PRC002" in codes)
         contexts = {code: GateContext(harness, sizes, mode, flags.get(code, []), options.seed, promotion,
                                       session.output_shapes, cuda_cpp) for code in codes}
         if cases is None:

@@ -30,6 +30,7 @@ from kanalyze.dynamic.cases import Case
 from kanalyze.dynamic.harness import Harness
 from kanalyze.dynamic.reference_cache import REFERENCES
 from kanalyze.dynamic.results import Result
+from kanalyze.dynamic.sandbox import zygote_client
 from kanalyze.dynamic.sandbox.dispatch import READ_NOW_BYTES, run_cases
 from kanalyze.dynamic.sandbox.process import (Limits, Outcome, ProtocolViolation, Worker, WorkerGone,
                                               new_scratch_root, remove_scratch_root)
@@ -61,7 +62,7 @@ def sealed(result: Result) -> dict:
 class Session:
     def __init__(self, harness: Harness, mode: str, limits: Limits, promoted_source: str | None = None) -> None:
         self.harness, self.mode, self.limits = harness, mode, limits
-        created = time.perf_counter()
+        created, since = time.perf_counter(), time.monotonic()
         self.root = new_scratch_root()
         absolute = {**harness.to_dict(), "candidate": os.path.abspath(harness.candidate),
                     "problem": os.path.abspath(harness.problem)}
@@ -91,6 +92,9 @@ class Session:
         # Where the run's time went (the environment's `seconds`): `start` is the workers' launch
         # (a zygote's own start included); each worker's start in detail is `<role>_start_seconds`.
         self.seconds: dict[str, float] = {"start": round(time.perf_counter() - created, 3)}
+        zygote = zygote_client.started_since(mode, since)   # started for this session: its share of `start`
+        for step, value in (zygote or {}).items():
+            self.seconds[f"zygote.{step}"] = value
         self.output_shapes: list | None = None   # the reference's, at the planned sizes
 
     @property
@@ -99,23 +103,24 @@ class Session:
             self._reference = Worker("reference", self.mode, self.spec, self.limits, self.root)
         return self._reference
 
-    def plan_sizes(self, max_numel: int | None) -> dict[str, int]:
-        """The knobs scaled down until the inputs hold at most `max_numel` elements (None: as they are)."""
+    def plan_sizes(self, max_numel: int | None, output_shapes: bool = True) -> dict[str, int]:
+        """The knobs scaled down until the inputs hold at most `max_numel` elements (None: as they are);
+        `output_shapes`: also the reference's output shapes at those sizes (`self.output_shapes`)."""
         started = time.perf_counter()
         try:
-            return self._plan_sizes(max_numel)
+            return self._plan_sizes(max_numel, output_shapes)
         finally:
             self._took("plan", started)
 
-    def _plan_sizes(self, max_numel: int | None) -> dict[str, int]:
+    def _plan_sizes(self, max_numel: int | None, output_shapes: bool) -> dict[str, int]:
         known = REFERENCES.plan(self.harness, self.mode, max_numel)
-        if known is not None:
+        if known is not None and (known[1] is not None or not output_shapes):
             self.output_shapes = known[1]
             return dict(known[0])
         knobs = dict(self.harness.knobs)
         try:
             self.reference.wait_ready()
-            self.reference.send({"kind": "plan", "knobs": knobs, "max_numel": max_numel,
+            self.reference.send({"kind": "plan", "knobs": knobs, "max_numel": max_numel, "shapes": output_shapes,
                                  "dtype": self.harness.dtypes[0] if self.harness.dtypes else None})
             event = self.reference.next_event(self.limits.case_seconds)
         except (WorkerGone, ProtocolViolation):
@@ -148,6 +153,7 @@ class Session:
             REFERENCES.put_ready(self.harness, self.mode, ready)
             for i, key in enumerate(missing):
                 by_key[key] = outcomes[i]
+                self._add_steps("reference", outcomes[i])
         self._took("reference", started)
         self.environment.update(_describe_ready(ready, "reference"))
         results = [Result(case, NO_REFERENCE if case.call is not None else by_key[case.input_key]) for case in cases]
@@ -179,6 +185,7 @@ class Session:
                     self.environment.update(_describe_ready(ready, "candidate"))
                 for i, outcome in outcomes.items():
                     results[i].candidate = outcome
+                    self._add_steps("candidate", outcome)
                 if batch is first and outcomes[first[0][0]].status == "timeout":
                     for i, _ in rest:
                         results[i].candidate = Outcome("not-started", detail="skipped: the candidate did not "
@@ -206,6 +213,15 @@ class Session:
                 self.seconds[f"{role}_ready"] = ready
         self.environment["seconds"] = dict(self.seconds)
         return results
+
+    def _add_steps(self, role: str, outcome: Outcome) -> None:
+        """A worker's own account of a case's steps (`seconds` in its result), summed per step as
+        `role.step`: descriptive only (a candidate's worker could say anything), never judged."""
+        steps = outcome.meta.get("seconds") if isinstance(outcome.meta, dict) else None
+        for step, value in (steps.items() if isinstance(steps, dict) else ()):
+            if isinstance(step, str) and len(step) < 40 and isinstance(value, (int, float)):
+                name = f"{role}.{step}"
+                self.seconds[name] = round(self.seconds.get(name, 0.0) + float(value), 3)
 
     def _took(self, what: str, started: float, minus: float = 0.0) -> None:
         self.seconds[what] = round(self.seconds.get(what, 0.0) + time.perf_counter() - started - minus, 3)

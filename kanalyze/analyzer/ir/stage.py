@@ -12,9 +12,11 @@ rest goes on.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Callable
 
 from kanalyze.analyzer.cuda.sources import is_cuda_path, may_contain_inline_cuda
 from kanalyze.analyzer.ir.artifacts import ArtifactCache, code_fingerprint, digest, tool_versions
@@ -118,13 +120,37 @@ def _notes(context: dict, record: dict) -> list[str]:
     return [n for n in context["notes"] if n.split(":", 1)[0] not in replaced] + later
 
 
+class _Tally:
+    """The stage's progress: compile jobs expected and done, told to `progress(name, done, total)`.
+    A job is one kernel in one launch context for one target (its autotune configurations
+    compile together), or one CUDA unit for one target; one read from the cache counts as done
+    at once.  Every job is expected before the first is done; done from the compiling threads."""
+
+    def __init__(self, progress: Callable[[str, int, int], None] | None) -> None:
+        self.progress, self.lock = progress, threading.Lock()
+        self.done = self.total = 0
+
+    def tell(self, path: str = "", *, done: int = 0, expected: int = 0) -> None:
+        if self.progress is None or not (done or expected):
+            return
+        with self.lock:
+            self.done, self.total = self.done + done, self.total + expected
+            try:
+                shown = os.path.relpath(path) if path else ""
+            except ValueError:  # another drive (Windows)
+                shown = path
+            self.progress(shown, self.done, self.total)
+
+
 class _Stage:
-    def __init__(self, settings: IRSettings, cache: ArtifactCache, workers: int) -> None:
+    def __init__(self, settings: IRSettings, cache: ArtifactCache, workers: int,
+                 progress: Callable[[str, int, int], None] | None = None) -> None:
         self.settings = settings
         self.cache = cache
         self.workers = max(1, workers)
         self.run = IRRun()
         self.fingerprint = code_fingerprint()  # plans and scans change with the analyzer's code
+        self.tally = _Tally(progress)
 
     # --- Triton -------------------------------------------------------------
 
@@ -199,6 +225,10 @@ class _Stage:
                             cached[key] = records
             if pending:
                 batches.append((plan, pending))
+        self.tally.tell(expected=len(jobs))
+        for file_ir, *_, key in jobs:
+            if key in cached:
+                self.tally.tell(file_ir.path, done=1)
         results = self._compile(batches)
         for file_ir, plan, info, spec, key in jobs:
             records = results.get((plan.path, spec["id"]))
@@ -225,7 +255,9 @@ class _Stage:
 
         def compile_chunk(item):
             plan, name, jobs = item
-            return plan.path, run_batch(plan.scratch, name, jobs, self.settings.timeout_s)
+            batch = run_batch(plan.scratch, name, jobs, self.settings.timeout_s)
+            self.tally.tell(plan.path, done=len(jobs))
+            return plan.path, batch
 
         with ThreadPoolExecutor(max_workers=min(self.workers, len(work))) as pool:
             for path, batch in pool.map(compile_chunk, work):
@@ -265,13 +297,13 @@ class _Stage:
 
     # --- CUDA ---------------------------------------------------------------
 
-    def cuda(self, units: list[CudaSource]) -> list[FileIR]:
+    def cuda_work(self, units: list[CudaSource]) -> list[tuple[FileIR, CudaSource, Target, str]] | None:
+        """Each unit for each target with its cache key, expected by the tally; None without nvcc."""
         if not units:
             return []
         nvcc = find_nvcc()
         if nvcc is None:
-            self.run.notes.append(NVCC_MISSING)
-            return []
+            return None
         by_file: dict[str, FileIR] = {}
         work = []
         for unit in units:
@@ -280,6 +312,20 @@ class _Stage:
                 key = "cuda-" + digest(unit.text, unit.origin_row, unit.row_map, unit.flags, self.settings.nvcc_flags,
                                        target.name, nvcc_version(nvcc), tool_versions())
                 work.append((file_ir, unit, target, key))
+        self.tally.tell(expected=len(work))
+        return work
+
+    def cuda(self, work: list[tuple[FileIR, CudaSource, Target, str]] | None) -> list[FileIR]:
+        if work is None:
+            self.run.notes.append(NVCC_MISSING)
+        if not work:
+            return []
+        by_file = {file_ir.path: file_ir for file_ir, *_ in work}
+
+        def counted(item):
+            outcome = compile_unit(item)
+            self.tally.tell(item[0].path, done=1)
+            return outcome
 
         def compile_unit(item):
             file_ir, unit, target, key = item
@@ -299,7 +345,7 @@ class _Stage:
             return item, kernels, from_cache
 
         with ThreadPoolExecutor(max_workers=min(self.workers, len(work))) as pool:
-            for (file_ir, unit, target, _), kernels, from_cache in pool.map(compile_unit, work):
+            for (file_ir, unit, target, _), kernels, from_cache in pool.map(counted, work):
                 file_ir.kernels.extend(kernels)
                 compiled = sum(k.ok for k in kernels) > 0
                 self.run.compiled += compiled and not from_cache
@@ -334,20 +380,24 @@ class _Stage:
 
 
 def analyze_ir(sources: list[tuple[str, str]], settings: IRSettings, cache: ArtifactCache, *,
-               workers: int | None = None, cuda: list[CudaSource] | None = None) -> IRRun:
+               workers: int | None = None, cuda: list[CudaSource] | None = None,
+               progress: Callable[[str, int, int], None] | None = None) -> IRRun:
     """Compile and scan every kernel of `sources` ((path, text) of Triton files,
-    CUDA files and Python files that build CUDA), plus the CUDA units `cuda`."""
+    CUDA files and Python files that build CUDA), plus the CUDA units `cuda`.
+    `progress(name, done, total)`: told of the compile jobs (`_Tally`) as each batch of
+    them ends, the file's path relative to the working directory as the name."""
     started = time.perf_counter()
-    stage = _Stage(settings, cache, workers or os.cpu_count() or 1)
+    stage = _Stage(settings, cache, workers or os.cpu_count() or 1, progress)
     python = [(p, t) for p, t in sources if not is_cuda_path(p) and may_contain_triton(t)]
     units = [u for p, t in sources if is_cuda_path(p) or may_contain_inline_cuda(t) for u in cuda_units(p, t)]
     units += list(cuda or ())
+    work = stage.cuda_work(units)  # expected before any Triton job is done: the total stays put
     if python:
         if triton_available():
             stage.run.files.extend(stage.triton(python))
         else:
             stage.run.notes.append("triton is not installed: Triton kernels were not compiled to PTX/SASS "
                                    '(pip install "kanalyze[ir]")')
-    stage.run.files.extend(stage.cuda(units))
+    stage.run.files.extend(stage.cuda(work))
     stage.run.seconds = round(time.perf_counter() - started, 3)
     return stage.run

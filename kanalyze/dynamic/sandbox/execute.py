@@ -103,6 +103,13 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def lap(seconds: dict, step: str, since: float) -> float:
+    """Add the time since `since` to `seconds[step]`; returns now (the next step's start)."""
+    now = time.perf_counter()
+    seconds[step] = round(seconds.get(step, 0.0) + now - since, 3)
+    return now
+
+
 def seed_all(seed: int) -> None:
     torch.manual_seed(seed)
     np.random.seed(seed % 2 ** 32)
@@ -126,7 +133,9 @@ class CandidateSide:
     def run(self, case: dict, reference: dict, reference_arrays, out_base: str) -> dict:
         self.exported = {}
         arrays: dict = DeviceArrays() if self.device_share else {}
-        result: dict = {"status": "ok", "runs": []}
+        seconds: dict[str, float] = {}   # where the case's time went, step by step
+        result: dict = {"status": "ok", "runs": [], "seconds": seconds}
+        since = time.perf_counter()
         try:
             init_inputs = decode_list(reference["init_inputs"], reference_arrays, "cpu")
             base_inputs = decode_list(reference["inputs"], reference_arrays, self.device)
@@ -137,6 +146,7 @@ class CandidateSide:
             result.update(status="internal", error=f"kanalyze could not prepare the inputs: {describe_error(exc)}",
                           traceback=traceback_tail(exc))
             return result
+        since = lap(seconds, "prepare", since)
         seed_all(case["seed"])
         self.phase("candidate")
         try:
@@ -148,6 +158,7 @@ class CandidateSide:
             return result
         finally:
             self.phase("kanalyze")
+        since = lap(seconds, "model", since)
         output_bytes = output_sizes(reference)
         values: list = []
         for j, run in enumerate(case["runs"]):
@@ -165,7 +176,9 @@ class CandidateSide:
 
                 self._record(result, candidate_gradients(model, base_inputs, reference, reference_arrays, arrays,
                                                          self.phase))
+        since = lap(seconds, "runs", since)
         self._finish(arrays, out_base, result)
+        lap(seconds, "finish", since)
         return result
 
     def _finish(self, arrays: dict, out_base: str, result: dict) -> None:

@@ -354,6 +354,18 @@ def prestart_zygote(mode: str, limits: Limits | None = None) -> str:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def begin_zygote(mode: str) -> None:
+    """Start this process's zygote for `mode` and return at once: its imports overlap what
+    the caller does next (the static pass).  If it cannot start, the first worker says why."""
+    scratch = rundir.scratch("prestart-")
+    try:
+        zygote_client.begin(mode, scrubbed_environment(scratch, mode))
+    except zygote_client.ZygoteUnavailable:
+        pass
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 KNOWN_EVENTS = {"ready", "plan", "case", "fatal", "job-done", "phase"}
 
 

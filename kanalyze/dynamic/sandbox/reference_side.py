@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from contextlib import nullcontext
 
 import numpy as np
@@ -31,7 +32,7 @@ from kanalyze.dynamic import inputs as input_values
 from kanalyze.dynamic.loading import Problem, move
 from kanalyze.dynamic.reductions import ReductionRecorder
 from kanalyze.dynamic.sandbox.execute import (CANDIDATE_SIDE_KEYS, REPEAT_SEED_OFFSET, describe_error, encode_list,
-                                              encode_output, seed_all, synchronize, traceback_tail)
+                                              encode_output, lap, seed_all, synchronize, traceback_tail)
 from kanalyze.dynamic.sandbox.transport import dtype_name, save_arrays, tensor_to_numpy
 
 WITHHOLD_BYTES = 8 * 2 ** 30   # reference outputs kept in memory until release; more is saved at once
@@ -91,11 +92,15 @@ class ReferenceSide:
         """The case's reference; what the candidate is given goes to `inputs_folder` (a folder the
         candidate's worker is shown: mounts.py), else beside the case's own files."""
         arrays: dict[str, np.ndarray] = {}
-        result: dict = {"status": "ok"}
+        seconds: dict[str, float] = {}   # where the case's time went, step by step
+        result: dict = {"status": "ok", "seconds": seconds}
+        since = time.perf_counter()
         try:
             problem = self.problem(case["sizes"], case.get("dtype"))
             model, init_inputs = self.model(problem, case)
+            since = lap(seconds, "model", since)
             values = self.inputs(problem, case, case["seed"] + 1)
+            since = lap(seconds, "inputs", since)
         except BaseException as exc:  # the problem rejects these sizes, or is broken
             return {"status": "rejected", "error": describe_error(exc), "traceback": traceback_tail(exc)}
         result["inputs"] = encode_list(values, "in", arrays)
@@ -106,6 +111,7 @@ class ReferenceSide:
             for i, tensor in enumerate(state.values()):
                 arrays[f"state{i}"] = tensor_to_numpy(tensor)
             result["state_dtypes"] = [dtype_name(t.dtype) for t in state.values()]
+        since = lap(seconds, "encode", since)
         recorder = self.recorder_factory() if case.get("record_ops") else None
         reductions = ReductionRecorder()
         try:
@@ -119,7 +125,9 @@ class ReferenceSide:
             del out
         except BaseException as exc:
             return {"status": "rejected", "error": describe_error(exc), "traceback": traceback_tail(exc)}
+        since = lap(seconds, "forward", since)
         self._float64(model, values, result, arrays, "output64", "out64_")
+        since = lap(seconds, "float64", since)
         if case.get("gradients"):
             from kanalyze.dynamic.gradients import reference_gradients
 
@@ -133,9 +141,11 @@ class ReferenceSide:
             except BaseException as exc:
                 return {"status": "rejected", "error": f"second input set: {describe_error(exc)}",
                         "traceback": traceback_tail(exc)}
+        since = lap(seconds, "more", since)
         result["inputs_folder"] = inputs_folder = inputs_folder or out_base + ".inputs"
         save_arrays(inputs_folder, {key: arrays.pop(key) for key in list(arrays) if key.startswith(CANDIDATE_SIDE_KEYS)})
         result["withheld"] = self._withhold(out_base + ".arrays", arrays)
+        lap(seconds, "save", since)
         return result
 
     def _float64(self, model, values: list, result: dict, arrays: dict, name: str, prefix: str) -> None:

@@ -201,8 +201,8 @@ def _plan(job: dict, harness: dict, device_map, case_sizes) -> tuple[dict, list 
     """Scale the knobs down until the inputs hold at most `max_numel` elements (None: keep them).
 
     Returns the sizes and the reference's output shapes at those sizes (None
-    where they cannot be had cheaply).  Both come from meta tensors: nothing is
-    allocated or computed.
+    where they cannot be had cheaply, or were not asked for: `shapes`).  Both
+    come from meta tensors: nothing is allocated or computed.
     """
     import torch
 
@@ -234,7 +234,7 @@ def _plan(job: dict, harness: dict, device_map, case_sizes) -> tuple[dict, list 
         sizes = dict(job["knobs"])
     else:
         sizes = case_sizes.scale_down(job["knobs"], numel_of, job["max_numel"])
-    return sizes, on_meta(lambda: output_shapes(sizes))
+    return sizes, on_meta(lambda: output_shapes(sizes)) if job.get("shapes", True) else None
 
 
 if __name__ == "__main__":  # pragma: no cover - started through sandbox.BOOTSTRAP

@@ -41,6 +41,7 @@ import signal
 import socket
 import sys
 import tempfile
+import time
 
 MAX_MESSAGE = 1 << 20
 
@@ -50,27 +51,34 @@ def _send(sock: socket.socket, **message) -> None:
 
 
 def _import_worker_modules(mode: str) -> dict:
-    """The imports every worker shares, and what torch imports lazily on first use that
-    a worker would otherwise pay for each time (the reference worker's size plan runs on
-    the meta device, whose first use imports torch._dynamo: about 1.5 s).  Nothing here
-    may initialise CUDA or start a thread."""
+    """The imports every worker shares, and on the CPU what torch imports lazily on first
+    use that a worker would otherwise pay for each time (the reference worker's size plan
+    scales the knobs on the meta device, whose first use imports torch._dynamo: 1.5-2.5 s;
+    on a GPU the problem's own sizes run and the meta device is used only for PRC002's
+    output shapes, so the zygote does not make every run wait for it).  Nothing here may
+    initialise CUDA or start a thread."""
     from kanalyze.dynamic.sandbox.worker import import_modules
 
+    started = time.perf_counter()
     import_modules(mode)
     torch, triton = sys.modules["torch"], sys.modules["triton"]
-    import torch._dynamo  # noqa: F401
+    imported = time.perf_counter()
+    if mode == "cpu":
+        import torch._dynamo  # noqa: F401
 
-    with torch.device("meta"):
-        x = torch.ones(4, 4)
-        torch.softmax((x - x) ** 2 @ x, -1).sum().mean()
+        with torch.device("meta"):
+            x = torch.ones(4, 4)
+            torch.softmax((x - x) ** 2 @ x, -1).sum().mean()
     if torch.cuda.is_initialized():
         raise RuntimeError("CUDA was initialised while importing; workers cannot be forked from here")
     threads = len(os.listdir("/proc/self/task"))
     if threads != 1:
         raise RuntimeError(f"{threads} threads after importing; forking would copy only one of them")
+    warmed = time.perf_counter()
     if mode == "cuda":
         _check_cuda_after_fork()
-    return {"torch": torch.__version__, "triton": triton.__version__}
+    seconds = {"imports": imported - started, "meta": warmed - imported, "cuda_check": time.perf_counter() - warmed}
+    return {"torch": torch.__version__, "triton": triton.__version__}, {k: round(v, 3) for k, v in seconds.items()}
 
 
 def _check_cuda_after_fork() -> None:
@@ -162,7 +170,7 @@ def main(argv: list[str]) -> int:
 
     try:
         confinement = confine_zygote()
-        versions = _import_worker_modules(mode)
+        versions, seconds = _import_worker_modules(mode)
     except BaseException as exc:
         _send(sock, event="ready", error=f"{type(exc).__name__}: {exc}")
         return 3
@@ -171,7 +179,8 @@ def main(argv: list[str]) -> int:
     os.set_blocking(wake_r, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    _send(sock, event="ready", error=None, pid=os.getpid(), versions=versions, confinement=confinement)
+    _send(sock, event="ready", error=None, pid=os.getpid(), versions=versions, confinement=confinement,
+          seconds=seconds)
     children: set[int] = set()
     try:
         while True:

@@ -111,8 +111,10 @@ def _running(pid: int) -> bool:
 class Zygote:
     """One zygote process and the socket to it."""
 
-    def __init__(self, mode: str, env: dict[str, str], start_seconds: float) -> None:
+    def __init__(self, mode: str, env: dict[str, str]) -> None:
+        """Start the zygote's process; `await_ready` waits for its imports."""
         self.mode, self.imported_with = mode, _imported_with(env)
+        self.ready = False
         self.home = rundir.scratch(f"zygote-{mode}-")
         self.log = os.path.join(self.home, "zygote.log")
         self.dead: str | None = None
@@ -122,6 +124,7 @@ class Zygote:
         self._replies: dict[int, dict] = {}
         self._exits: dict[int, int] = {}
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.started_at = time.monotonic()
         try:
             with open(self.log, "wb") as log:
                 self.process = subprocess.Popen(
@@ -135,14 +138,23 @@ class Zygote:
         finally:
             theirs.close()
         self.sock = ours
+
+    def await_ready(self, start_seconds: float) -> None:
+        """Wait for the zygote's `ready` (its imports done); raises ZygoteUnavailable if it fails."""
+        if self.ready:
+            return
         try:
             ready = self._first_message(start_seconds)
         except (OSError, ValueError) as exc:
             ready = {"error": f"{type(exc).__name__}: {exc}"}
         if ready.get("error"):
             self.shutdown()
-            raise ZygoteUnavailable(f"the {mode} zygote could not start: {ready['error']}")
-        threading.Thread(target=self._read, name=f"kanalyze-zygote-{mode}", daemon=True).start()
+            raise ZygoteUnavailable(f"the {self.mode} zygote could not start: {ready['error']}")
+        # Where its start went: its imports, the meta device's warm-up, the fork check; `wall` from here.
+        seconds = ready.get("seconds") if isinstance(ready.get("seconds"), dict) else {}
+        self.seconds = {**seconds, "wall": round(time.monotonic() - self.started_at, 3)}
+        self.ready = True
+        threading.Thread(target=self._read, name=f"kanalyze-zygote-{self.mode}", daemon=True).start()
 
     def _first_message(self, timeout: float) -> dict:
         readable, _, _ = select.select([self.sock], [], [], timeout)
@@ -227,6 +239,8 @@ class Zygote:
         """Close the socket (the zygote kills its workers and exits); kill it if it lingers."""
         if self.dead is None:
             self.dead = "the zygote was shut down"
+        if not self.ready:   # still importing: it would not read the socket before it is done
+            self.process.kill()
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -249,27 +263,35 @@ _deaths: dict[str, int] = {}
 _unavailable: dict[str, str] = {}
 
 
-def _zygote_for(mode: str, env: dict[str, str], start_seconds: float) -> Zygote:
+def _zygote_for(mode: str, env: dict[str, str], start_seconds: float | None) -> Zygote:
+    """The zygote for `mode`, started if need be and, unless `start_seconds` is None, ready."""
     with _lock:
         zygote = _zygotes.get(mode)
-        if zygote is not None:
-            if not zygote.dead and zygote.imported_with == _imported_with(env):
-                return zygote
+        if zygote is not None and (zygote.dead or zygote.imported_with != _imported_with(env)):
             _zygotes.pop(mode)
             if zygote.dead:
                 _deaths[mode] = _deaths.get(mode, 0) + 1
             zygote.shutdown()  # dead, or imported under other environment variables
-        if mode in _unavailable:
-            raise ZygoteUnavailable(_unavailable[mode])
-        if _deaths.get(mode, 0) >= MAX_DEATHS:
-            _unavailable[mode] = f"the {mode} zygote died {MAX_DEATHS} times"
-            raise ZygoteUnavailable(_unavailable[mode])
-        try:
-            zygote = Zygote(mode, env, start_seconds)
-        except (ZygoteUnavailable, OSError, ValueError) as exc:
-            _unavailable[mode] = str(exc)
-            raise ZygoteUnavailable(str(exc)) from exc
-        _zygotes[mode] = zygote
+            zygote = None
+        if zygote is None:
+            if mode in _unavailable:
+                raise ZygoteUnavailable(_unavailable[mode])
+            if _deaths.get(mode, 0) >= MAX_DEATHS:
+                _unavailable[mode] = f"the {mode} zygote died {MAX_DEATHS} times"
+                raise ZygoteUnavailable(_unavailable[mode])
+            try:
+                zygote = Zygote(mode, env)
+            except (ZygoteUnavailable, OSError, ValueError) as exc:
+                _unavailable[mode] = str(exc)
+                raise ZygoteUnavailable(str(exc)) from exc
+            _zygotes[mode] = zygote
+        if start_seconds is not None and not zygote.ready:
+            try:
+                zygote.await_ready(start_seconds)
+            except (ZygoteUnavailable, OSError, ValueError) as exc:
+                _zygotes.pop(mode, None)
+                _unavailable[mode] = str(exc)
+                raise ZygoteUnavailable(str(exc)) from exc
         return zygote
 
 
@@ -277,6 +299,13 @@ def start(mode: str, env: dict[str, str], start_seconds: float) -> None:
     """Make sure the zygote for `mode` runs; raises ZygoteUnavailable if there can be none."""
     _check_enabled()
     _zygote_for(mode, env, start_seconds)
+
+
+def begin(mode: str, env: dict[str, str]) -> None:
+    """Start the zygote for `mode` without waiting for its imports (they overlap whatever the
+    caller does next, e.g. the static pass); the first worker's request waits for them."""
+    _check_enabled()
+    _zygote_for(mode, env, None)
 
 
 def fork_worker(mode: str, request: dict, fds: list[int], stdout, env: dict[str, str],
@@ -312,6 +341,15 @@ def shutdown_all() -> None:
         _unavailable.clear()
     for zygote in zygotes:
         zygote.shutdown()
+
+
+def started_since(mode: str, since: float) -> dict | None:
+    """How the zygote of `mode` spent its start, if it started after `since` (time.monotonic())."""
+    with _lock:
+        zygote = _zygotes.get(mode)
+    if zygote is None or zygote.dead or not zygote.ready or zygote.started_at < since:
+        return None
+    return dict(zygote.seconds)
 
 
 def status() -> dict[str, str]:
