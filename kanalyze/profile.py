@@ -5,11 +5,17 @@
                 defines `ModelNew`, and of every `--dynamic` run and audit.
     library     a maintained library has chosen policies a generated kernel has not:
                 TF32 for float32 dots, float atomics in backward passes, in-place
-                APIs, PyTorch glue around its kernels.  Findings that rest on such a choice, or
-                on a dtype kanalyze cannot see, are folded into one `note` per file
-                and clause that counts them and names the setting that shows each;
-                every other finding stays an `error`.  The profile of every other
-                file.
+                APIs, PyTorch glue around its kernels, a precision it asks for by
+                name at the call (`out_dtype=tl.float16`, `input_precision="tf32"`,
+                a narrowing under an `fp16` flag its caller sets), sizes it refuses
+                with an error before anything runs (an `assert` or a `raise` in the
+                wrapper, `tl.static_assert`).  Findings that rest on such a choice,
+                or on a dtype kanalyze cannot see, are folded into one `note` per
+                file and clause that counts them and names the setting that shows
+                each; every other finding stays an `error` (a float atomic in a
+                forward pass among them: torch's own forward ops give the same bits
+                run after run, and a library that replaces them should say so with
+                `deterministic = false`).  The profile of every other file.
 
 `[tool.kanalyze] profile = "candidate" | "library"` (or `--profile`) fixes one
 for every file.  A library can instead declare its policy once:
@@ -64,6 +70,26 @@ def _unknown_dtype(finding: Finding) -> bool:
     return evidence.get("dtype_known") is False or "unknown" in (evidence.get("operand_dtypes") or ())
 
 
+def _narrowing(finding: Finding) -> bool:
+    return finding.code == "PRC001" and "to_dtype" in finding.evidence
+
+
+def _requested_precision(finding: Finding) -> bool:
+    """A reduced precision named at the call: `input_precision="tf32"` / `allow_tf32=True`
+    (PRC001), `out_dtype=tl.float16` (PRC002), a narrowing under a kernel flag whose name
+    asks for it (`if fp16:`, set by the caller)."""
+    evidence = finding.evidence
+    return (evidence.get("precision") == "tf32" or evidence.get("requested") == "out_dtype"
+            or bool(evidence.get("opt_in")))
+
+
+def _refused_up_front(finding: Finding) -> bool:
+    """A size check that stops the run with an error before the kernel computes anything:
+    a wrapper's `assert`/`raise`, a `tl.static_assert`.  A device assert is compiled only
+    under TRITON_DEBUG and otherwise lets the kernel run on: not folded."""
+    return "assertion" in finding.evidence and finding.evidence.get("refused") in ("host", "compile")
+
+
 def _in_backward_pass(finding: Finding) -> bool:
     return bool(finding.kernel) and bool(_BACKWARD.search(finding.kernel or ""))
 
@@ -72,6 +98,22 @@ FOLDS = (
     Fold("PRC001", lambda f: _tf32_dot(f) and _unknown_dtype(f),
          "`tl.dot` on operands whose dtype kanalyze cannot see runs in TF32 if they are float32",
          "`allow-tf32 = false` (or `--profile candidate`)"),
+    Fold("PRC001", lambda f: _narrowing(f) and _unknown_dtype(f) and not _requested_precision(f),
+         "narrowings to fp16/bf16 of values whose dtype kanalyze cannot see (nothing is rounded if they "
+         "already are half precision)", "`--profile candidate`"),
+    Fold("PRC001", lambda f: _tf32_dot(f) and _requested_precision(f),
+         "`tl.dot` calls that ask for TF32 by name (`input_precision=\"tf32\"`, `allow_tf32=True`)",
+         "`allow-tf32 = false` (or `--profile candidate`)"),
+    Fold("PRC001", lambda f: _narrowing(f) and _requested_precision(f),
+         "narrowings to fp16/bf16 under a kernel flag that asks for them (`if fp16:`, set by the caller "
+         "as under autocast)", "`--profile candidate`"),
+    Fold("PRC002", _requested_precision,
+         "accumulators whose precision the call names (`tl.dot(..., out_dtype=tl.float16)`)",
+         "`--profile candidate`"),
+    Fold("CMP003", _refused_up_front,
+         "sizes the code refuses with an error before the kernel runs (a wrapper's `assert` or `raise`, "
+         "`tl.static_assert`): a documented restriction, not wrong results",
+         "`--profile candidate`"),
     Fold("ORD001", lambda f: f.code == "ORD001" and _in_backward_pass(f),
          "float atomics in backward-pass kernels make gradients differ in their last bits from run to run",
          "`deterministic = true` (or `--profile candidate`)"),

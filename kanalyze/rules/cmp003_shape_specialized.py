@@ -23,6 +23,7 @@ from kanalyze.analyzer.triton.entities import Function, JitFunction, Launch
 from kanalyze.analyzer.triton.full_blocks import (floor_grid_tile, guarded_block, in_loop, peeled_loops,
                                                    pruned_multiples)
 from kanalyze.analyzer.triton.grids import grid_arithmetic, grid_dims, grid_literal_sizes
+from kanalyze.analyzer.triton.host_sizes import division_checked
 from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.analyzer.triton.row_windows import column_in_row, reaching_aranges
 from kanalyze.analyzer.triton.shape_asserts import host_size_like
@@ -50,8 +51,10 @@ class ShapeSpecialized(Rule):
     `torch.empty(4096, ...)`, a grid of `triton.cdiv(4096, BLOCK)`, a mask
     `offs < 4096` in the kernel), shape asserts (`assert x.shape[0] == 4096`,
     `assert K % 64 == 0`, `tl.static_assert(N % BLOCK == 0)` on a runtime size),
-    grids rounded down (`n // BLOCK`), and `tl.load` / `tl.store` without a mask
-    whose offsets run over a dimension of runtime size.
+    grids rounded down (`n // BLOCK`; after a check of `n % BLOCK`, here or in
+    the `forward` of a `backward`, as the restriction it relies on), and
+    `tl.load` / `tl.store` without a mask whose offsets run over a dimension of
+    runtime size.
 
     It leaves alone what does not tie the kernel to a size the problem varies:
     definitional checks (`assert w.shape[0] == 3` where the kernel reads
@@ -273,7 +276,7 @@ class ShapeSpecialized(Rule):
             for pin in shape_pins(flow, test, size_like, form, tile):
                 if pin[0] == "equality" and fixed_arity(model, fn, pin[1], pin[2]):
                     continue  # `assert w.shape[0] == 3` where the kernel reads w[0], w[1], w[2]
-                yield self._pin_report(model, at, text, pin, None)
+                yield self._pin_report(model, at, text, pin, None, "host")
                 break
 
     def _kernel_asserts(self, model: TritonModule, jit: JitFunction, runtime: set[str]) -> Iterator[Report]:
@@ -285,15 +288,21 @@ class ShapeSpecialized(Rule):
             if isinstance(node, cst.Call) and node.args and model.call_name(node) in (
                     TL + "static_assert", TL + "device_assert"):
                 test, text = node.args[0].value, expr_text(model, node)
+                # A static_assert refuses the size when the kernel compiles; a device_assert
+                # (and a plain `assert` in a kernel, which becomes one) only under TRITON_DEBUG.
+                refused = "compile" if model.call_name(node) == TL + "static_assert" else "debug"
             elif isinstance(node, cst.Assert):
-                test, text = node.test, f"assert {expr_text(model, node.test)}"
+                test, text, refused = node.test, f"assert {expr_text(model, node.test)}", "debug"
             else:
                 continue
             for pin in shape_pins(flow, test, size_like, True, tile):
-                yield self._pin_report(model, node, text, pin, jit.name)
+                yield self._pin_report(model, node, text, pin, jit.name, refused)
                 break
 
-    def _pin_report(self, model, node, text, pin, kernel) -> Report:
+    def _pin_report(self, model, node, text, pin, kernel, refused: str) -> Report:
+        """`refused`: where a size the check rejects stops the run: "host" (an assert or a
+        raise before the launch), "compile" (`tl.static_assert`), or "debug" (a device
+        assert, compiled only under TRITON_DEBUG: otherwise the kernel runs on)."""
         kind, size, value = pin
         size = expr_text(model, size)
         if kind == "divisibility":
@@ -302,7 +311,7 @@ class ShapeSpecialized(Rule):
         else:
             message = (f"`{text}` ties the kernel to `{size}` == {value}; read the size from the tensor and "
                        f"handle the remainder with a mask instead")
-        return self.report(node, message, kernel=kernel, expression=text, assertion=kind)
+        return self.report(node, message, kernel=kernel, expression=text, assertion=kind, refused=refused)
 
     # -- 3. grid rounded down --------------------------------------------------
 
@@ -317,6 +326,14 @@ class ShapeSpecialized(Rule):
             if not grid_divisor_is_tile(model, flow, launch, node.right):
                 continue  # `x.numel() // x.shape[-1]` is an exact row count
             text, n, b = (expr_text(model, e) for e in (node, left, node.right))
+            if launch.wrapper is not None and division_checked(model, launch.wrapper, node):
+                # `assert n % BLOCK == 0` (here, or in the forward of this backward): exact, because
+                # every other size is refused; it is that restriction the finding is about.
+                yield self.report(node, f"grid `{text}` covers `{n}` only because a check refuses every `{n}` "
+                                        f"that is not a multiple of `{b}`; use `triton.cdiv({n}, {b})` and a mask "
+                                        f"to take every size", kernel=launch.kernel.name, expression=text,
+                                  assertion="divisibility", refused="host")
+                continue
             yield self.report(node, f"grid `{text}` rounds down: the last `{n} % {b}` elements get no program; "
                                     f"use `triton.cdiv({n}, {b})`", kernel=launch.kernel.name, expression=text)
 

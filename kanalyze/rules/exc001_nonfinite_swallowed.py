@@ -48,10 +48,13 @@ class NonFiniteSwallowed(Rule):
     `min(BLOCK, n - start)`, a count of mask lanes, even in a float), random
     draws, a value already clamped (reported where it was clamped), a `tl.max`
     of a row that a `tl.sum` made NaN in every lane; a softmax stabiliser
-    (`x - tl.max(x)`, an online softmax's running max), whose NaN `exp(x - m)`
-    carries on, also when the max is stored beside the running sum it scales
-    (the two a log-sum-exp is made of) or returned by a helper whose callers
-    only store it next to that sum.
+    (`x - tl.max(x)`, an online softmax's running max, also through a guard
+    for rows with no valid lane, `tl.where(m == -inf, 0.0, m)`), whose NaN
+    `exp(x - m)` carries on, also when the max is stored beside the running sum
+    it scales (the two a log-sum-exp is made of) or returned by a helper whose
+    callers only store it next to that sum; a variance `E[x²] - mean²` clamped
+    at zero whose mean is stored beside it and holds the NaN (a norm's
+    statistics: `(x - mean) * rstd` is NaN where the reference's is).
 
     The other direction: a ratio of exponentials that overflows float32
     (`(tl.exp(2 * x) - 1) / (tl.exp(2 * x) + 1)`, a tanh or GELU-tanh by hand)

@@ -63,7 +63,9 @@ class UnwrittenOutput(Rule):
     returns, a `return` when the loop around every store would run zero times
     (`if count == 0` over `range(count)`), grid quotients that are exact
     (`x.numel() // x.shape[-1]`, `inp.numel() // M // N` with `M`, `N` sizes
-    of the same tensor, `16 // 8`, `n // 1`, a quotient inside `triton.cdiv`),
+    of the same tensor, `16 // 8`, `n // 1`, a quotient inside `triton.cdiv`,
+    `rows = x.numel() // N` with `x.view(rows, N)`, a quotient whose divisibility
+    the wrapper checks, or in a `backward` the `forward` of its autograd Function),
     persistent kernels whose loop steps by `tl.num_programs(0)` or
     `range(pid, num_tiles, NUM_SMS)`, and a constant grid whose block is sized
     from the runtime size (`BLOCK=triton.next_power_of_2(n)` on a `(1,)` grid).
@@ -328,7 +330,7 @@ class UnwrittenOutput(Rule):
         elements = grid_elements(host, launch.grid, launch.call)
         for element in elements:
             for node in walk(element):
-                if floor_division(model, node, element) and not divisibility_checked(wrapper) and \
+                if floor_division(model, node, element) and not divisibility_checked(wrapper, model) and \
                         not inside_ceiling(model, node, element) and not exact_division(host, node):
                     return ("grid", f"its grid rounds `{expr_text(model, node)}` down, so the last "
                             f"partial block is never launched",

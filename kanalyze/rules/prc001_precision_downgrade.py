@@ -16,7 +16,8 @@ from kanalyze.analyzer.triton.dtype_names import (LOW_PRECISION_FLOATS, UNKNOWN,
 from kanalyze.analyzer.triton.entities import JitFunction
 from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.analyzer.triton.narrowing import (bitcast, exact_round_trip, follows_tensor_dtype, is_loaded_or_fp32,
-                                                matches_dot_partner, only_stored, under_dtype_test)
+                                                matches_dot_partner, only_stored, precision_flag,
+                                                under_dtype_test)
 from kanalyze.rules.base import Report, Rule, expr_text, source
 
 DOT = "triton.language.dot"
@@ -253,8 +254,9 @@ class PrecisionDowngrade(Rule):
             message = (f"`{text}` converts a value whose dtype this file does not show to {narrow} before "
                        f"computing with it; if it is float32 data this loses 13+ bits of mantissa. Compute in "
                        f"float32 and cast only the stored result")
+        flag = precision_flag(model, jit, call)
         yield self.report(call, message, kernel=jit.name, expression=text, to_dtype=narrow,
-                          from_dtype=describe(values), dtype_known=known)
+                          from_dtype=describe(values), dtype_known=known, **({"opt_in": flag} if flag else {}))
 
     def _reachings(self, model: TritonModule) -> dict:
         """`only_stored`'s cache of `Reaching`s, one per model."""

@@ -200,7 +200,7 @@ class LowPrecisionAccumulator(Rule):
             call,
             f"`{text}` accumulates its K reduction in {dtype}{how}; drop `out_dtype` (the default "
             f"accumulates in float32) and cast the result once when storing",
-            kernel=jit.name, expression=text, dtype=dtype, dtype_from=via or "literal",
+            kernel=jit.name, expression=text, dtype=dtype, dtype_from=via or "literal", requested="out_dtype",
         )
 
     # -- acc = (acc + x).to(tl.float16) inside a loop -------------------------

@@ -258,18 +258,71 @@ def exact_division(reaching: Reaching, node: cst.CSTNode) -> bool:
     if b == 1 or (a is not None and b and a % b == 0):
         return True
     size = size_of(reaching, node, 4)
-    return size is not None and size[1] == "numel"
+    return (size is not None and size[1] == "numel") or _viewed_whole(reaching, node)
 
 
-def divisibility_checked(function: Function) -> bool:
-    """`assert n % BLOCK == 0` (or an `if ...: raise`) makes floor division exact."""
-    for node in walk(function.node):
-        test = node.test if isinstance(node, cst.Assert) else \
-            node.test if isinstance(node, cst.If) and any(isinstance(n, cst.Raise) for n in walk(node.body)) else None
-        if test is not None and any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)
-                                    for n in walk(test)):
+def _viewed_whole(reaching: Reaching, node: cst.BinaryOperation) -> bool:
+    """`M = x.numel() // N` and `x.view(M, N)` (or `.reshape`) in the same function: the view
+    fails unless `M * N` is x's element count, so past it the division is exact.  `N`
+    may be spelled again (`N = math.prod(shape)` beside `rows = x.numel() // math.prod(shape)`)."""
+    model, left = reaching.model, node.left
+    if not (isinstance(left, cst.Call) and isinstance(left.func, cst.Attribute) and left.func.attr.value == "numel"):
+        return False
+    tensor, quotient, divisor = (text_key(model, e) for e in (left.func.value, node, node.right))
+    parent = model.parent(node)
+    held = {t.target.value for t in parent.targets if isinstance(t.target, cst.Name)} \
+        if isinstance(parent, cst.Assign) else set()
+
+    def spells(expr: cst.BaseExpression, key: str, names: set[str]) -> bool:
+        if text_key(model, expr) == key or (isinstance(expr, cst.Name) and expr.value in names):
+            return True
+        return isinstance(expr, cst.Name) and all(
+            v is not None and text_key(model, v) == key for v in values(reaching, expr))
+
+    for call in walk(reaching.root):
+        if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and \
+                call.func.attr.value in ("view", "reshape") and len(call.args) == 2 and \
+                text_key(model, call.func.value) == tensor and \
+                spells(call.args[0].value, quotient, held) and spells(call.args[1].value, divisor, set()):
             return True
     return False
+
+
+def divisibility_checked(function: Function, model: TritonModule | None = None) -> bool:
+    """`assert n % BLOCK == 0` (or an `if ...: raise`) makes floor division exact.  With
+    `model`, a `backward` of a `torch.autograd.Function` also counts its `forward`'s
+    checks: the tensors it gets (saved ones, gradients of outputs) have forward's sizes."""
+    return any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)
+               for node in _checking_functions(function, model) for test in _size_checks(node)
+               for n in walk(test))
+
+
+def division_checked(model: TritonModule, function: Function, division: cst.BinaryOperation) -> bool:
+    """Is `n // b` exact by a check of `n % b` in `function` (`assert n % b == 0`,
+    `if n % b != 0: raise`), or in the `forward` of the autograd Function whose `backward`
+    it is?  The operands are matched by their spelling."""
+    n, b = text_key(model, division.left), text_key(model, division.right)
+    return any(isinstance(m, cst.BinaryOperation) and isinstance(m.operator, cst.Modulo)
+               and text_key(model, m.left) == n and text_key(model, m.right) == b
+               for node in _checking_functions(function, model) for test in _size_checks(node) for m in walk(test))
+
+
+def _checking_functions(function: Function, model: TritonModule | None) -> list[cst.FunctionDef]:
+    """`function`, and the `forward` beside it when it is the `backward` of a class."""
+    nodes = [function.node]
+    if model is not None and function.name == "backward" and function.class_name is not None:
+        nodes += [f.node for f in model.functions
+                  if f.class_name == function.class_name and f.name == "forward" and f.node is not function.node]
+    return nodes
+
+
+def _size_checks(node: cst.FunctionDef):
+    """The tests of the asserts and of the `if`s that raise in a function."""
+    for statement in walk(node):
+        if isinstance(statement, cst.Assert):
+            yield statement.test
+        elif isinstance(statement, cst.If) and any(isinstance(n, cst.Raise) for n in walk(statement.body)):
+            yield statement.test
 
 
 def block_follows_size(reaching: Reaching, launch: Launch, store: cst.Call) -> bool:

@@ -4,7 +4,9 @@ A NaN-dropping call (`tl.maximum(x, 0.0)`, `tl.max(x)`, a `where` on `x > 0`)
 matters only where the value it drops reaches a store (or a helper's return)
 through that call alone.  Excused: a value that still holds the data beside the
 call (`x - tl.max(x)`), a softmax stabiliser stored beside the running sum it
-scales (the two a log-sum-exp is made of), a helper's result that its callers
+scales (the two a log-sum-exp is made of; also through a guard for empty rows,
+`tl.where(m == -inf, 0.0, m)`), a variance `E[x²] - mean²` clamped at zero whose
+mean, stored too, holds the NaN (a norm's statistics), a helper's result that its callers
 only store next to a value holding the NaN.  Also: whether an expression reaches
 the output at all, and whether a `where` downstream selects its lanes away.
 """
@@ -62,7 +64,7 @@ class NanEscape(NanPaths):
                 returned.add(position)
             elif position is False:
                 partner = True
-        if stored and not (partner and self.stabilizes(holders)):
+        if stored and not ((partner and self.stabilizes(holders)) or self.moments(call)):
             return True
         if not returned:
             return False
@@ -76,8 +78,8 @@ class NanEscape(NanPaths):
         computed from it and holds the NaN (`l = sum(exp(x - m))`) stores the pair a
         log-sum-exp is made of: `m + log(l)` is NaN where the reference's is."""
         names = {h.name for h in holders}
-        for d in self.reach.flow.defs:  # copies: `m_i = m_new`
-            if d.kind == "assign" and isinstance(d.value, cst.Name) and d.value.value in names:
+        for d in self.reach.flow.defs:  # copies: `m_i = m_new`, `safe_m = tl.where(m == -inf, 0.0, m)`
+            if d.kind == "assign" and d.value is not None and _copy_of(self.model, d.value) in names:
                 names.add(d.name)
         if self._subtractions is None:
             self._subtractions = [n for n in walk(self.jit.node)
@@ -86,6 +88,22 @@ class NanEscape(NanPaths):
             for side, other in ((node.left, node.right), (node.right, node.left)):
                 if names_read(side) & names and self.nan.level(self.jit, other) >= LANE:
                     return True
+        return False
+
+    def moments(self, call: cst.Call) -> bool:
+        """Is the dropped value a variance `E[x²] - mean²` (clamped at zero), whose `mean`
+        holds the NaN and is stored too?  A norm's statistics are read as a pair:
+        `(x - mean) * rstd` is NaN where the reference's is, whatever rstd is."""
+        stored = {name for sink, _, position in self.sinks() if position is False for name in names_read(sink)}
+        for node in walk(call):
+            if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Subtract)):
+                continue
+            square = node.right
+            if isinstance(square, cst.BinaryOperation) and isinstance(square.operator, cst.Multiply) and \
+                    isinstance(square.left, cst.Name) and isinstance(square.right, cst.Name) and \
+                    square.left.value == square.right.value and square.left.value in stored and \
+                    self.nan.level(self.jit, square.left) >= LANE:
+                return True
         return False
 
     def callers_keep(self, clean: set[int | None], carrying: set[int | None]) -> bool:
@@ -143,6 +161,28 @@ class NanEscape(NanPaths):
                     if cond is not None and names_read(cond) & names:
                         return True
         return False
+
+
+def _copy_of(model: TritonModule, value: cst.BaseExpression) -> str | None:
+    """The name `value` copies: `m` itself, or `tl.where(cond, literal, m)` (either way
+    round), which is `m` in every lane the test does not single out."""
+    if isinstance(value, cst.Name):
+        return value.value
+    if isinstance(value, cst.Call) and model.call_name(value) == TL + "where" and len(value.args) == 3:
+        a, b = value.args[1].value, value.args[2].value
+        for name, other in ((a, b), (b, a)):
+            if isinstance(name, cst.Name) and _constant(other):
+                return name.value
+    return None
+
+
+def _constant(expr: cst.BaseExpression) -> bool:
+    """A number literal, possibly negated, or `float("inf")`-style."""
+    if isinstance(expr, cst.UnaryOperation):
+        expr = expr.expression
+    if isinstance(expr, (cst.Integer, cst.Float)):
+        return True
+    return isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "float"
 
 
 def _bound_upstream(flow, expr: cst.BaseExpression, bound: set[Def]) -> set[Def]:

@@ -7,10 +7,14 @@ follows an input's dtype (`x.to(y.dtype)`, a constexpr the wrapper picks from
 reaching definitions), a cast feeding `tl.dot` whose other operand is visibly
 loaded in that dtype, a cast taken only when a tensor's `.dtype` is the
 target (`under_dtype_test`), and a float32 value widened from data the target
-holds exactly (`exact_round_trip`: fp8 → fp32 → fp16).  PRC001 reports the rest.
+holds exactly (`exact_round_trip`: fp8 → fp32 → fp16).  PRC001 reports the rest,
+naming the kernel flag that switches a narrowing on where its name asks for one
+(`precision_flag`: `if fp16:`), which the library profile folds as a requested precision.
 """
 
 from __future__ import annotations
+
+import re
 
 import libcst as cst
 
@@ -163,6 +167,28 @@ def under_dtype_test(model: TritonModule, node: cst.CSTNode, narrow: str) -> boo
             return False
         child = ancestor
     return False
+
+
+# A kernel flag whose name asks for a reduced precision: `fp16`, `USE_BF16`, `half`, `amp`.
+_PRECISION_FLAG = re.compile(r"(^|_)(fp16|bf16|f16|half|amp|autocast|low_?precision|mixed_?precision)(_|$)",
+                             re.IGNORECASE)
+
+
+def precision_flag(model: TritonModule, jit: JitFunction, node: cst.CSTNode) -> str | None:
+    """The kernel flag `node` is evaluated under when that flag's name asks for a reduced
+    precision (`if fp16: x = x.to(tl.float16)`, `x.to(tl.float16) if fp16 else x`): the
+    caller switches the narrowing on, as under autocast.  None elsewhere."""
+    child = node
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is ancestor.body:
+            test = ancestor.test
+            if isinstance(test, cst.Name) and _PRECISION_FLAG.search(test.value) and \
+                    jit.param(test.value) is not None:
+                return test.value
+        if isinstance(ancestor, cst.FunctionDef):
+            return None
+        child = ancestor
+    return None
 
 
 def _test_values(model: TritonModule, test: cst.BaseExpression) -> list[cst.BaseExpression]:
