@@ -2,7 +2,9 @@
 
 Each worker records what held (`candidate_confinement` in a run's environment,
 every witness carries it): its own PID namespace, a network namespace, a private
-view of the file system, no capabilities.  Where the kernel refused one, the
+view of the file system, no capabilities, a cgroup over the worker and its
+children (`cgroup`; a record made before kanalyze made cgroups has none, and
+says nothing of them).  Where the kernel refused one, the
 candidate ran with less containment than docs/worker-protocol.md describes; the
 run says so once (`kanalyze: containment: …` on stderr) so that nobody reads its
 verdicts as if it had held.
@@ -27,6 +29,13 @@ def gaps(confinement: dict | None) -> list[str]:
     if "hidden" not in files:
         missing.append(f"no private view of the file system ({files}): the candidate could read kanalyze's "
                        f"run directory and write to the user's home")
+    cgroup = confinement.get("cgroup")
+    if isinstance(cgroup, str) and cgroup.startswith("none"):
+        missing.append(f"no cgroup {cgroup.removeprefix('none').strip()}: the memory and process limits hold per "
+                       f"process, so children the candidate starts each get their own")
+    elif cgroup and "cgroup" in files.partition("not done:")[2]:
+        missing.append("the cgroup file systems in sight: a candidate running as root could move itself out "
+                       "of its worker's cgroup")
     capabilities = confinement.get("capabilities")
     if capabilities not in (None, "none"):
         missing.append(f"capabilities kept ({capabilities})")

@@ -1,5 +1,8 @@
 """What a worker does to itself before any problem or candidate code runs (stdlib only).
 
+* a cgroup of its own, joined first of all (a candidate's worker, where the
+  parent could make one: cgroups.py): memory and a task count for the worker
+  and every process it starts together;
 * resource limits: address space (CPU runs only: CUDA maps far more virtual
   memory than it uses), file size, no core files, and a process count where
   the user is not root (Linux counts threads there too, so it is the current
@@ -33,7 +36,7 @@ import resource
 import sys
 from typing import NamedTuple
 
-from kanalyze.dynamic.sandbox import namespaces
+from kanalyze.dynamic.sandbox import cgroups, namespaces
 
 ALLOWED_TOOLS = {"ptxas", "ptxas-blackwell", "cuobjdump", "nvdisasm", "nvlink", "fatbinary", "ldconfig",
                  "gcc", "cc", "g++", "c++", "clang", "clang++", "nvcc", "ninja", "which", "uname"}
@@ -76,6 +79,8 @@ def _user_tasks() -> int:
 def apply_limits(limits: dict) -> dict:
     """Apply the limits; returns what was applied (it goes into every witness's environment)."""
     applied: dict = {}
+    if limits.get("cgroup") is not None:   # first: the namespaces' processes and all the candidate starts are inside
+        applied["cgroup"] = cgroups.join(limits["cgroup"])
     for key, limit in (("memory_bytes", resource.RLIMIT_AS), ("file_bytes", resource.RLIMIT_FSIZE)):
         if limits.get(key):
             try:

@@ -1,4 +1,4 @@
-"""What a candidate's worker sees of the file system, in its own mount namespace (stdlib and rundir.py only).
+"""What a candidate's worker sees of the file system, in its own mount namespace (stdlib, rundir.py, cgroups.py).
 
 The parent plans it (`plan`, when it starts a candidate's worker) and the
 namespace's init applies it (`apply`, namespaces.py) before the worker proper
@@ -10,7 +10,9 @@ is forked, while it still holds the capabilities of its user namespace:
   reference worker saved for candidates bound back read-only: the reference's
   own folders (its outputs, once released), other workers' and the
   process-wide cache of reference outputs are not there to read;
-* the folder of kanalyze's signing key is hidden the same way;
+* the folder of kanalyze's signing key is hidden the same way, and so are the
+  cgroup file systems (/sys/fs/cgroup: cgroups.py), so that the candidate
+  cannot write itself into a group other than its worker's;
 * the user's home is read-only, except the caches a worker must write
   (Triton's kernel cache, kanalyze's build cache of CUDA C++ extensions,
   CUDA's own), bound back writable.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import os
 
+from kanalyze.dynamic.sandbox import cgroups
 from kanalyze.dynamic.sandbox.rundir import PREFIX
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 0x1, 0x2, 0x4, 0x20, 0x1000, 0x4000
@@ -36,7 +39,8 @@ def plan(scratch: str, run_directory: str, key_directory: str, writable: list[st
     Paths are resolved here, in kanalyze."""
     home = os.path.realpath(os.path.expanduser("~"))
     real = os.path.realpath
-    return {"keep": real(scratch), "hide": [real(run_directory), *other_runs(run_directory), real(key_directory)],
+    return {"keep": real(scratch), "hide": [real(run_directory), *other_runs(run_directory), real(key_directory),
+                                            *cgroups.mount_roots()],
             "visible": sorted({real(path) for path in visible if path}),
             "read_only": [home] if home != "/" else [],
             "writable": sorted({real(path) for path in writable if path})}
@@ -73,6 +77,9 @@ def apply(view: dict | None) -> str:
         for path, fd in visible:
             if fd is not None and _inside(path, folder) and not _bind_back(fd, path, read_only=True):
                 failed.append(f"{path} (could not bind it back: {_error()})")
+        if not any(_inside(path, folder) for path in [keep, *(path for path, _ in visible)]):
+            # nothing bound back in it: read-only too (no file named like a cgroup's can be made there)
+            _mount(None, folder, None, MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_RDONLY, None)
     writable = [(path, _open_dir(path)) for path in view.get("writable", []) if os.path.isdir(path)]
     for folder in view.get("read_only", []):
         if not (_mount(folder.encode(), folder, None, MS_BIND | MS_REC, None)

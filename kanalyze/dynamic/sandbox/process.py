@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import kanalyze
 from kanalyze import keys
-from kanalyze.dynamic.sandbox import extensions, mounts, namespaces, rundir, zygote_client
+from kanalyze.dynamic.sandbox import cgroups, extensions, mounts, namespaces, rundir, zygote_client
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(kanalyze.__file__)))
 BOOTSTRAP = (f"import sys; sys.path.insert(0, {_ROOT!r}); "
@@ -170,8 +170,13 @@ class Worker:
         self.scratch = tempfile.mkdtemp(prefix=f"{role}-", dir=scratch_root)
         spec_path = os.path.join(self.scratch, "spec.json")
         env = self._environment(spec)
+        # A candidate's worker and all it starts share one cgroup (cgroups.py), which it joins first.
+        self._cgroup = cgroups.create(os.path.basename(self.scratch),
+                                      cgroups.memory_limit(mode, limits.memory_bytes),
+                                      limits.process_margin) if role == "candidate" else None
         with open(spec_path, "w", encoding="utf-8") as handle:
-            json.dump({**spec, "limits": {**limits.for_worker(mode, role), "files": self._view(spec, env)}}, handle)
+            json.dump({**spec, "limits": {**limits.for_worker(mode, role), "files": self._view(spec, env),
+                                          "cgroup": self._cgroup}}, handle)
         control_r, self._control_w = os.pipe()
         self._status_r, status_w = os.pipe()
         try:
@@ -323,6 +328,8 @@ class Worker:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+        cgroup, self._cgroup = self._cgroup, None
+        cgroups.remove(cgroup)   # whatever the worker left in its cgroup is killed with it
 
     def close(self) -> None:
         """End the worker (it exits when its control pipe closes).  Safe to call twice:
