@@ -181,3 +181,19 @@ def test_a_candidate_that_fails_on_the_problems_own_inputs_gets_one_cmp001() -> 
     run = run_gates(harness, ["CMP001", "MEM002"], options=Options(mode="cpu", limits=Limits(case_seconds=30)))
     cmp001 = [v for v in run.verdicts if v.code == "CMP001"]
     assert len(cmp001) == 1 and cmp001[0].status == CONFIRMED and "does not import" in cmp001[0].summary, cmp001
+
+
+def test_a_worker_exception_is_named_in_how_the_worker_ended() -> None:
+    """A reference worker that failed in kanalyze's own code says which exception (its
+    traceback's last line), so the unconfirmed verdict tells disk from memory from a bug."""
+    from kanalyze.dynamic.sandbox import exits
+
+    output = ("Traceback (most recent call last):\n  File \"reference_side.py\", line 9, in run\n"
+              "    save_arrays(folder, arrays)\nOSError: [Errno 28] No space left on device: '/tmp/x'\n")
+    said = exits.describe(70, output)
+    assert said.startswith("the worker exited with code 70 (an exception escaped kanalyze's worker code: OSError")
+    assert "No space left on device" in said
+    assert exits.describe(70, "no traceback here") == \
+        "the worker exited with code 70 (an exception escaped kanalyze's worker code)"
+    assert exits.describe(-9, "") == "the worker died of SIGKILL (killed: out of memory?)"
+    assert exits.describe(None, "", lost=True).endswith("lost with the zygote that forked it")

@@ -30,6 +30,7 @@ APPLICABILITY = {
     "cmp003_grid_cdiv_masked": "safe",
     "cmp003_grid_cdiv_unsafe": "unsafe",
     "cmp003_tail_mask": "unsafe",
+    "cmp003_tail_mask_tiles": "unsafe",
     "exc001_propagate_nan": "unsafe",
     "exc001_where_nan": "unsafe",
     "mem004_int64_offsets": "safe",
@@ -93,6 +94,23 @@ def test_fix_matches_its_snapshot(path: Path) -> None:
     # Checked again, the fixed findings are gone; the ones no fix handles stay, where the file says.
     assert sorted(f.location.row for f in remaining) == _unfixed_rows(new, _code(path))
     assert remaining == [] or not any(fixes_for(f, new) for f in remaining)
+
+
+def test_a_tiles_findings_name_each_open_dimensions_bound() -> None:
+    """CMP003's `bounds`: one size per open dimension, from a comparison, the stepping loop or the
+    grid; "" where none says; no term for a dimension the arange covers exactly (`d` of width D)."""
+    path = FIXTURES / "cmp003_tail_mask_tiles.py"
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    bounds = {lines[f.location.row - 1].strip(): f.evidence.get("bounds") for f in _findings(path, text, "CMP003")}
+    assert bounds["tile = tl.load(x_ptr + rm[:, None] * N + rn[None, :])"] == {"rm": "M", "rn": "N"}
+    assert bounds["a = tl.load(a_ptr + (offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak))"] == \
+        {"offs_m": "M", "offs_k": "K"}
+    assert bounds["x = tl.load(x_ptr + rows[:, None] * stride_r + cols[None, :])"] == \
+        {"rows": "n_rows", "cols": "n_cols"}
+    assert bounds["x = tl.load(x_ptr + rows[:, None] * D + d[None, :])"] == {"rows": "n_rows"}
+    assert bounds["acc += tl.load(x_ptr + row * n_cols + cols[None, :])"] == {"cols": "n_cols"}
+    assert bounds["a = tl.load(a_ptrs)"] == {"offs_m": "", "offs_k": ""}  # grouped programs, moving pointers
 
 
 @pytest.mark.parametrize("path", [p for p in BEFORE if APPLICABILITY[p.stem] == "unsafe"], ids=lambda p: p.stem)

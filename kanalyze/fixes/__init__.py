@@ -10,7 +10,8 @@ the text until no fix applies (at most MAX_PASSES), as ruff does.
     prc001_dot_ieee.py           `tl.dot(a, b)` in TF32 → `input_precision="ieee"` (unsafe)
     prc002_fp32_accumulator.py   fp16/bf16 `tl.zeros` accumulator → fp32, one cast at the store (unsafe)
     cmp003_grid_cdiv.py          grid `n // BLOCK` → `triton.cdiv(n, BLOCK)` (safe when the kernel masks)
-    cmp003_tail_mask.py          unmasked `tl.load(p + offs)` → `mask=offs < n, other=0.0` (unsafe)
+    cmp003_tail_mask.py          unmasked `tl.load(p + offs)` → `mask=offs < n, other=0.0`; a tile's
+                                 `mask=(offs_m[:, None] < M) & (offs_n[None, :] < N)` (unsafe)
     exc001_propagate_nan.py      `tl.maximum/minimum/clamp` → `propagate_nan=tl.PropagateNan.ALL` (unsafe)
     exc001_where_nan.py          `tl.where(x > 0, x, 0.0)` → `tl.where(x <= 0, 0.0, x)` (unsafe)
     mem004_int64_offsets.py      `pid * stride` → `pid.to(tl.int64) * stride` (safe)

@@ -32,6 +32,7 @@ from kanalyze.analyzer.triton.shapes import (ARANGE, LOAD, PROGRAM_ID, STORE, TL
 from kanalyze.analyzer.triton.size_literals import (MACHINE, RESHAPES, SIZED, TILE_NAME, block_follows_programs,
                                                     grid_divisor_is_tile, host_tile, is_harness, kernel_tile,
                                                     rounded, shape_pins, whole_blocks_of)
+from kanalyze.analyzer.triton.tile_bounds import dimension_bounds
 from kanalyze.analyzer.triton.tile_extents import (arange_reaches, exact_extent, fixed_arity, index_aranges,
                                                    within_row, wrapped_later)
 from kanalyze.rules.base import Report, Rule, expr_text, source
@@ -394,7 +395,9 @@ class ShapeSpecialized(Rule):
             fix = f"add `mask={offs} < {bound}`" if bound and offs else \
                 f"add a mask on `{offs}`" if offs else "add a mask on the offsets"
             text = expr_text(model, call)
+            # Each open dimension's own bound (`{"offs_m": "M", "offs_n": "N"}`), for a tile's mask.
+            bounds = dimension_bounds(model, jit, pointer, pointers, open_ranges, sizes, ragged)
             yield self.report(call, f"`{text}` has no mask; offsets {reach}, {past} not a multiple of {block}; "
                                     f"{fix}" + (" (and `other=`)" if is_load else ""),
                               kernel=jit.name, expression=text, bound=bound or "",
-                              access="load" if is_load else "store")
+                              access="load" if is_load else "store", **({"bounds": bounds} if bounds else {}))

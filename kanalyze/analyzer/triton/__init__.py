@@ -28,6 +28,7 @@
   access_offsets.py the offsets of a load or store
   size_literals.py  literal sizes and shape checks that pin one shape, or are tiles, halves, a test's shape
   tile_extents.py   whether an arange stays inside its axis (exact factors, rows of a stride, fixed-arity reads)
+  tile_bounds.py    the bound of each dimension an unmasked load or store runs over (comparison, stepping loop, grid)
   exact_sizes.py    host values that are a size read from the input as it is, never rounded up
   dispatch_facts.py what the host knows about sizes where it picks a kernel (branches, asserts, a helper's flag)
   row_windows.py    columns that stay inside one row of a width the host fixes or dispatches on

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import kanalyze
 from kanalyze import keys
-from kanalyze.dynamic.sandbox import cgroups, extensions, mounts, namespaces, rundir, zygote_client
+from kanalyze.dynamic.sandbox import cgroups, exits, extensions, mounts, namespaces, rundir, zygote_client
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(kanalyze.__file__)))
 BOOTSTRAP = (f"import sys; sys.path.insert(0, {_ROOT!r}); "
@@ -305,18 +305,7 @@ class Worker:
         except subprocess.TimeoutExpired:
             self.kill()
             code = self.process.returncode
-        if code is None:
-            if getattr(self.process, "lost", False):
-                return "the worker ended; its exit status was lost with the zygote that forked it"
-            return "the worker stopped answering"
-        if code < 0:
-            name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
-            why = {"SIGKILL": " (killed: out of memory?)", "SIGSEGV": " (segmentation fault)",
-                   "SIGXFSZ": " (file size limit)", "SIGABRT": " (aborted)"}.get(name, "")
-            return f"the worker died of {name}{why}"
-        why = {3: " (it could not start)", 4: " (the device faulted)",
-               70: " (an exception escaped kanalyze's worker code)"}.get(code, "")
-        return f"the worker exited with code {code}{why}"
+        return exits.describe(code, self.output(), lost=getattr(self.process, "lost", False))
 
     def kill(self) -> None:
         if self.process.poll() is None:

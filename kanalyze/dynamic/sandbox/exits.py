@@ -1,0 +1,36 @@
+"""A worker's end in words: its exit status, and for kanalyze's own failures the exception (stdlib only)."""
+
+from __future__ import annotations
+
+import signal
+
+# Exit codes worker.py ends with, and what they mean.
+_CODES = {3: "it could not start", 4: "the device faulted", 70: "an exception escaped kanalyze's worker code"}
+_SIGNALS = {"SIGKILL": "killed: out of memory?", "SIGSEGV": "segmentation fault", "SIGXFSZ": "file size limit",
+            "SIGABRT": "aborted"}
+
+
+def describe(code: int | None, output: str, lost: bool = False) -> str:
+    """`code` as `subprocess` gives it (negative: the signal); `output` the worker's stdout/stderr tail."""
+    if code is None:
+        if lost:
+            return "the worker ended; its exit status was lost with the zygote that forked it"
+        return "the worker stopped answering"
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+        why = _SIGNALS.get(name)
+        return f"the worker died of {name}" + (f" ({why})" if why else "")
+    why = _CODES.get(code)
+    if code == 70:   # the traceback worker.py printed: its last line says which exception
+        last = exception_line(output)
+        why = f"{why}: {last}" if last else why
+    return f"the worker exited with code {code}" + (f" ({why})" if why else "")
+
+
+def exception_line(output: str) -> str | None:
+    """The last `SomeError: message` line of a worker's output (a traceback's last line), shortened."""
+    for line in reversed(output.splitlines()[-40:]):
+        name = line.split(":", 1)[0].strip()
+        if name.isidentifier() and name.endswith(("Error", "Exception", "Interrupt")):
+            return line.strip()[:300]
+    return None
