@@ -33,3 +33,24 @@ def test_a_run_directory_left_by_a_killed_process_is_reaped(tmp_path, monkeypatc
 def test_too_little_room_is_a_stated_reason(monkeypatch) -> None:
     monkeypatch.setattr(rundir, "MIN_FREE_BYTES", 1 << 62)
     assert "set TMPDIR to a larger disk" in rundir.free_space_problem()
+
+
+def test_arrays_that_would_fill_the_disk_are_refused_with_the_reason(tmp_path, monkeypatch) -> None:
+    """Runs side by side (an audit's pairs) must not fill the disk under each other: arrays
+    that would leave less than the margin free are not written, and the error says why."""
+    import shutil
+
+    import numpy as np
+    import pytest
+
+    from kanalyze.dynamic.sandbox import transport
+
+    free = shutil.disk_usage(tmp_path).free
+    # Room for 64 MiB more and no more (other processes' writes move `free` a little meanwhile).
+    monkeypatch.setattr(transport, "MIN_FREE_BYTES", free - (64 << 20))
+    transport.save_arrays(str(tmp_path / "small"), {"a": np.zeros(256, np.float32)})        # 1 KiB: written
+    assert (tmp_path / "small" / "a.npy").exists()
+    big = np.zeros(1 << 28, np.float32)   # 1 GiB, never touched: zero pages are not allocated
+    with pytest.raises(transport.NoRoom, match="no room for 1.00 GiB of arrays .*set TMPDIR to a larger disk"):
+        transport.save_arrays(str(tmp_path / "big"), {"b": big})
+    assert not list((tmp_path / "big").iterdir())                  # nothing half-written

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from kanalyze.dynamic.sandbox.rundir import MIN_FREE_BYTES
 
 # torch dtype name → (numpy storage dtype, is raw bits)
 _RAW_BITS = {"bfloat16": np.uint16, "float8_e4m3fn": np.uint8, "float8_e5m2": np.uint8,
@@ -62,9 +65,24 @@ def dtype_name(torch_dtype: Any) -> str:
 _KEY = re.compile(r"[A-Za-z0-9_]{1,100}")
 
 
+class NoRoom(OSError):
+    """The disk cannot take a case's arrays and still leave the machine its margin."""
+
+
 def save_arrays(folder: str, arrays: dict[str, np.ndarray]) -> None:
-    """Each array as `folder/KEY.npy` (the folder is created, even for no arrays)."""
+    """Each array as `folder/KEY.npy` (the folder is created, even for no arrays).
+
+    Arrays that would leave less than `MIN_FREE_BYTES` free on the disk are not
+    written (NoRoom): runs side by side (an audit's pairs) must not fill the disk
+    under each other, and a clear reason beats a half-written file."""
     os.makedirs(folder, exist_ok=True)
+    needed = sum(int(np.asarray(a).nbytes) for a in arrays.values())
+    if needed:
+        free = shutil.disk_usage(folder).free
+        if free - needed < MIN_FREE_BYTES:
+            raise NoRoom(f"no room for {needed / 2 ** 30:.2f} GiB of arrays in {os.path.dirname(folder)}: "
+                         f"{free / 2 ** 30:.2f} GiB free, and kanalyze leaves {MIN_FREE_BYTES / 2 ** 30:.0f} GiB "
+                         f"to the rest of the machine (set TMPDIR to a larger disk, or run fewer pairs at once)")
     for key, array in arrays.items():
         if not _KEY.fullmatch(key):
             raise ValueError(f"not an array name: {key!r}")
