@@ -368,3 +368,36 @@ def test_a_contained_run_says_nothing_about_containment(tmp_path, monkeypatch) -
     gate_run = run_gates(find_harness(str(candidate), kernelbench=str(KB)), ["RES001"], options=Options(mode="cpu"))
     expected = bool(gaps(gate_run.environment["candidate_confinement"]))
     assert ("containment:" in done.stderr) == expected, done.stderr
+
+
+def test_the_candidate_cannot_write_into_the_project_it_was_checked_from(tmp_path, monkeypatch) -> None:
+    """The git work tree of the candidate (and of its problem, and kanalyze's working directory)
+    is read-only to it: it cannot plant a file beside itself, rewrite its own source before a
+    replay, or rewrite the problem a later candidate is judged against."""
+    project = tmp_path / "project"
+    (project / "level1").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    problem = project / "level1" / "6_leaky_relu.py"
+    shutil.copy(KB / "level1" / "6_leaky_relu.py", problem)
+    candidates = project / "candidates"
+    candidates.mkdir()
+    copy = candidates / "level1_problem6_project_writer.py"
+    shutil.copy(KB / "hostile" / copy.name, copy)
+    out = tmp_path / "observed"            # outside the project: where the candidate reports
+    out.mkdir()
+    (candidates / "observed").symlink_to(out)
+    (out / "targets.json").write_text(json.dumps({"problem": str(problem), "cwd": str(project)}))
+    monkeypatch.chdir(project)
+    before = {path: path.read_bytes() for path in (problem, copy)}
+    gate_run = run_gates(find_harness(str(copy), kernelbench=str(project)), ["MEM002"],
+                         options=Options(mode="cpu", limits=Limits(case_seconds=60)))
+    confinement = gate_run.environment["candidate_confinement"]
+    if "hidden" not in confinement.get("files", ""):
+        pytest.skip(f"no mount namespace of the worker's own here: {confinement.get('files')}")
+    found = json.loads((out / "project-writer.json").read_text())
+    assert set(found) == {"beside", "own_source", "problem", "cwd"}, found
+    assert all(result.startswith("refused") for result in found.values()), found
+    assert {path: path.read_bytes() for path in (problem, copy)} == before
+    assert not list(project.rglob("planted-*"))
+    assert f"{project} read-only" in confinement["files"], confinement["files"]
+    assert {v.code: v.status for v in gate_run.verdicts}["MEM002"] == "refuted", gate_run.verdicts

@@ -15,7 +15,8 @@ is forked, while it still holds the capabilities of its user namespace:
   cannot write itself into a group other than its worker's;
 * the user's home is read-only, except the caches a worker must write
   (Triton's kernel cache, kanalyze's build cache of CUDA C++ extensions,
-  CUDA's own), bound back writable.
+  CUDA's own), bound back writable; so are the git work trees of the
+  candidate, its problem and kanalyze's working directory (the project).
 
 Each step that the kernel refuses is left out and said in the record
 (`files` in the worker's confinement); the worker runs either way.
@@ -33,17 +34,35 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 0x1, 0x2, 0x4, 0x2
 
 
 def plan(scratch: str, run_directory: str, key_directory: str, writable: list[str],
-         visible: list[str]) -> dict:
+         visible: list[str], project: list[str] = ()) -> dict:
     """The view of a worker whose scratch folder is `scratch`; `visible` are folders of the run
-    directory it reads (the inputs the reference worker saved for it), bound back read-only.
-    Paths are resolved here, in kanalyze."""
+    directory it reads (the inputs the reference worker saved for it), bound back read-only;
+    `project` are paths of the checked project (the candidate, its problem, the working
+    directory), whose git work trees are read-only with the home.  Paths are resolved here, in kanalyze."""
     home = os.path.realpath(os.path.expanduser("~"))
     real = os.path.realpath
+    read_only = [home, *project_roots(project)]
     return {"keep": real(scratch), "hide": [real(run_directory), *other_runs(run_directory), real(key_directory),
                                             *cgroups.mount_roots()],
             "visible": sorted({real(path) for path in visible if path}),
-            "read_only": [home] if home != "/" else [],
+            "read_only": [path for i, path in enumerate(read_only) if path != "/" and path not in read_only[:i]],
             "writable": sorted({real(path) for path in writable if path})}
+
+
+def project_roots(paths) -> list[str]:
+    """The git work trees the paths are in: read-only to a candidate, which could otherwise
+    rewrite its problem, a later candidate, the project's configuration or its own file after
+    the run.  A path outside any work tree names no project (a scratch copy, a test's folder)."""
+    roots = []
+    for path in paths:
+        if not path:
+            continue
+        top = os.path.realpath(path if os.path.isdir(path) else os.path.dirname(path) or ".")
+        while not os.path.exists(os.path.join(top, ".git")) and os.path.dirname(top) != top:
+            top = os.path.dirname(top)
+        if os.path.exists(os.path.join(top, ".git")):
+            roots.append(top)
+    return roots
 
 
 def other_runs(run_directory: str) -> list[str]:

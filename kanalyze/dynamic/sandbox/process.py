@@ -219,8 +219,9 @@ class Worker:
                 os.makedirs(folder, exist_ok=True)
             except (OSError, TypeError):
                 pass
+        harness = spec.get("harness") or {}
         return mounts.plan(self.scratch, rundir.run_directory(), keys.key_directory(), writable,
-                           spec.get("visible", []))
+                           spec.get("visible", []), [os.getcwd(), harness.get("candidate"), harness.get("problem")])
 
     def _fork(self, spec_path: str, control_r: int, status_w: int, env: dict[str, str]):
         """The worker, forked by the zygote; its output comes through a pipe of ours."""
