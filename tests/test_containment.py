@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
+from observed import observed_for
 
 from kanalyze.dynamic.harness import Harness, find_harness
 from kanalyze.dynamic.runner import Options, run_gates
@@ -70,12 +71,11 @@ def _zygote_pid() -> int | None:
 
 def _run(tmp_path: Path, name: str) -> tuple[dict, Path]:
     """Run MEM002 on a copy of the hostile candidate `name`: (its worker's confinement record, its observed/)."""
-    observed = tmp_path / "observed"
-    observed.mkdir()
-    targets = {"kanalyze": os.getpid(), "zygote": _zygote_pid()}
-    (observed / "targets.json").write_text(json.dumps({k: v for k, v in targets.items() if v}))
     copy = tmp_path / f"level1_problem6_{name}.py"
     shutil.copy(KB / "hostile" / copy.name, copy)
+    observed = observed_for(copy)
+    targets = {"kanalyze": os.getpid(), "zygote": _zygote_pid()}
+    (observed / "targets.json").write_text(json.dumps({k: v for k, v in targets.items() if v}))
     harness = find_harness(str(copy), kernelbench=str(KB))
     assert isinstance(harness, Harness), harness
     gate_run = run_gates(harness, ["MEM002"], options=Options(mode="cpu", limits=Limits(case_seconds=60)))
@@ -145,7 +145,7 @@ ENDINGS = {
 
 DAEMON_THEN_HANG = r'''
 import ctypes, os, time
-OBSERVED = {observed!r}
+OBSERVED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "observed")
 libc = ctypes.CDLL(None, use_errno=True)
 child = libc.fork()
 if child == 0:
@@ -193,9 +193,9 @@ def test_a_killed_worker_takes_its_daemons_with_it(tmp_path, scratch, start) -> 
     from kanalyze.dynamic.sandbox import namespaces
 
     _needs_pid_namespace({"pid_namespace": namespaces.probe_pid_namespace() or True})
-    observed = tmp_path / "observed"
-    observed.mkdir()
-    worker = _worker(tmp_path, scratch, DAEMON_THEN_HANG.format(observed=str(observed)))
+    (tmp_path / "candidate.py").write_text(DAEMON_THEN_HANG)
+    observed = observed_for(tmp_path / "candidate.py")
+    worker = _worker(tmp_path, scratch, DAEMON_THEN_HANG)
     try:
         deadline = time.monotonic() + 60
         while not (observed / "started").exists():
@@ -294,11 +294,11 @@ def test_the_candidate_sees_no_file_of_kanalyzes_but_its_own_and_cannot_write_ho
     REFERENCES.clear()
     first = find_harness(str(KB / "candidates" / "level1_problem6_leaky_relu.py"), kernelbench=str(KB))
     run_gates(first, ["MEM002"], options=Options(mode="cpu", limits=Limits(case_seconds=60)))
-    observed = tmp_path / "sniffer" / "observed"
-    observed.mkdir(parents=True)
-    (observed / "targets.json").write_text(json.dumps({"key_folder": str(tmp_path / "keys")}))
-    copy = observed.parent / "level1_problem6_file_sniffer.py"
+    copy = tmp_path / "sniffer" / "level1_problem6_file_sniffer.py"
+    copy.parent.mkdir()
     shutil.copy(KB / "hostile" / copy.name, copy)
+    observed = observed_for(copy)
+    (observed / "targets.json").write_text(json.dumps({"key_folder": str(tmp_path / "keys")}))
     gate_run = run_gates(find_harness(str(copy), kernelbench=str(KB)), ["MEM002"],
                          options=Options(mode="cpu", limits=Limits(case_seconds=60)))
     confinement = gate_run.environment["candidate_confinement"]
@@ -351,6 +351,10 @@ def test_degraded_containment_is_named_once_per_run() -> None:
     assert "network" in found[1] and "file system" in found[2]
     said = note([held, refused, refused])
     assert said.startswith("containment: ") and said.count("PID namespace") == 1
+    unsealed = {**held, "files": held["files"] + "; every other mount read-only; not done: read-only refused "
+                                                  "for /opt (Permission denied)"}
+    assert gaps(unsealed) == ["mounts left writable (/opt (Permission denied)): a candidate could write there, "
+                              "into system folders too where kanalyze runs as root"]
 
 
 def test_a_contained_run_says_nothing_about_containment(tmp_path, monkeypatch) -> None:
@@ -373,7 +377,8 @@ def test_a_contained_run_says_nothing_about_containment(tmp_path, monkeypatch) -
 def test_the_candidate_cannot_write_into_the_project_it_was_checked_from(tmp_path, monkeypatch) -> None:
     """The git work tree of the candidate (and of its problem, and kanalyze's working directory)
     is read-only to it: it cannot plant a file beside itself, rewrite its own source before a
-    replay, or rewrite the problem a later candidate is judged against."""
+    replay, or rewrite the problem a later candidate is judged against; and no other mount is
+    writable to it (a candidate run by root would otherwise write into /usr or /etc)."""
     project = tmp_path / "project"
     (project / "level1").mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(project)], check=True)
@@ -383,10 +388,12 @@ def test_the_candidate_cannot_write_into_the_project_it_was_checked_from(tmp_pat
     candidates.mkdir()
     copy = candidates / "level1_problem6_project_writer.py"
     shutil.copy(KB / "hostile" / copy.name, copy)
-    out = tmp_path / "observed"            # outside the project: where the candidate reports
-    out.mkdir()
-    (candidates / "observed").symlink_to(out)
-    (out / "targets.json").write_text(json.dumps({"problem": str(problem), "cwd": str(project)}))
+    out = observed_for(copy)               # outside the project: where the candidate reports
+    elsewhere = tmp_path / "elsewhere"     # this user's, outside home and project: read-only too
+    elsewhere.mkdir()
+    (out / "targets.json").write_text(json.dumps({"problem": str(problem), "cwd": str(project),
+                                                  "elsewhere": str(elsewhere / "planted.txt"),
+                                                  "system": f"/usr/local/planted-{os.getpid()}"}))
     monkeypatch.chdir(project)
     before = {path: path.read_bytes() for path in (problem, copy)}
     gate_run = run_gates(find_harness(str(copy), kernelbench=str(project)), ["MEM002"],
@@ -395,9 +402,10 @@ def test_the_candidate_cannot_write_into_the_project_it_was_checked_from(tmp_pat
     if "hidden" not in confinement.get("files", ""):
         pytest.skip(f"no mount namespace of the worker's own here: {confinement.get('files')}")
     found = json.loads((out / "project-writer.json").read_text())
-    assert set(found) == {"beside", "own_source", "problem", "cwd"}, found
+    assert set(found) == {"beside", "own_source", "problem", "cwd", "elsewhere", "system"}, found
     assert all(result.startswith("refused") for result in found.values()), found
     assert {path: path.read_bytes() for path in (problem, copy)} == before
-    assert not list(project.rglob("planted-*"))
+    assert not list(project.rglob("planted-*")) and not list(elsewhere.iterdir())
+    assert "every other mount read-only" in confinement["files"], confinement["files"]
     assert f"{project} read-only" in confinement["files"], confinement["files"]
     assert {v.code: v.status for v in gate_run.verdicts}["MEM002"] == "refuted", gate_run.verdicts

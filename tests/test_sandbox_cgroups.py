@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
+from observed import observed_for
 
 from kanalyze.dynamic.containment import gaps, note
 from kanalyze.dynamic.sandbox import cgroups, zygote_client
@@ -133,10 +134,9 @@ def _run(tmp_path: Path, name: str) -> tuple[dict, Path]:
 
     pytest.importorskip("torch")
     pytest.importorskip("triton")
-    observed = tmp_path / "observed"
-    observed.mkdir()
     copy = tmp_path / f"level1_problem6_{name}.py"
     shutil.copy(KB / "hostile" / copy.name, copy)
+    observed = observed_for(copy)
     harness = find_harness(str(copy), kernelbench=str(KB))
     assert isinstance(harness, Harness), harness
     gate_run = run_gates(harness, ["MEM002"], options=Options(mode="cpu", limits=Limits(case_seconds=120)))

@@ -29,6 +29,9 @@ def gaps(confinement: dict | None) -> list[str]:
     if "hidden" not in files:
         missing.append(f"no private view of the file system ({files}): the candidate could read kanalyze's "
                        f"run directory and write to the user's home")
+    elif "read-only refused for" in files:
+        missing.append("mounts left writable (" + files.partition("read-only refused for ")[2].partition(";")[0]
+                       + "): a candidate could write there, into system folders too where kanalyze runs as root")
     cgroup = confinement.get("cgroup")
     if isinstance(cgroup, str) and cgroup.startswith("none"):
         missing.append(f"no cgroup {cgroup.removeprefix('none').strip()}: the memory and process limits hold per "

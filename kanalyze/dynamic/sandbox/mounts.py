@@ -16,7 +16,10 @@ is forked, while it still holds the capabilities of its user namespace:
 * the user's home is read-only, except the caches a worker must write
   (Triton's kernel cache, kanalyze's build cache of CUDA C++ extensions,
   CUDA's own), bound back writable; so are the git work trees of the
-  candidate, its problem and kanalyze's working directory (the project).
+  candidate, its problem and kanalyze's working directory (the project);
+* then every other mount is read-only (`_seal`: where kanalyze runs as root,
+  a root candidate would otherwise write into /etc or /usr): only the scratch
+  folder, the caches and /dev/shm (CUDA IPC's reference counts) stay writable.
 
 Each step that the kernel refuses is left out and said in the record
 (`files` in the worker's confinement); the worker runs either way.
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 
 from kanalyze.dynamic.sandbox import cgroups
 from kanalyze.dynamic.sandbox.rundir import PREFIX
@@ -112,11 +116,65 @@ def apply(view: dict | None) -> str:
                     done.append(f"{path} writable")
                 else:
                     failed.append(f"{path} writable ({_error()})")
+    sealed, not_sealed = _seal(keep, keep_fd, writable)
+    done += sealed
+    failed += not_sealed
     for fd in [keep_fd] + [fd for _, fd in writable + visible]:
         if fd is not None:
             os.close(fd)
     record = "; ".join(done) or "nothing changed"
     return record + (f"; not done: {'; '.join(failed)}" if failed else "")
+
+
+def _seal(keep: str, keep_fd: int | None, writable: list[tuple[str, int | None]]) -> tuple[list[str], list[str]]:
+    """Every other mount read-only: a candidate that runs as root (kanalyze run as root, as in
+    many containers) would otherwise write into /etc, /usr or a site-packages folder that
+    kanalyze itself loads.  The scratch folder and the caches are bound onto themselves first
+    (mounts of their own, left writable); /dev/shm and /proc stay as they are.  Device files
+    still open for writing on a read-only mount (the GPU's included)."""
+    done, failed = [], []
+    own = [(keep, keep_fd), *writable]
+    for path, fd in own:
+        if fd is not None and path not in _mount_points() and not _bind_back(fd, path, read_only=False):
+            failed.append(f"{path} (could not keep it writable: {_error()})")
+    # /dev/shm stays as it is: CUDA IPC's reference counts live there, where the reference
+    # worker (outside this namespace) opens the candidate's by name (device_share.py).
+    kept = {path for path, _ in own} | {"/dev/shm"}
+    refused = []
+    for point in _mount_points():
+        if point in kept or point == "/proc" or point.startswith("/proc/") or not os.path.exists(point):
+            continue   # (a mount point that is not there is under a hidden folder: out of reach)
+        if not _mount(None, point, None, MS_BIND | MS_REMOUNT | MS_RDONLY | _locked_flags(point), None):
+            refused.append(f"{point} ({_error()})")
+    done.append("every other mount read-only")
+    if refused:
+        failed.append("read-only refused for " + ", ".join(refused[:5]) + (" ..." if len(refused) > 5 else ""))
+    return done, failed
+
+
+def _mount_points() -> list[str]:
+    """This namespace's mount points, parents before children (/proc/self/mountinfo, field 5)."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
+            fields = [line.split() for line in handle]
+    except OSError:
+        return []
+    points = [re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), f[4]) for f in fields if len(f) > 4]
+    return list(dict.fromkeys(points))
+
+
+# statvfs flags → the mount flags a remount must repeat (a user namespace cannot clear them).
+_LOCKED = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (getattr(os, "ST_NOEXEC", 8), 0x8),
+           (getattr(os, "ST_NOATIME", 1024), 0x400), (getattr(os, "ST_NODIRATIME", 2048), 0x800),
+           (getattr(os, "ST_RELATIME", 4096), 0x200000))
+
+
+def _locked_flags(point: str) -> int:
+    try:
+        flags = os.statvfs(point).f_flag
+    except OSError:
+        return 0
+    return sum(mount_flag for stat_flag, mount_flag in _LOCKED if flags & stat_flag)
 
 
 def _inside(path: str, folder: str) -> bool:
