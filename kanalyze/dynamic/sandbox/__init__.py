@@ -8,6 +8,9 @@
   confine.py        what a worker does to itself first: rlimits, namespaces, audit hook
   namespaces.py     ... its user, PID, mount and network namespaces; kanalyze made non-dumpable
   mounts.py         ... what it sees of the files: kanalyze's run folder and key hidden, home read-only
+  cgroups.py        ... one cgroup per candidate worker: memory and task limits for it and its children
+  disguise.py       ... nothing in its process names kanalyze: modules, files, variables, frames
+  exits.py          how a worker ended, in words (the exception, where kanalyze's own code failed)
   worker.py         the worker's main loop: import the problem and candidate, serve cases
   execute.py        one case in a worker: the candidate side, and what both sides share
   reference_side.py ... the reference side: model, inputs, float64 reference, withheld outputs

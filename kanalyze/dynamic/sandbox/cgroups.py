@@ -82,11 +82,11 @@ def _mounts(mountinfo: str) -> list[tuple[str, str, str, set[str]]]:
         left, _, right = line.partition(" - ")
         fields, rest = left.split(), right.split()
         if len(fields) >= 5 and len(rest) >= 3:
-            found.append((rest[0], _unescape(fields[4]), _unescape(fields[3]), set(rest[2].split(","))))
+            found.append((rest[0], unescape(fields[4]), unescape(fields[3]), set(rest[2].split(","))))
     return found
 
 
-def _unescape(text: str) -> str:
+def unescape(text: str) -> str:
     """mountinfo's octal escapes (a space is \\040)."""
     return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), text)
 

@@ -14,7 +14,8 @@ covers everything torch's own versioner compares (the sources, flags, include
 paths, ...) and what the binary depends on (torch, CUDA, Python, the target
 architectures).  Same source, same directory: compiled once, then shared by
 every worker and every run (the cache is outside the workers' scratch space:
-`KANALYZE_EXTENSIONS_DIR`, which the sandbox sets).  Other source, other
+`KANALYZE_EXTENSIONS_DIR` where set, else kanalyze's cache folder; a candidate's
+worker is given its part in its spec, not in a variable).  Other source, other
 directory, whatever the name.
 
 A builder holds an `flock` on the directory while torch builds and loads (the
@@ -160,8 +161,9 @@ def install() -> None:
     _installed = True
 
 
-def keep_root() -> None:
-    """In a worker, before the candidate's import: remember the build cache and take its variable
-    out of the environment, where its name would tell the candidate who runs it."""
+def keep_root(root: str | None = None) -> None:
+    """In a worker, before the candidate's import: remember the build cache (a candidate's
+    worker is given it in its spec: disguise.py) and take the variable out of the
+    environment, where its name would tell the candidate who runs it."""
     global _root
-    _root = os.environ.pop(ROOT_VARIABLE, None) or _root
+    _root = os.environ.pop(ROOT_VARIABLE, None) or root or _root

@@ -29,10 +29,9 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 
 from kanalyze.dynamic.sandbox import cgroups
-from kanalyze.dynamic.sandbox.rundir import PREFIX
+from kanalyze.dynamic.sandbox.rundir import is_run_directory
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 0x1, 0x2, 0x4, 0x20, 0x1000, 0x4000
 
@@ -77,7 +76,8 @@ def other_runs(run_directory: str) -> list[str]:
         names = os.listdir(parent)
     except OSError:
         return []
-    return sorted(os.path.join(parent, name) for name in names if name.startswith(PREFIX) and name != own)
+    return sorted(os.path.join(parent, name) for name in names
+                  if name != own and is_run_directory(os.path.join(parent, name)))
 
 
 def apply(view: dict | None) -> str:
@@ -159,7 +159,7 @@ def _mount_points() -> list[str]:
             fields = [line.split() for line in handle]
     except OSError:
         return []
-    points = [re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), f[4]) for f in fields if len(f) > 4]
+    points = [cgroups.unescape(f[4]) for f in fields if len(f) > 4]
     return list(dict.fromkeys(points))
 
 

@@ -5,7 +5,8 @@ process's zygote, which has imported torch and triton already; a fresh
 `python` process where there is none: see zygote_client.py) with:
 a scratch working directory of its own, a scrubbed environment (HOME and
 TMPDIR point into the scratch directory; only what Python, CUDA and Triton
-need is passed on), resource limits and no network (applied by the worker to
+need is passed on; for a candidate's worker, no folder or variable named after
+kanalyze: disguise.py), resource limits and no network (applied by the worker to
 itself before any problem or candidate code runs: see confine.py), stdin
 closed, and stdout and stderr drained into a capped buffer (a candidate that
 prints megabytes costs memory of at most `Limits.output_bytes`).  How each
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 
 import kanalyze
 from kanalyze import keys
-from kanalyze.dynamic.sandbox import cgroups, exits, extensions, mounts, namespaces, rundir, zygote_client
+from kanalyze.dynamic.sandbox import cgroups, disguise, exits, extensions, mounts, namespaces, rundir, zygote_client
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(kanalyze.__file__)))
 BOOTSTRAP = (f"import sys; sys.path.insert(0, {_ROOT!r}); "
@@ -135,8 +136,6 @@ def scrubbed_environment(scratch: str, mode: str) -> dict[str, str]:
     home = os.path.expanduser("~")
     env.setdefault("TRITON_CACHE_DIR", os.path.join(home, ".triton", "cache"))
     env.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(home, ".cache", "torch_extensions"))
-    # CUDA C++ candidates build once per source into kanalyze's cache, shared by all workers.
-    env[extensions.ROOT_VARIABLE] = extensions.cache_root()
     env.update(HOME=scratch, TMPDIR=scratch, PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1",
                PYTHONUNBUFFERED="1", PATH=env.get("PATH", "/usr/bin:/bin"))
     # numpy's OpenBLAS starts one thread per core when imported: a zygote with threads
@@ -167,16 +166,16 @@ class Worker:
         namespaces.protect_this_process()   # before any worker runs: kanalyze's /proc files closed to it
         self._created = time.monotonic()
         self.role, self.mode, self.limits, self.spec = role, mode, limits, spec
-        self.scratch = tempfile.mkdtemp(prefix=f"{role}-", dir=scratch_root)
+        self.scratch = tempfile.mkdtemp(dir=scratch_root)   # a neutral name: the worker's cwd, HOME, TMPDIR
         spec_path = os.path.join(self.scratch, "spec.json")
-        env = self._environment(spec)
+        env, caches, shown = self._environment(spec)
         # A candidate's worker and all it starts share one cgroup (cgroups.py), which it joins first.
         self._cgroup = cgroups.create(os.path.basename(self.scratch),
                                       cgroups.memory_limit(mode, limits.memory_bytes),
                                       limits.process_margin) if role == "candidate" else None
         with open(spec_path, "w", encoding="utf-8") as handle:
-            json.dump({**spec, "limits": {**limits.for_worker(mode, role), "files": self._view(spec, env),
-                                          "cgroup": self._cgroup}}, handle)
+            json.dump({**spec, **shown, "limits": {**limits.for_worker(mode, role), "files": self._view(spec, caches),
+                                                   "cgroup": self._cgroup}}, handle)
         control_r, self._control_w = os.pipe()
         self._status_r, status_w = os.pipe()
         try:
@@ -202,18 +201,24 @@ class Worker:
         self.phase = "kanalyze"           # whose code the worker is running (its "phase" events)
         self._phase_since = time.monotonic()
 
-    def _environment(self, spec: dict) -> dict[str, str]:
+    def _environment(self, spec: dict) -> tuple[dict[str, str], dict[str, str], dict]:
+        """The worker's environment, a candidate's caches (the real folders) and what its spec
+        adds.  A candidate is shown its compile caches through its scratch folder (disguise.py);
+        its extension builds' folder comes through the spec rather than a variable named after
+        kanalyze, by its real path (torch rebuilds an extension whose folder moved)."""
         env = scrubbed_environment(self.scratch, self.mode)
-        if self.role == "candidate":
-            env.update(candidate_caches(env, (spec.get("harness") or {}).get("candidate")))
-        return env
+        if self.role != "candidate":
+            return env, {}, {}
+        caches = candidate_caches(env, (spec.get("harness") or {}).get("candidate"))
+        compile_caches = {k: v for k, v in caches.items() if k != extensions.ROOT_VARIABLE}
+        env.update(disguise.cache_view(self.scratch, compile_caches))
+        return env, caches, {"extensions_root": caches[extensions.ROOT_VARIABLE]}
 
-    def _view(self, spec: dict, env: dict[str, str]) -> dict | None:
+    def _view(self, spec: dict, caches: dict[str, str]) -> dict | None:
         """What a candidate's worker sees of the files (mounts.py); the reference worker sees all."""
         if self.role != "candidate":
             return None
-        writable = [env.get("TRITON_CACHE_DIR"), env.get("TORCH_EXTENSIONS_DIR"), env.get(extensions.ROOT_VARIABLE),
-                    env.get("CUDA_CACHE_PATH")]
+        writable = list(caches.values())
         for folder in writable:   # made now: a read-only home leaves no room to make them later
             try:
                 os.makedirs(folder, exist_ok=True)
@@ -341,7 +346,7 @@ def prestart_zygote(mode: str, limits: Limits | None = None) -> str:
     """Start this process's zygote for `mode` now rather than on the first worker's request
     (a long-lived caller, or a benchmark that keeps the one-time start out of its timings).
     Returns how workers will start: "zygote" or "fresh process (why)"."""
-    scratch = rundir.scratch("prestart-")
+    scratch = rundir.scratch("tmp")
     try:
         zygote_client.start(mode, scrubbed_environment(scratch, mode), (limits or Limits()).start_seconds)
         return "zygote"
@@ -354,7 +359,7 @@ def prestart_zygote(mode: str, limits: Limits | None = None) -> str:
 def begin_zygote(mode: str) -> None:
     """Start this process's zygote for `mode` and return at once: its imports overlap what
     the caller does next (the static pass).  If it cannot start, the first worker says why."""
-    scratch = rundir.scratch("prestart-")
+    scratch = rundir.scratch("tmp")
     try:
         zygote_client.begin(mode, scrubbed_environment(scratch, mode))
     except zygote_client.ZygoteUnavailable:
@@ -379,7 +384,7 @@ def _parse_event(line: bytes) -> dict:
 
 
 def new_scratch_root() -> str:
-    return rundir.scratch("session-")
+    return rundir.scratch("tmp")
 
 
 def remove_scratch_root(path: str) -> None:

@@ -1,20 +1,27 @@
 """One run directory per kanalyze process for everything the dynamic pass writes: workers'
 scratch folders, zygotes' homes, kept reference results.
 
-`kanalyze-run-<pid>-*` under the temporary directory, removed when the process exits.  A
-process killed with `kill -9` cannot remove its own, so each new one removes those of this
-user whose process is gone: nothing a crash left behind outlives the next run.
+`tmp<pid>-*` under the temporary directory, holding the file `MARKER`, removed when the
+process exits.  The name is neutral because a candidate's working directory is a folder
+of it (disguise.py); the marker tells kanalyze's run directories from other folders of
+that name (those of earlier versions, `kanalyze-run-<pid>-*`, are known by their name).
+A process killed with `kill -9` cannot remove its own, so each new one removes those of
+this user whose process is gone: nothing a crash left behind outlives the next run.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import tempfile
 from functools import lru_cache
 
-PREFIX = "kanalyze-run-"
+PREFIX = "tmp"
+MARKER = ".owner"
+_NAME = re.compile(rf"{PREFIX}(\d+)-")
+_EARLIER = re.compile(r"kanalyze-run-(\d+)-")   # the run directories of earlier versions
 MIN_FREE_BYTES = 1 << 30   # below this, a dynamic run stops cleanly instead of filling the disk
 
 
@@ -23,7 +30,20 @@ def run_directory() -> str:
     reap()
     path = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
     atexit.register(shutil.rmtree, path, True)
+    open(os.path.join(path, MARKER), "x").close()
     return path
+
+
+def is_run_directory(path: str) -> bool:
+    """A run directory of a kanalyze process (this one's or another's, of any version)."""
+    return _owner(path) is not None
+
+
+def _owner(path: str) -> int | None:
+    """The pid in a run directory's name, or None where `path` is not a run directory."""
+    name = os.path.basename(path)
+    match = _EARLIER.match(name) or (_NAME.match(name) if os.path.isfile(os.path.join(path, MARKER)) else None)
+    return int(match.group(1)) if match else None
 
 
 def scratch(prefix: str) -> str:
@@ -40,12 +60,12 @@ def reap() -> list[str]:
     except OSError:
         return removed
     for name in entries:
-        if not name.startswith(PREFIX):
-            continue
-        pid = name[len(PREFIX):].split("-", 1)[0]
         path = os.path.join(parent, name)
+        pid = _owner(path) if name.startswith((PREFIX, "kanalyze-run-")) else None
+        if pid is None:
+            continue
         try:
-            if not pid.isdigit() or os.lstat(path).st_uid != os.getuid() or _alive(int(pid)):
+            if os.lstat(path).st_uid != os.getuid() or _alive(pid):
                 continue
         except OSError:
             continue

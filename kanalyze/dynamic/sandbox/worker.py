@@ -8,9 +8,11 @@ where there is no zygote, started by `process.py` as a fresh process:
 ROLE is `reference` or `candidate`; MODE is `cpu` (Triton's interpreter, with
 `TRITON_INTERPRET=1` already in the environment the parent gave it) or `cuda`.
 A fresh worker applies its limits, then imports torch and triton; either way
-`serve` then installs the hooks and guards, imports the candidate (candidate
-role), says `ready` on the status pipe, then runs each job that the parent
-sends on the control pipe and reports each case as it is done.
+`serve` then hides kanalyze from the candidate (candidate role: no module, file,
+variable or frame named after it, disguise.py), installs the hooks and guards,
+imports the candidate (candidate role), says `ready` on the status pipe, then
+runs each job that the parent sends on the control pipe and reports each case
+as it is done.
 Case results go to files (`case-N.json` + the folder `case-N.arrays/`); the
 status pipe only carries short JSON lines, among them `phase` events around every stretch of the
 candidate's own code (import, model construction, call), so that the parent
@@ -26,6 +28,8 @@ import os
 import sys
 import time
 import traceback
+
+from kanalyze.dynamic.sandbox import disguise
 
 
 def _send(status, **message) -> None:
@@ -50,8 +54,8 @@ def import_modules(mode: str) -> None:
 
     from kanalyze.dynamic import cases
     from kanalyze.dynamic import environment
-    from kanalyze.dynamic import loading  # noqa: F401
-    from kanalyze.dynamic.sandbox import execute, reference_side  # noqa: F401
+    from kanalyze.dynamic import gradients, integrity, kernel_call, loading  # noqa: F401  (all a worker imports)
+    from kanalyze.dynamic.sandbox import device_share, execute, reference_side, transport  # noqa: F401
 
     if mode == "cpu":
         from kanalyze.dynamic import devicemap
@@ -90,23 +94,30 @@ def serve(role: str, mode: str, control_fd: int, status_fd: int, spec_path: str,
     if confinement is None:
         confinement = apply_limits(spec.get("limits", {}))
     harness = spec["harness"]
+    hiding = None
     try:
         import torch
 
-        if mode == "cpu":
-            from kanalyze.dynamic import devicemap
-
-            device_map = devicemap.install("cpu")
-        elif not torch.cuda.is_available():
+        if mode != "cpu" and not torch.cuda.is_available():
             raise RuntimeError("no CUDA device is visible to the worker")
         import triton  # noqa: F401
 
         from kanalyze.dynamic import cases as case_sizes
-        from kanalyze.dynamic import numerics
+        from kanalyze.dynamic import loading, numerics
         from kanalyze.dynamic.environment import Environment
+        from kanalyze.dynamic.sandbox import extensions
         from kanalyze.dynamic.sandbox.execute import CandidateSide, describe_error
         from kanalyze.dynamic.sandbox.reference_side import ReferenceSide
 
+        if role == "candidate":   # kanalyze out of the candidate's sight, before it installs anything
+            os.remove(spec_path)
+            extensions.keep_root(spec.get("extensions_root"))
+            hiding = disguise.hide()
+            disguise.neutral_module_names(loading)
+        if mode == "cpu":
+            from kanalyze.dynamic import devicemap
+
+            device_map = devicemap.install("cpu")
         policy = numerics.apply()   # the same on both sides, before any problem or candidate code
         env = Environment(mode)     # its watch starts from the policy (integrity.py)
     except BaseException as exc:
@@ -116,14 +127,12 @@ def serve(role: str, mode: str, control_fd: int, status_fd: int, spec_path: str,
     seconds["setup"] = round(time.perf_counter() - started, 3)
     install_guards()
     import_error = None
-    phase = phase_reporter(status)
+    phase = phase_reporter(status) if hiding is None else hiding.around(phase_reporter(status))
     if role == "candidate":
-        from kanalyze.dynamic.loading import load_candidate
-
         phase("candidate")
         importing = time.perf_counter()
         try:
-            module = load_candidate(spec.get("candidate_file") or harness["candidate"])
+            module = loading.load_candidate(spec.get("candidate_file") or harness["candidate"])
         except BaseException as exc:
             import_error = describe_error(exc)
         seconds["import"] = round(time.perf_counter() - importing, 3)
@@ -236,6 +245,8 @@ def _plan(job: dict, harness: dict, device_map, case_sizes) -> tuple[dict, list 
         sizes = case_sizes.scale_down(job["knobs"], numel_of, job["max_numel"])
     return sizes, on_meta(lambda: output_shapes(sizes)) if job.get("shapes", True) else None
 
+
+disguise.rename_own_code(globals())   # its frames are below the candidate's: neutral from the start
 
 if __name__ == "__main__":  # pragma: no cover - started through sandbox.BOOTSTRAP
     sys.exit(main(sys.argv[1:]))

@@ -26,6 +26,9 @@ zygote reports is the process outside it, which ends as the worker does),
 guards, the candidate's import, the job loop; then it
 ends with `os._exit`, never returning into the zygote's loop.
 
+Its own code and the worker's carry neutral file names from import on (their
+frames sit below every candidate's: disguise.py).
+
 The zygote never runs problem or candidate code, so no candidate's state can
 reach another candidate's worker through it.  When its socket closes (the
 kanalyze process ended or shut it down) it kills the workers still running
@@ -42,6 +45,8 @@ import socket
 import sys
 import tempfile
 import time
+
+from kanalyze.dynamic.sandbox import disguise
 
 MAX_MESSAGE = 1 << 20
 
@@ -230,6 +235,8 @@ def main(argv: list[str]) -> int:
     finally:
         _kill_all(children)
 
+
+disguise.rename_own_code(globals())   # its frames are below every candidate's: neutral from the start
 
 if __name__ == "__main__":  # pragma: no cover - started through zygote_client.BOOTSTRAP
     sys.exit(main(sys.argv[1:]))

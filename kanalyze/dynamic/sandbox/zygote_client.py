@@ -41,8 +41,7 @@ BOOTSTRAP = (f"import sys; sys.path.insert(0, {_ROOT!r}); "
              "from kanalyze.dynamic.sandbox.zygote import main; sys.exit(main(sys.argv[1:]))")
 # Set per worker after the fork, and read only after it; every other variable must match
 # what the zygote imported with (another value starts another zygote).
-PER_WORKER = ("HOME", "TMPDIR", "KANALYZE_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR",
-              "CUDA_CACHE_PATH")
+PER_WORKER = ("HOME", "TMPDIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH")
 
 
 class ZygoteUnavailable(Exception):
