@@ -36,7 +36,8 @@ directory, a frame's file on the call stack.  None of these is there to see:
 
 What stays visible is listed in docs/worker-protocol.md (the interpreter setting
 on the CPU above all): a candidate that reads kanalyze's objects through `gc`, or
-its command line through /proc, can still tell.
+the bootstrap's code at the bottom of its stack, can still tell.  (Its command line
+names nothing: zygote_client.launcher.)
 """
 
 from __future__ import annotations

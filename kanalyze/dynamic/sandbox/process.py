@@ -40,7 +40,7 @@ from kanalyze.dynamic.sandbox import cgroups, disguise, exits, extensions, mount
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(kanalyze.__file__)))
 BOOTSTRAP = (f"import sys; sys.path.insert(0, {_ROOT!r}); "
-             "from kanalyze.dynamic.sandbox.worker import main; sys.exit(main(sys.argv[1:]))")
+             "from kanalyze.dynamic.sandbox.worker import main; sys.exit(main(ARGS))")
 
 # Passed on to the worker as they are; everything else is dropped.
 _KEEP = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES",
@@ -182,12 +182,13 @@ class Worker:
             self.process = self._fork(spec_path, control_r, status_w, env)
             self.started_by = "forked from the zygote"
         except zygote_client.ZygoteUnavailable as exc:
-            self.process = subprocess.Popen(
-                [sys.executable, "-E", "-s", "-B", "-u", "-c", BOOTSTRAP, role, mode, str(control_r), str(status_w),
-                 spec_path],
-                cwd=self.scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, pass_fds=(control_r, status_w), start_new_session=True,
-            )
+            command, code = zygote_client.launcher(BOOTSTRAP, [role, mode, str(control_r), str(status_w), spec_path])
+            try:
+                self.process = subprocess.Popen(
+                    command, cwd=self.scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT, pass_fds=(control_r, status_w, code), start_new_session=True)
+            finally:
+                os.close(code)
             self.started_by = f"fresh process ({exc})"
         finally:
             os.close(control_r)

@@ -3,7 +3,10 @@
 Forked by the zygote (zygote.py), which has done `import_modules` once, or,
 where there is no zygote, started by `process.py` as a fresh process:
 
-    python -E -s -B -u -c BOOTSTRAP ROLE MODE CONTROL_FD STATUS_FD SPEC.json
+    python -E -s -B -u -c LAUNCHER FD
+
+where FD is a pipe that holds BOOTSTRAP with ARGS = [ROLE, MODE, CONTROL_FD, STATUS_FD,
+SPEC.json] (zygote_client.launcher: nothing of kanalyze's on the command line).
 
 ROLE is `reference` or `candidate`; MODE is `cpu` (Triton's interpreter, with
 `TRITON_INTERPRET=1` already in the environment the parent gave it) or `cuda`.

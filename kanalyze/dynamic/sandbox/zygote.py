@@ -2,7 +2,9 @@
 
 Started by `zygote_client.py` as
 
-    python -E -s -B -u -c BOOTSTRAP MODE SOCKET_FD
+    python -E -s -B -u -c LAUNCHER FD
+
+(FD: a pipe that holds BOOTSTRAP with ARGS = [MODE, SOCKET_FD]; zygote_client.launcher)
 
 with the scrubbed environment a worker of MODE gets (for "cpu",
 `TRITON_INTERPRET=1` is set before triton is imported).  Before any import it

@@ -38,7 +38,23 @@ FORK_SECONDS = 30.0
 MAX_MESSAGE = 1 << 20
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(kanalyze.__file__)))
 BOOTSTRAP = (f"import sys; sys.path.insert(0, {_ROOT!r}); "
-             "from kanalyze.dynamic.sandbox.zygote import main; sys.exit(main(sys.argv[1:]))")
+             "from kanalyze.dynamic.sandbox.zygote import main; sys.exit(main(ARGS))")
+# The command line a zygote or a fresh worker is started with names nothing of kanalyze's (a
+# candidate reads /proc/self/cmdline, and a forked worker's is its zygote's): the code and its
+# arguments (`ARGS`) come through a pipe whose read end is the one argument (`launcher`).
+LAUNCHER = "import os, sys; exec(os.read(int(sys.argv[1]), 1 << 20))"
+
+
+def launcher(bootstrap: str, args: list[str]) -> tuple[list[str], int]:
+    """(the `python` command line, the pipe's read end to pass to it) that runs `bootstrap`
+    with `ARGS` = `args`; the caller closes the read end once the process has started."""
+    read, write = os.pipe()
+    code = f"import os as _os; _os.close({read}); del _os\nARGS = {args!r}\n{bootstrap}\n"
+    try:
+        os.write(write, code.encode())
+    finally:
+        os.close(write)
+    return [sys.executable, "-E", "-s", "-B", "-u", "-c", LAUNCHER, str(read)], read
 # Set per worker after the fork, and read only after it; every other variable must match
 # what the zygote imported with (another value starts another zygote).
 PER_WORKER = ("HOME", "TMPDIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH")
@@ -124,18 +140,20 @@ class Zygote:
         self._exits: dict[int, int] = {}
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.started_at = time.monotonic()
+        command, code = launcher(BOOTSTRAP, [mode, str(theirs.fileno())])
         try:
             with open(self.log, "wb") as log:
                 self.process = subprocess.Popen(
-                    [sys.executable, "-E", "-s", "-B", "-u", "-c", BOOTSTRAP, mode, str(theirs.fileno())],
-                    cwd=self.home, env={**env, "HOME": self.home, "TMPDIR": self.home}, stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=subprocess.STDOUT, pass_fds=(theirs.fileno(),), start_new_session=True)
+                    command, cwd=self.home, env={**env, "HOME": self.home, "TMPDIR": self.home},
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    pass_fds=(theirs.fileno(), code), start_new_session=True)
         except OSError as exc:
             ours.close()
             shutil.rmtree(self.home, ignore_errors=True)
             raise ZygoteUnavailable(f"the {mode} zygote could not start: {exc}") from exc
         finally:
             theirs.close()
+            os.close(code)
         self.sock = ours
 
     def await_ready(self, start_seconds: float) -> None:
