@@ -87,14 +87,14 @@ def test_a_delegated_cgroup_v2_subtree_gets_its_limits_one_level_above_the_worke
         assert isinstance(handle, dict) and handle["missing"] == {}, handle
         [group] = handle["groups"]
         folder = Path(group["folder"])
-        assert folder.parent == own and folder.name.startswith("kanalyze-")
-        assert folder.name.endswith(f"-{os.getpid()}-t")   # kanalyze-<PID namespace>-<pid>-<name>
+        assert folder.parent == own and folder.name.startswith(cgroups._prefix())
+        assert folder.name.endswith(f"-{os.getpid()}-t")   # tmp<PID namespace>-<pid>-<name>
         assert group["held"] == ["memory 4.0 GiB", "512 tasks"]
         assert group["procs"] == str(folder / "worker" / "cgroup.procs")
         assert (folder / "memory.max").read_text() == str(2 ** 32) and (folder / "pids.max").read_text() == "512"
         assert (own / "cgroup.subtree_control").read_text().startswith("+")   # handed down (a real one keeps all)
     finally:
-        for folder in own.glob("kanalyze-*"):
+        for folder in own.glob(f"{cgroups._prefix()}*"):
             shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -124,7 +124,7 @@ def _left_behind() -> list[str]:
     with open("/proc/self/mountinfo") as mountinfo, open("/proc/self/cgroup") as own:
         places, _ = cgroups.locate(mountinfo.read(), own.read())
     return sorted(path for _, folder in set(places.values())
-                  for path in glob.glob(os.path.join(folder, f"kanalyze-*-{os.getpid()}-*")))
+                  for path in glob.glob(os.path.join(folder, f"{cgroups._prefix()}{os.getpid()}-*")))
 
 
 def _run(tmp_path: Path, name: str) -> tuple[dict, Path]:
@@ -172,12 +172,13 @@ def test_the_candidate_cannot_leave_its_cgroup(tmp_path, start) -> None:
     assert found["writes"] and all(tried.startswith("refused") for tried in found["writes"].values()), found
     for controller in ("memory", "pids"):
         before = found["before"][controller]
-        assert "/kanalyze-" in before and before.endswith("/worker"), found["before"]
+        assert f"/{cgroups._prefix()}" in before and before.endswith("/worker"), found["before"]
+        assert "kanalyze" not in before, found["before"]          # its own cgroup's name tells nothing
         assert found["after"][controller] == before, found
         # Its own cgroup namespace (where the kernel gave one) has the worker's group as its root.
         assert found["child_after"][controller].startswith(before), found
         seen = found["namespace"].get(controller) or {}
-        assert not any(name.startswith("kanalyze-") for name in seen.get("groups_at_its_root", [])), found
+        assert not any(name.startswith(cgroups._prefix()) for name in seen.get("groups_at_its_root", [])), found
     assert _left_behind() == []     # the group it made inside its own was removed with the rest
 
 
@@ -223,7 +224,8 @@ def test_the_groups_of_a_killed_kanalyze_process_are_removed_by_the_next(tmp_pat
     gone.wait()
     with open("/proc/self/mountinfo") as mountinfo, open("/proc/self/cgroup") as own:
         places, _ = cgroups.locate(mountinfo.read(), own.read())
-    left = {f"{cgroups._prefix()}{gone.pid}-candidate-x", f"kanalyze-1-{gone.pid}-another-namespace"}
+    left = {f"{cgroups._prefix()}{gone.pid}-candidate-x", f"{cgroups._prefix(earlier=True)}{gone.pid}-earlier",
+            f"tmp1-{gone.pid}-another-namespace"}
     folders = [os.path.join(folder, name) for _, folder in set(places.values()) for name in left]
     for folder in folders:
         os.makedirs(os.path.join(folder, "worker"))
@@ -232,7 +234,7 @@ def test_the_groups_of_a_killed_kanalyze_process_are_removed_by_the_next(tmp_pat
         cgroups.remove(handle)
         assert isinstance(handle, dict), handle
         remaining = sorted(os.path.basename(folder) for folder in folders if os.path.isdir(folder))
-        assert set(remaining) == {f"kanalyze-1-{gone.pid}-another-namespace"}, remaining   # not ours to judge
+        assert set(remaining) == {f"tmp1-{gone.pid}-another-namespace"}, remaining   # not ours to judge
     finally:
         for folder in folders:
             for path in (os.path.join(folder, "worker"), folder):

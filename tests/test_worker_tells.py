@@ -105,6 +105,7 @@ def look(where):
             "spec": spec, "import": imported, "environment": dict(os.environ), "cwd": os.getcwd(),
             "listing": os.listdir("."), "frames": frames, "argv": sys.argv + list(getattr(sys, "orig_argv", [])),
             "cmdline": open("/proc/self/cmdline", "rb").read().decode("utf-8", "replace").split("\0"),
+            "cgroup": open("/proc/self/cgroup").read(),
             "name": __name__, "path": sys.path, "modes": [repr(m) for m in
                                                            torch.overrides._get_current_function_mode_stack()]}
     with open(OUT, "a") as handle:
@@ -167,6 +168,7 @@ def test_a_candidate_sees_nothing_that_names_kanalyze(tmp_path, monkeypatch, no_
         assert not [f for f in s["frames"] if any(_mentions(part) for part in f)], (where, s["frames"])
         assert not [a for a in s["argv"] + s["path"] + s["modes"] if _mentions(a)], where
         assert not [a for a in s["cmdline"] if _mentions(a) or "candidate" in a], (where, s["cmdline"])
+        assert not _mentions(s["cgroup"]), (where, s["cgroup"])
     # kanalyze's frames were on those stacks, under neutral names: the call came through its
     # case runner, and the recorder's frame sat between the call and the tensor's hook.
     call = next(s for s in seen if s["where"] == "call")

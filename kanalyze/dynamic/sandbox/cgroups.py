@@ -9,10 +9,11 @@ makes one below this process's own cgroup, in each hierarchy that holds the
 unified cgroup v2 hierarchy, where this process's cgroup must be delegated to
 it), as
 
-    <own cgroup>/kanalyze-<ns>-<pid>-<name>/          the limits
-    <own cgroup>/kanalyze-<ns>-<pid>-<name>/worker/   the worker's processes
+    <own cgroup>/tmp<ns>-<pid>-<name>/          the limits
+    <own cgroup>/tmp<ns>-<pid>-<name>/worker/   the worker's processes
 
-(<ns> and <pid>: the PID namespace and pid of the kanalyze process that made it)
+(<ns> and <pid>: the PID namespace and pid of the kanalyze process that made it; a
+neutral name, since a candidate reads its own in /proc/self/cgroup: disguise.py)
 
 The worker joins `worker/` as its very first step (`join`, from
 confine.apply_limits: before its namespaces and any candidate code), so that
@@ -186,7 +187,7 @@ def _limit(version: int, folder: str, controller: str, value: int) -> str:
 
 def create(name: str, memory_bytes: int | None, max_pids: int | None,
            mountinfo: str | None = None, own: str | None = None) -> dict | str:
-    """Make the group `kanalyze-<ns>-<pid>-<name>` (with `worker/` below it) in each hierarchy
+    """Make the group `tmp<ns>-<pid>-<name>` (with `worker/` below it) in each hierarchy
     that holds a wanted controller.  Returns the handle the worker joins and `remove` removes
     ({"groups": [{"folder", "procs", "held"}], "missing": {controller: why}}), or why none."""
     wanted = {c: v for c, v in (("memory", memory_bytes), ("pids", max_pids)) if v}
@@ -229,24 +230,27 @@ def create(name: str, memory_bytes: int | None, max_pids: int | None,
     return {"groups": groups, "missing": missing}
 
 
-def _prefix() -> str:
-    """kanalyze-<this PID namespace>-: a pid means a process only within its namespace, and a
-    hierarchy (cgroup v1's pids, here at its root) may be shared with other namespaces."""
+def _prefix(earlier: bool = False) -> str:
+    """tmp<this PID namespace>-: a pid means a process only within its namespace, and a
+    hierarchy (cgroup v1's pids, here at its root) may be shared with other namespaces.
+    `earlier`: the prefix of earlier versions (kanalyze-<ns>-), whose groups are reaped too."""
     try:
-        return f"kanalyze-{os.stat('/proc/self/ns/pid').st_ino}-"
+        namespace = os.stat("/proc/self/ns/pid").st_ino
     except OSError:
-        return "kanalyze-0-"
+        namespace = 0
+    return f"{'kanalyze-' if earlier else 'tmp'}{namespace}-"
 
 
 def _reap(parent: str) -> None:
     """Remove the groups below `parent` that kanalyze processes of this PID namespace left when
     they were killed (their pid is gone), with whatever still runs in them."""
-    prefix = _prefix()
+    prefixes = (_prefix(), _prefix(earlier=True))
     try:
-        entries = [entry for entry in os.listdir(parent) if entry.startswith(prefix)]
+        entries = [entry for entry in os.listdir(parent) if entry.startswith(prefixes)]
     except OSError:
         return
     for entry in entries:
+        prefix = next(p for p in prefixes if entry.startswith(p))
         pid = entry[len(prefix):].split("-", 1)[0]
         if pid.isdigit() and not _exists(int(pid)):
             _remove_tree(os.path.join(parent, entry), attempts=3)
