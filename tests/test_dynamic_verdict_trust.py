@@ -197,3 +197,15 @@ def test_a_worker_exception_is_named_in_how_the_worker_ended() -> None:
         "the worker exited with code 70 (an exception escaped kanalyze's worker code)"
     assert exits.describe(-9, "") == "the worker died of SIGKILL (killed: out of memory?)"
     assert exits.describe(None, "", lost=True).endswith("lost with the zygote that forked it")
+
+
+def test_a_workers_account_of_its_time_is_bounded() -> None:
+    """`gate_seconds` takes a worker's own step times only where they are plausible: a candidate's
+    worker writing NaN, infinities, negative or huge values, or thousands of keys, changes nothing."""
+    from kanalyze.dynamic.session import _durations
+
+    said = {"model": 1.5, "runs": float("nan"), "finish": float("inf"), "x" * 50: 1.0, "neg": -1.0,
+            "huge": 1e12, "flag": True, "text": "3"}
+    assert _durations(said) == [("model", 1.5)]
+    assert len(_durations({f"k{i}": 1.0 for i in range(10_000)})) == 32
+    assert _durations(["not", "a", "dict"]) == []

@@ -22,6 +22,7 @@ process before the candidate's worker is let go on to its next case.
 from __future__ import annotations
 
 import collections
+import math
 import os
 import secrets
 import time
@@ -217,11 +218,9 @@ class Session:
     def _add_steps(self, role: str, outcome: Outcome) -> None:
         """A worker's own account of a case's steps (`seconds` in its result), summed per step as
         `role.step`: descriptive only (a candidate's worker could say anything), never judged."""
-        steps = outcome.meta.get("seconds") if isinstance(outcome.meta, dict) else None
-        for step, value in (steps.items() if isinstance(steps, dict) else ()):
-            if isinstance(step, str) and len(step) < 40 and isinstance(value, (int, float)):
-                name = f"{role}.{step}"
-                self.seconds[name] = round(self.seconds.get(name, 0.0) + float(value), 3)
+        for step, value in _durations(outcome.meta.get("seconds") if isinstance(outcome.meta, dict) else None):
+            name = f"{role}.{step}"
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + value, 3)
 
     def _took(self, what: str, started: float, minus: float = 0.0) -> None:
         self.seconds[what] = round(self.seconds.get(what, 0.0) + time.perf_counter() - started - minus, 3)
@@ -264,10 +263,19 @@ def _describe_ready(ready: dict, role: str) -> dict:
            f"{role}_numerics": ready.get("numerics", {})}
     if role == "candidate" and ready.get("import_error"):
         out["candidate_import_error"] = ready["import_error"]
-    seconds = ready.get("seconds")
-    if isinstance(seconds, dict):   # where the worker's start went (process.py, worker.py)
-        out[f"{role}_start_seconds"] = {k: v for k, v in seconds.items() if isinstance(v, (int, float))}
+    if isinstance(ready.get("seconds"), dict):   # where the worker's start went (process.py, worker.py)
+        out[f"{role}_start_seconds"] = dict(_durations(ready["seconds"]))
     return out
+
+
+def _durations(steps) -> list[tuple[str, float]]:
+    """A worker's account of its steps, as far as it is plausible: at most 32 short names with
+    finite, non-negative durations under a day (a candidate's worker could send anything)."""
+    if not isinstance(steps, dict):
+        return []
+    return [(step, float(value)) for step, value in list(steps.items())[:32]
+            if isinstance(step, str) and len(step) < 40 and type(value) in (int, float)
+            and math.isfinite(value) and 0 <= value < 86400]
 
 
 
