@@ -188,12 +188,12 @@ def test_another_environment_gets_another_zygote(probe_spec, scratch, monkeypatc
 
 
 def test_a_zygote_begun_early_serves_the_first_worker(probe_spec, scratch) -> None:
-    """`check --dynamic` starts the zygote before its static pass (process.begin_zygote): the first
+    """`check --dynamic` starts the zygote before its static pass (process.prestart_zygote, wait=False): the first
     worker waits for that zygote's imports instead of starting another."""
-    from kanalyze.dynamic.sandbox.process import begin_zygote
+    from kanalyze.dynamic.sandbox.process import prestart_zygote
 
     zygote_client.shutdown_all()
-    begin_zygote("cpu")
+    prestart_zygote("cpu", wait=False)
     begun = _zygote_pid()
     assert not zygote_client._zygotes["cpu"].ready          # begun, not waited for
     worker, ready, _ = _probe(probe_spec, scratch, Limits())
@@ -208,10 +208,10 @@ def test_a_zygote_begun_early_serves_the_first_worker(probe_spec, scratch) -> No
 def test_a_zygote_begun_and_never_used_ends_at_once(scratch) -> None:
     """A run whose static pass flags nothing never waits for the zygote it began: shutting it
     down mid-import kills it rather than waiting for its imports to finish."""
-    from kanalyze.dynamic.sandbox.process import begin_zygote
+    from kanalyze.dynamic.sandbox.process import prestart_zygote
 
     zygote_client.shutdown_all()
-    begin_zygote("cpu")
+    prestart_zygote("cpu", wait=False)
     process = zygote_client._zygotes["cpu"].process
     zygote_client.shutdown_all()
     assert process.poll() == -signal.SIGKILL       # killed mid-import, not waited for

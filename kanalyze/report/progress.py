@@ -42,7 +42,3 @@ def progress_bar(label: str, *, ticking: bool = True) -> Iterator[Callable[[str,
     with bar:
         yield update
 
-
-def gate_progress():
-    """The bar of `check --dynamic`: `progress(name, done, total)` as each kernel's gates finish."""
-    return progress_bar("gates")

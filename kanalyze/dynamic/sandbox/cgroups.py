@@ -1,4 +1,4 @@
-"""One cgroup per candidate worker: memory and task limits over the worker and all it starts (stdlib only).
+"""One cgroup per candidate worker: memory and task limits over the worker and all it starts (stdlib, rundir.py).
 
 An rlimit holds per process: a candidate that starts four children gets four
 times the memory, and on a GPU there is no memory rlimit at all (CUDA maps far
@@ -44,6 +44,8 @@ import signal
 import sys
 import time
 
+from kanalyze.dynamic.sandbox import rundir
+
 CGROUP_ROOT = "/sys/fs/cgroup"
 CONTROLLERS = ("memory", "pids")
 _V1_LIMITS = {"memory": ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"), "pids": ("pids.max",)}
@@ -76,18 +78,18 @@ def _write(path: str, text: str) -> None:
         handle.write(text)
 
 
-def _mounts(mountinfo: str) -> list[tuple[str, str, str, set[str]]]:
+def parse_mountinfo(mountinfo: str) -> list[tuple[str, str, str, set[str]]]:
     """(file system type, mount point, root inside the file system, its options) per mount."""
     found = []
     for line in mountinfo.splitlines():
         left, _, right = line.partition(" - ")
         fields, rest = left.split(), right.split()
         if len(fields) >= 5 and len(rest) >= 3:
-            found.append((rest[0], unescape(fields[4]), unescape(fields[3]), set(rest[2].split(","))))
+            found.append((rest[0], _unescape(fields[4]), _unescape(fields[3]), set(rest[2].split(","))))
     return found
 
 
-def unescape(text: str) -> str:
+def _unescape(text: str) -> str:
     """mountinfo's octal escapes (a space is \\040)."""
     return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), text)
 
@@ -100,7 +102,7 @@ def mount_roots(mountinfo: str | None = None) -> list[str]:
     except OSError:
         return []
     roots = {CGROUP_ROOT if point == CGROUP_ROOT or point.startswith(CGROUP_ROOT + "/") else point
-             for fstype, point, _, _ in _mounts(text) if fstype in ("cgroup", "cgroup2")}
+             for fstype, point, _, _ in parse_mountinfo(text) if fstype in ("cgroup", "cgroup2")}
     return sorted(roots)
 
 
@@ -123,7 +125,7 @@ def locate(mountinfo: str, own: str) -> tuple[dict[str, tuple[int, str]], dict[s
                 paths[name] = parts[2].strip()
     places: dict[str, tuple[int, str]] = {}
     unified = None
-    for fstype, point, root, options in _mounts(mountinfo):
+    for fstype, point, root, options in parse_mountinfo(mountinfo):
         if fstype == "cgroup2" and unified is None and "(unified)" in paths:
             unified = _below(point, root, paths["(unified)"])
         for controller in CONTROLLERS:
@@ -252,18 +254,8 @@ def _reap(parent: str) -> None:
     for entry in entries:
         prefix = next(p for p in prefixes if entry.startswith(p))
         pid = entry[len(prefix):].split("-", 1)[0]
-        if pid.isdigit() and not _exists(int(pid)):
+        if pid.isdigit() and not rundir.alive(int(pid)):
             _remove_tree(os.path.join(parent, entry), attempts=3)
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        pass
-    return True
 
 
 def join(handle: dict | str | None) -> str:

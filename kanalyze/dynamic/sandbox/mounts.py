@@ -156,11 +156,10 @@ def _mount_points() -> list[str]:
     """This namespace's mount points, parents before children (/proc/self/mountinfo, field 5)."""
     try:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
-            fields = [line.split() for line in handle]
+            mounts = cgroups.parse_mountinfo(handle.read())
     except OSError:
         return []
-    points = [cgroups.unescape(f[4]) for f in fields if len(f) > 4]
-    return list(dict.fromkeys(points))
+    return list(dict.fromkeys(point for _, point, _, _ in mounts))
 
 
 # statvfs flags → the mount flags a remount must repeat (a user namespace cannot clear them).

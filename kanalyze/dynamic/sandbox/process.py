@@ -343,28 +343,19 @@ class Worker:
         self._drain.join(timeout=2)
 
 
-def prestart_zygote(mode: str, limits: Limits | None = None) -> str:
+def prestart_zygote(mode: str, limits: Limits | None = None, wait: bool = True) -> str:
     """Start this process's zygote for `mode` now rather than on the first worker's request
     (a long-lived caller, or a benchmark that keeps the one-time start out of its timings).
-    Returns how workers will start: "zygote" or "fresh process (why)"."""
+    Returns how workers will start: "zygote" or "fresh process (why)".  `wait=False` returns
+    at once: the zygote's imports overlap what the caller does next (`check --dynamic`'s static
+    pass), and the first worker waits for them (or says why there is no zygote)."""
     scratch = rundir.scratch("tmp")
     try:
-        zygote_client.start(mode, scrubbed_environment(scratch, mode), (limits or Limits()).start_seconds)
+        zygote_client.start(mode, scrubbed_environment(scratch, mode),
+                            (limits or Limits()).start_seconds if wait else None)
         return "zygote"
     except zygote_client.ZygoteUnavailable as exc:
         return f"fresh process ({exc})"
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-def begin_zygote(mode: str) -> None:
-    """Start this process's zygote for `mode` and return at once: its imports overlap what
-    the caller does next (the static pass).  If it cannot start, the first worker says why."""
-    scratch = rundir.scratch("tmp")
-    try:
-        zygote_client.begin(mode, scrubbed_environment(scratch, mode))
-    except zygote_client.ZygoteUnavailable:
-        pass
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

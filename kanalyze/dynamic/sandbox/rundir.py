@@ -65,7 +65,7 @@ def reap() -> list[str]:
         if pid is None:
             continue
         try:
-            if os.lstat(path).st_uid != os.getuid() or _alive(pid):
+            if os.lstat(path).st_uid != os.getuid() or alive(pid):
                 continue
         except OSError:
             continue
@@ -74,7 +74,8 @@ def reap() -> list[str]:
     return removed
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether a process of this pid is there (one of another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

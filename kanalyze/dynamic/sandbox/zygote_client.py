@@ -312,17 +312,12 @@ def _zygote_for(mode: str, env: dict[str, str], start_seconds: float | None) -> 
         return zygote
 
 
-def start(mode: str, env: dict[str, str], start_seconds: float) -> None:
-    """Make sure the zygote for `mode` runs; raises ZygoteUnavailable if there can be none."""
+def start(mode: str, env: dict[str, str], start_seconds: float | None) -> None:
+    """Make sure the zygote for `mode` runs, ready within `start_seconds` (None: started, not
+    waited for; the first worker's request waits for its imports); raises ZygoteUnavailable
+    if there can be none."""
     _check_enabled()
     _zygote_for(mode, env, start_seconds)
-
-
-def begin(mode: str, env: dict[str, str]) -> None:
-    """Start the zygote for `mode` without waiting for its imports (they overlap whatever the
-    caller does next, e.g. the static pass); the first worker's request waits for them."""
-    _check_enabled()
-    _zygote_for(mode, env, None)
 
 
 def fork_worker(mode: str, request: dict, fds: list[int], stdout, env: dict[str, str],
