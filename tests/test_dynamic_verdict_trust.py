@@ -209,3 +209,17 @@ def test_a_workers_account_of_its_time_is_bounded() -> None:
     assert _durations(said) == [("model", 1.5)]
     assert len(_durations({f"k{i}": 1.0 for i in range(10_000)})) == 32
     assert _durations(["not", "a", "dict"]) == []
+
+
+def test_a_candidate_that_needs_a_gpu_the_run_lacks_is_not_confirmed() -> None:
+    """Measured on LLM-written candidates under the CPU interpreter: two autotuned kernels ended
+    with Triton's "libcuda.so cannot found" on the problem's own inputs and were CMP001 confirmed.
+    A run without the device the candidate asks for decides nothing about it."""
+    needs_gpu = Outcome("done", meta={"status": "error", "runs": [],
+                                      "error": "AssertionError: libcuda.so cannot found! Please make sure GPU is set up"})
+    verdicts = _by_code(_judge([_baseline(needs_gpu)], ["CMP001", "PRC001"], {}, gates_by_code(), False, {}))
+    assert {code: v.status for code, v in verdicts.items()} == {"CMP001": UNCONFIRMED, "PRC001": UNCONFIRMED}
+    assert all("needs a CUDA device or driver" in v.summary for v in verdicts.values()), verdicts
+    wrong = Outcome("done", meta={"status": "error", "runs": [], "error": "ValueError: arange's arguments"})
+    assert _by_code(_judge([_baseline(wrong)], ["PRC001"], {}, gates_by_code(), False, {}))["CMP001"].status \
+        == CONFIRMED   # the candidate's own error stays its own

@@ -68,6 +68,11 @@ class GateRun:
     seconds: float
 
 
+# What a candidate's failure says when it asked for a GPU or its driver and the run has none.
+NO_DEVICE_MARKERS = ("libcuda.so cannot found", "0 active drivers", "Found no NVIDIA driver",
+                     "No CUDA GPUs are available", "Torch not compiled with CUDA enabled")
+
+
 def _baseline_verdict(result: Result) -> Verdict | None:
     """CMP001 from the baseline (the problem's own inputs), when it fails there."""
     failure, details = value_failure(result)
@@ -168,9 +173,16 @@ def _judge(results: list[Result], codes, contexts, gates, replay: bool, flags_by
             blocked = f"kanalyze could not run the candidate on the problem's own inputs: {baseline.kanalyze_failure()}"
         elif not baseline.candidate_ok or not baseline.runs or not baseline.runs[0].ok:
             found = _baseline_verdict(baseline)   # a failed run: no values compared, nothing to calibrate
-            if found:
-                verdicts.append(found)
-            blocked = f"the candidate fails on the problem's own inputs: {found.summary if found else '?'}"
+            if found and any(marker in found.summary for marker in NO_DEVICE_MARKERS):
+                # It asked for a GPU or its driver (autotuning, device queries) where the run has
+                # none: the run's shortcoming, not the candidate's defect.
+                blocked = f"the candidate needs a CUDA device or driver, which this run does not have: {found.summary}"
+                if "CMP001" in codes:
+                    verdicts.append(Verdict("CMP001", UNCONFIRMED, blocked, [baseline.case], gate=gates["CMP001"].name))
+            else:
+                if found:
+                    verdicts.append(found)
+                blocked = f"the candidate fails on the problem's own inputs: {found.summary if found else '?'}"
         else:
             try:
                 found = _baseline_verdict(baseline)
