@@ -45,10 +45,15 @@ class Case:
     collect_bounds: bool = False    # interpreter: record every out-of-bounds access, mask it off, go on
     repeat_new_values: bool = False  # INT001: call once more, new values written into the same buffers
     gradients: bool = False         # CMP002: input gradients for seeded upstream gradients, both sides
+    # The seed the model's weights are drawn with (None: `seed`).  A run's cases share one, as
+    # KernelBench builds its model once from one seed: each side builds it once and keeps it.
+    model_seed: int | None = None
 
     @property
     def input_key(self) -> str:
         key = [sorted(self.sizes.items()), self.seed, self.distribution, self.special, self.dtype, self.call]
+        if self.model_seed is not None:
+            key.append(["model", self.model_seed])
         if self.repeat_new_values:  # the reference computes a second input set for these
             key.append("repeat")
         if self.gradients:          # ... and gradients for these

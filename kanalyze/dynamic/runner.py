@@ -138,7 +138,7 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
             # Called twice, as a benchmark calls it: the second call is the steady state whose
             # trace the other cases' are held to (traces.py), beyond a first call's lazy set-up.
             baseline = Case(BASELINE, "", dict(sizes), seed=options.seed, runs=[Run(), Run()],
-                            dtype=harness.dtypes[0] if harness.dtypes else None)
+                            dtype=harness.dtypes[0] if harness.dtypes else None, model_seed=options.seed)
             all_cases = [baseline] if harness.kind != "kernel" else []
             all_cases += [c for code in codes for c in plan[code]]
         else:
@@ -287,7 +287,8 @@ def run_at_sizes(harness: Harness, sizes_list: list[dict[str, int]], options: Op
 
     options = options or Options()
     mode = resolve_mode(options.mode)
-    cases = [Case(f"sizes/{i}", "CMP003", {**harness.knobs, **sizes}, seed=options.seed)
+    cases = [Case(f"sizes/{i}", "CMP003", {**harness.knobs, **sizes}, seed=options.seed,
+                  model_seed=options.seed)
              for i, sizes in enumerate(sizes_list)]
     session = Session(harness, mode, options.limits)
     out = []

@@ -43,6 +43,7 @@ class GateContext:
         fields.setdefault("sizes", dict(self.sizes))
         fields.setdefault("seed", self.seed)
         fields.setdefault("dtype", self.dtype)
+        fields.setdefault("model_seed", self.seed)   # one model for every case of the run
         return Case(id=f"{gate.code}/{suffix}", gate=gate.code, **fields)
 
 

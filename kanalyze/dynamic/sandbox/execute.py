@@ -115,12 +115,25 @@ def seed_all(seed: int) -> None:
     np.random.seed(seed % 2 ** 32)
 
 
+def model_seed(case: dict) -> int:
+    """The seed a case's model is built with (cases.Case.model_seed)."""
+    seed = case.get("model_seed")
+    return case["seed"] if seed is None else seed
+
+
+def model_key(case: dict) -> str:
+    """What tells one built model from another: sizes, dtype and the model's seed.  Both sides
+    build a model once per key and restore its initial state before each case."""
+    return json.dumps([sorted(case["sizes"].items()), case.get("dtype"), model_seed(case)])
+
+
 # ---------------------------------------------------------------- candidate
 
 class CandidateSide:
-    """The candidate's model, built once per case, called once per run.  `phase` tells the
-    parent whose code runs: the candidate's (building the model, the call and the device
-    work it queued) or kanalyze's (everything else, encoding the outputs included)."""
+    """The candidate's model, built once per model key (sizes, dtype, model seed) and given the
+    reference's state, which is restored before every case; called once per run.  `phase`
+    tells the parent whose code runs: the candidate's (building the model, the call and the
+    device work it queued) or kanalyze's (everything else, encoding the outputs included)."""
 
     def __init__(self, harness: dict, device: str, module, env, phase=lambda name: None,
                  device_share: bool = True) -> None:
@@ -129,6 +142,8 @@ class CandidateSide:
         self.exported: dict = {}   # the last case's device arrays, alive until the parent has read them
         self.calls = 0             # calls of the candidate in this worker (the first may set itself up)
         self.phase = phase
+        # (model key, model, the state restored before each case, whether it took the reference's)
+        self.built: tuple | None = None
 
     def run(self, case: dict, reference: dict, reference_arrays, out_base: str) -> dict:
         self.exported = {}
@@ -136,28 +151,32 @@ class CandidateSide:
         seconds: dict[str, float] = {}   # where the case's time went, step by step
         result: dict = {"status": "ok", "runs": [], "seconds": seconds}
         since = time.perf_counter()
+        key = model_key(case)
+        if self.built is not None and self.built[0] != key:
+            self.built = None   # another size or dtype: that model's gigabytes go first
         try:
             init_inputs = decode_list(reference["init_inputs"], reference_arrays, "cpu")
             base_inputs = decode_list(reference["inputs"], reference_arrays, self.device)
-            state = {name: numpy_to_tensor(reference_arrays[f"state{i}"], dtype, self.device)
-                     for i, (name, dtype) in enumerate(zip(reference.get("state", []),
-                                                           reference.get("state_dtypes", [])))}
+            state = {} if self.built is not None else {   # a kept model has its state
+                name: numpy_to_tensor(reference_arrays[f"state{i}"], dtype, self.device)
+                for i, (name, dtype) in enumerate(zip(reference.get("state", []), reference.get("state_dtypes", [])))}
         except BaseException as exc:  # kanalyze's own side: never the candidate's failure
             result.update(status="internal", error=f"kanalyze could not prepare the inputs: {describe_error(exc)}",
                           traceback=traceback_tail(exc))
             return result
         since = lap(seconds, "prepare", since)
-        seed_all(case["seed"])
         self.phase("candidate")
         try:
-            model = move(build_candidate(self.module, self.harness, init_inputs), self.device)
-            result["state_loaded"] = load_matching_state(model, state)
+            result["state_loaded"] = self._model(key, case, init_inputs, state)
         except BaseException as exc:
+            self.built = None
             result.update(status="error", error=describe_error(exc), traceback=traceback_tail(exc))
             result["fatal"] = any(m in result["error"] for m in FATAL_MARKERS)
             return result
         finally:
             self.phase("kanalyze")
+        model = self.built[1]
+        seed_all(case["seed"])
         since = lap(seconds, "model", since)
         output_bytes = output_sizes(reference)
         values: list = []
@@ -180,6 +199,25 @@ class CandidateSide:
         self._finish(arrays, out_base, result)
         lap(seconds, "finish", since)
         return result
+
+    def _model(self, key: str, case: dict, init_inputs: list, state: dict) -> bool:
+        """Build the model on the first case of its key, given the reference's state where it has
+        the same parameters; on later cases restore what it started with (whatever the candidate
+        changed in its parameters is undone, its gradients dropped).  True when it took the state."""
+        if self.built is None:
+            seed_all(model_seed(case))
+            model = move(build_candidate(self.module, self.harness, init_inputs), self.device)
+            loaded = load_matching_state(model, state)
+            if not loaded and isinstance(model, torch.nn.Module):   # its own seeded parameters
+                state = {name: value.detach().clone() for name, value in model.state_dict().items()}
+            self.built = (key, model, state, loaded)
+            return loaded
+        _, model, state, loaded = self.built
+        if isinstance(model, torch.nn.Module):
+            if state:
+                model.load_state_dict(state)
+            model.zero_grad(set_to_none=True)
+        return loaded
 
     def _finish(self, arrays: dict, out_base: str, result: dict) -> None:
         """Save the case's arrays; on a GPU, export the device ones instead (device_share.py), or

@@ -30,7 +30,7 @@ def describe(code: int | None, output: str, lost: bool = False) -> str:
 def exception_line(output: str) -> str | None:
     """The last `SomeError: message` line of a worker's output (a traceback's last line), shortened."""
     for line in reversed(output.splitlines()[-40:]):
-        name = line.split(":", 1)[0].strip()
+        name = line.split(":", 1)[0].strip().rsplit(".", 1)[-1]   # numpy._core._exceptions._ArrayMemoryError
         if name.isidentifier() and name.endswith(("Error", "Exception", "Interrupt")):
             return line.strip()[:300]
     return None

@@ -3,9 +3,11 @@
 For each case the problem's model and inputs at the case's sizes, the
 reference's output in the working dtype and in float64, and what the
 candidate is given (inputs and the model's state).  The model is built once
-per sizes, dtype and seed (on the CPU, as KernelBench builds it, so that a
-candidate built from the same seed gets the same weights) and its initial
-state is restored before each case; the inputs are made where they are used
+per sizes, dtype and model seed (execute.model_key; on the CPU, as KernelBench
+builds it, so that a candidate built from the same seed gets the same
+weights) and its initial state is restored before each case; its state is
+saved once per model and hard-linked into each case's inputs (a model's
+weights can be gigabytes).  The inputs are made where they are used
 (`get_inputs` under the device: a GPU draws gigabytes in milliseconds).
 
 What the candidate's worker is given is saved at once (`case-N.inputs/`, in
@@ -21,7 +23,10 @@ false).  Nothing here judges a result.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+import os
+import shutil
 import time
 from contextlib import nullcontext
 
@@ -32,7 +37,8 @@ from kanalyze.dynamic import inputs as input_values
 from kanalyze.dynamic.loading import Problem, move
 from kanalyze.dynamic.reductions import ReductionRecorder
 from kanalyze.dynamic.sandbox.execute import (CANDIDATE_SIDE_KEYS, REPEAT_SEED_OFFSET, describe_error, encode_list,
-                                              encode_output, lap, seed_all, synchronize, traceback_tail)
+                                              encode_output, lap, model_key, model_seed, seed_all, synchronize,
+                                              traceback_tail)
 from kanalyze.dynamic.sandbox.transport import dtype_name, save_arrays, tensor_to_numpy
 
 WITHHOLD_BYTES = 8 * 2 ** 30   # reference outputs kept in memory until release; more is saved at once
@@ -44,6 +50,7 @@ class ReferenceSide:
         self.harness, self.device, self.recorder_factory = harness, device, recorder_factory
         self._problems: dict[str, Problem] = {}
         self._models: dict[str, tuple] = {}
+        self._states: dict[str, str] = {}   # model key -> the folder its state was saved in
         self._withheld: dict[str, dict[str, np.ndarray]] = {}
         self._withheld_bytes = 0
 
@@ -56,15 +63,15 @@ class ReferenceSide:
     def model(self, problem: Problem, case: dict):
         """(model on the device, init inputs) for the case's sizes, dtype and seed; built once,
         its initial parameters and buffers restored for every later case."""
-        key = json.dumps([sorted(case["sizes"].items()), case.get("dtype"), case["seed"]])
+        key = model_key(case)
         if key not in self._models:
             if len(self._models) >= KEPT_MODELS:   # a problem's weights can be gigabytes: keep the latest
                 del self._models[next(iter(self._models))]
                 if self.device == "cuda":
                     torch.cuda.empty_cache()
-            seed_all(case["seed"])
+            seed_all(model_seed(case))
             init_inputs = problem.init_inputs()
-            seed_all(case["seed"])
+            seed_all(model_seed(case))
             model = move(problem.model(init_inputs), self.device)
             state = ({k: v.detach().clone() for k, v in model.state_dict().items()}
                      if isinstance(model, torch.nn.Module) else None)
@@ -105,12 +112,13 @@ class ReferenceSide:
             return {"status": "rejected", "error": describe_error(exc), "traceback": traceback_tail(exc)}
         result["inputs"] = encode_list(values, "in", arrays)
         result["init_inputs"] = encode_list(init_inputs, "init", arrays)
+        result["inputs_folder"] = inputs_folder = inputs_folder or out_base + ".inputs"
+        state_folder = None
         if isinstance(model, torch.nn.Module):
             state = model.state_dict()
             result["state"] = list(state)
-            for i, tensor in enumerate(state.values()):
-                arrays[f"state{i}"] = tensor_to_numpy(tensor)
             result["state_dtypes"] = [dtype_name(t.dtype) for t in state.values()]
+            state_folder = self._saved_state(model_key(case), state, os.path.dirname(inputs_folder))
         since = lap(seconds, "encode", since)
         recorder = self.recorder_factory() if case.get("record_ops") else None
         reductions = ReductionRecorder()
@@ -142,11 +150,23 @@ class ReferenceSide:
                 return {"status": "rejected", "error": f"second input set: {describe_error(exc)}",
                         "traceback": traceback_tail(exc)}
         since = lap(seconds, "more", since)
-        result["inputs_folder"] = inputs_folder = inputs_folder or out_base + ".inputs"
         save_arrays(inputs_folder, {key: arrays.pop(key) for key in list(arrays) if key.startswith(CANDIDATE_SIDE_KEYS)})
+        if state_folder is not None:
+            _link_files(state_folder, inputs_folder)
         result["withheld"] = self._withhold(out_base + ".arrays", arrays)
         lap(seconds, "save", since)
         return result
+
+    def _saved_state(self, key: str, state: dict, parent: str) -> str:
+        """The folder holding the model's initial state (`stateN.npy`), saved on the first case
+        of its model and kept for the others."""
+        folder = self._states.get(key)
+        if folder is None or not os.path.isdir(folder):
+            digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+            folder = os.path.join(parent, f"model-{digest}-{len(self._states)}.state")
+            save_arrays(folder, {f"state{i}": tensor_to_numpy(t) for i, t in enumerate(state.values())})
+            self._states[key] = folder
+        return folder
 
     def _float64(self, model, values: list, result: dict, arrays: dict, name: str, prefix: str) -> None:
         """The same computation in float64 on upcast inputs, or why there is none (`NAME_error`):
@@ -198,3 +218,15 @@ class ReferenceSide:
             save_arrays(folder, arrays)
         self._withheld.clear()
         self._withheld_bytes = 0
+
+
+def _link_files(folder: str, into: str) -> None:
+    """Every file of `folder` also in `into`: hard links (no copy of gigabytes), copies where the
+    file system has none."""
+    os.makedirs(into, exist_ok=True)
+    for name in os.listdir(folder):
+        source, target = os.path.join(folder, name), os.path.join(into, name)
+        try:
+            os.link(source, target)
+        except OSError:
+            shutil.copyfile(source, target)
