@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from kanalyze.dynamic.cases import Case
@@ -226,3 +228,18 @@ def test_a_candidate_that_needs_a_gpu_the_run_lacks_is_not_confirmed() -> None:
     wrong = Outcome("done", meta={"status": "error", "runs": [], "error": "ValueError: arange's arguments"})
     assert _by_code(_judge([_baseline(wrong)], ["PRC001"], {}, gates_by_code(), False, {}))["CMP001"].status \
         == CONFIRMED   # the candidate's own error stays its own
+
+
+def test_gates_that_decide_nothing_are_said_even_with_no_flag(tmp_path: Path) -> None:
+    """A problem whose reference cannot run leaves every gate undecided: `check` says so on
+    stderr, per gate and reason, instead of a report that reads as clean."""
+    problem = tmp_path / "broken_problem.py"
+    problem.write_text((KB / "level1" / "10_scale.py").read_text().replace(
+        "def get_init_inputs():\n", "def get_init_inputs():\n    raise RuntimeError('no weights here')\n", 1))
+    candidate = tmp_path / "scale.py"
+    candidate.write_text((KB / "candidates" / "level1_problem10_scale_plain.py").read_text())
+    done = subprocess.run([sys.executable, "-m", "kanalyze", "check", candidate.name, "--gates", "EXC001",
+                           "--reference", problem.name, "--device", "cpu", "--no-cache"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert "scale.py: EXC001 could not be decided: the reference rejects these sizes: " \
+           "RuntimeError: no weights here" in done.stderr, done.stderr

@@ -81,6 +81,8 @@ def _check(args: argparse.Namespace, stdin_name: str | None, paths: list[str], c
         for note in result.notes:
             if note.startswith("containment: "):   # said once per run, whatever the format
                 sys.stderr.write(f"kanalyze: {printable(note)}\n")
+            elif note.startswith("gates: ") and not args.quiet:   # gates that decided nothing, unflagged
+                sys.stderr.write(f"kanalyze: {printable(note[len('gates: '):])}\n")
     # The last step: a library's policy findings fold into one note per file and clause.
     findings = apply_profiles(result.findings, config, result.profiles)
     if args.fix or args.diff:

@@ -144,9 +144,23 @@ def confirm(findings: list[Finding], files: list[str], options: DynamicOptions,
                 if f.code in codes:
                     _set(f, Status.UNCONFIRMED, f"{f.code} unconfirmed: the dynamic run failed: {error}")
             continue
-        out.extend(_apply(gate_run, harness, flagged, flags, directory, names, path))
+        new, undecided = _apply(gate_run, harness, flagged, flags, directory, names, path)
+        out.extend(new)
+        if undecided and notes is not None:
+            notes.extend(_undecided_notes(path, undecided))
     out.sort(key=lambda f: f.sort_key)
     return out
+
+
+def _undecided_notes(path: str, undecided: list[tuple[str, str]]) -> list[str]:
+    """`gates: FILE: CMP001, EXC001 could not be decided: REASON`, one line per reason: gates that
+    ran with no flag to carry their verdict (the baseline, `--gates all`) and decided nothing
+    must not leave a report that reads as clean."""
+    by_reason: dict[str, list[str]] = {}
+    for code, summary in undecided:
+        by_reason.setdefault(summary, []).append(code)
+    return [f"gates: {_display(path)}: {', '.join(codes)} could not be decided: {reason}"
+            for reason, codes in by_reason.items()]
 
 
 def _progress_reporter(progress, total: int):
@@ -190,9 +204,11 @@ def _set(finding: Finding, status: Status, line: str, witness: Witness | None = 
 
 
 def _apply(gate_run: GateRun, harness: Harness, flagged: list[Finding], flags: dict, directory: str,
-           names: dict[str, str], path: str) -> list[Finding]:
-    """Move the file's flags to their verdicts; return the findings no detector predicted."""
+           names: dict[str, str], path: str) -> tuple[list[Finding], list[tuple[str, str]]]:
+    """Move the file's flags to their verdicts; return the findings no detector predicted, and
+    (code, summary) of the unconfirmed verdicts that no flag carries."""
     new: list[Finding] = []
+    undecided: list[tuple[str, str]] = []
     for verdict in gate_run.verdicts:
         own = [f for f in flagged if f.code == verdict.code
                and (verdict.rows is None or f.location.row in verdict.rows)]
@@ -210,10 +226,12 @@ def _apply(gate_run: GateRun, harness: Harness, flagged: list[Finding], flags: d
         for f in own:
             _set(f, status, line, witness)
             f.evidence["gate_seconds"] = gate_run.environment.get("seconds", {})
+        if not own and status is Status.UNCONFIRMED:
+            undecided.append((verdict.code, verdict.summary))
         if not own and status is Status.CONFIRMED:
             row = _callable_row(path, harness.callable)
             new.append(Finding(
                 code=verdict.code, name=names.get(verdict.code, verdict.gate), message=verdict.summary,
                 location=Location(path, row, 1, row, 1), status=Status.CONFIRMED,
                 evidence={"gate": verdict.gate, "static": None, "gate_result": line}, witness=witness))
-    return new
+    return new, undecided

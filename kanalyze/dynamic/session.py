@@ -46,6 +46,8 @@ MAX_CASE_BYTES = 256 * 2 ** 30   # what the reference worker reads of one case's
 
 # A kernel harness's cases have no reference run: the gate judges what the call did.
 NO_REFERENCE = Outcome("done", meta={"status": "ok", "inputs": [], "init_inputs": []})
+# A case whose reference is not computed yet (the baseline runs first: Session.execute).
+_PENDING = Outcome("not-started", detail="the reference was not computed")
 
 
 
@@ -79,7 +81,9 @@ class Session:
         self._reference: Worker | None = None
         if harness.kind != "kernel" and REFERENCES.plan(harness, mode, MAX_NUMEL[mode]) is None:
             self._reference = Worker("reference", mode, self.spec, limits, self.root)
-        self.candidates = {"original": Worker("candidate", mode, shown, limits, self.root)}
+        self.candidates: dict[str, Worker | None] = {"original": Worker("candidate", mode, shown, limits, self.root)}
+        self._specs: dict[str, dict] = {}   # each variant's worker spec (its worker may end and be replaced)
+        self._reference_cases = 0           # cases sent to the reference worker so far
         if promoted_source is not None:
             folder = os.path.join(self.root, "promoted")
             os.makedirs(folder)
@@ -133,7 +137,12 @@ class Session:
         return event.get("sizes", knobs)
 
     def execute(self, cases: list[Case]) -> list[Result]:
-        """Reference, then candidates, for every case; one Result per case, in order."""
+        """Reference, then candidates, for every case; one Result per case, in order.
+
+        The baseline (the problem's own inputs) goes first through both sides: a candidate that
+        fails there (it does not import, crashes, or runs out of time) blocks every gate
+        (runner._judge), so the other cases are not computed at all; at a problem's real sizes
+        their references alone can take minutes."""
         reference_cases: dict[str, dict] = {}
         for case in cases:
             if case.call is not None:  # a kernel harness's call: nothing to compute first
@@ -143,69 +152,45 @@ class Session:
         by_key = {key: REFERENCES.get(self.harness, self.mode, key, entry["record_ops"])
                   for key, entry in reference_cases.items()}
         missing = [key for key, outcome in by_key.items() if outcome is None]
-        ready = REFERENCES.ready(self.harness, self.mode)
-        judge = None
-        started = time.perf_counter()
-        if missing:
-            outcomes, ready, judge = run_cases("reference", self.mode, self.spec,
-                                               [(i, reference_cases[key]) for i, key in enumerate(missing)],
-                                               self.limits, self.root, first_worker=self.reference, keep=True,
-                                               job_extra=lambda indices: {"inputs_out": self.inputs})
-            REFERENCES.put_ready(self.harness, self.mode, ready)
-            for i, key in enumerate(missing):
-                by_key[key] = outcomes[i]
-                self._add_steps("reference", outcomes[i])
-        self._took("reference", started)
-        self.environment.update(_describe_ready(ready, "reference"))
-        results = [Result(case, NO_REFERENCE if case.call is not None else by_key[case.input_key]) for case in cases]
-        reader = _Reader(self, judge)
-        started = time.perf_counter()
-        for variant, worker in self.candidates.items():
-            spec = worker.spec
-            runnable = [(i, sealed(r)) for i, r in enumerate(results) if r.case.variant == variant and r.reference_ok]
-            if not runnable:
-                worker.close()
-                continue
-
-            def references(indices, results=results):
-                # The candidate's share of the reference's arrays: inputs and model state, never its outputs.
-                return {"references": {str(i): {"meta": results[i].reference.meta,
-                                                "arrays": results[i].reference.inputs} for i in indices}}
-
-            # The baseline first: a candidate that hangs on the problem's own
-            # inputs is not given the time limit once per remaining case.
-            first = [(i, c) for i, c in runnable if c["id"] == BASELINE]
-            rest = [(i, c) for i, c in runnable if c["id"] != BASELINE]
-            for batch in (first, rest):
-                if not batch:
-                    continue
-                outcomes, ready, worker = run_cases("candidate", self.mode, worker.spec if worker else spec,
-                                                    batch, self.limits, self.root, job_extra=references,
-                                                    first_worker=worker, keep=True, on_case=reader.read)
-                if variant == "original" and ready:
-                    self.environment.update(_describe_ready(ready, "candidate"))
-                for i, outcome in outcomes.items():
-                    results[i].candidate = outcome
-                    self._add_steps("candidate", outcome)
-                if batch is first and outcomes[first[0][0]].status == "timeout":
-                    for i, _ in rest:
-                        results[i].candidate = Outcome("not-started", detail="skipped: the candidate did not "
-                                                       "finish on the problem's own inputs")
-                    break
+        base = [i for i, case in enumerate(cases) if case.id == BASELINE]
+        first = [key for key in missing if any(cases[i].input_key == key for i in base)]
+        self._judge = None
+        self._references(first, reference_cases, by_key)
+        results = [Result(case, NO_REFERENCE if case.call is not None else by_key.get(case.input_key) or _PENDING)
+                   for case in cases]
+        reader = _Reader(self, self._judge)
+        candidates_seconds = self._candidates(results, reader, base)
+        failed = self._failed_baseline(results, base)
+        rest = [i for i in range(len(cases)) if i not in base]
+        if failed:
+            for i in rest:
+                skipped = Outcome("not-started", detail=f"skipped: {failed}", blame="candidate")
+                results[i].candidate = skipped
+                if results[i].reference is _PENDING:
+                    results[i].reference = skipped
+        else:
+            self._references([key for key in missing if key not in first], reference_cases, by_key)
+            reader.judge = self._judge
+            for i in rest:
+                if cases[i].call is None:
+                    results[i].reference = by_key[cases[i].input_key]
+            candidates_seconds += self._candidates(results, reader, rest)
+        for worker in self.candidates.values():
             if worker is not None:
                 worker.close()
-        self._took("candidate", started, minus=reader.seconds)
+        self.seconds["candidate"] = round(self.seconds.get("candidate", 0.0) + candidates_seconds, 3)
         self.seconds["read_back"] = round(reader.seconds, 3)
         started = time.perf_counter()
-        if missing:
-            released = _release(judge, self.limits)
-            if judge is not None and judge is not self._reference:
-                judge.close()
-            for key in missing:
+        computed = [key for key in missing if by_key.get(key) is not None]
+        if computed:
+            released = _release(self._judge, self.limits)
+            if self._judge is not None and self._judge is not self._reference:
+                self._judge.close()
+            for key in computed:
                 by_key[key] = REFERENCES.put(self.harness, self.mode, key, reference_cases[key]["record_ops"],
                                              _with_outputs(by_key[key], released))
             for result in results:
-                if result.case.call is None:
+                if result.case.call is None and by_key.get(result.case.input_key) is not None:
                     result.reference = by_key[result.case.input_key]
         self._took("release", started)
         for role in ("reference", "candidate"):   # each worker's start, from this side
@@ -214,6 +199,81 @@ class Session:
                 self.seconds[f"{role}_ready"] = ready
         self.environment["seconds"] = dict(self.seconds)
         return results
+
+    def _references(self, keys: list[str], reference_cases: dict[str, dict], by_key: dict) -> None:
+        """Compute the references of `keys` in the reference worker (kept: it is the judge that
+        reads a candidate's device arrays, and withholds its outputs until `release`)."""
+        started = time.perf_counter()
+        ready = REFERENCES.ready(self.harness, self.mode)
+        if keys:
+            # Indices unique in the session: a case's files in the worker's folder are named by them.
+            numbered = list(enumerate(keys, start=self._reference_cases))
+            self._reference_cases += len(keys)
+            outcomes, ready, judge = run_cases("reference", self.mode, self.spec,
+                                               [(i, reference_cases[key]) for i, key in numbered],
+                                               self.limits, self.root, first_worker=self._judge or self.reference,
+                                               keep=True, job_extra=lambda indices: {"inputs_out": self.inputs})
+            self._judge = judge
+            REFERENCES.put_ready(self.harness, self.mode, ready)
+            for i, key in numbered:
+                by_key[key] = outcomes[i]
+                self._add_steps("reference", outcomes[i])
+        self._took("reference", started)
+        self.environment.update(_describe_ready(ready, "reference"))
+
+    def _candidates(self, results: list[Result], reader: "_Reader", indices: list[int]) -> float:
+        """Run the cases at `indices` through each variant's worker; returns the seconds it took,
+        less the reading back."""
+        started, read_before = time.perf_counter(), reader.seconds
+        for variant, worker in list(self.candidates.items()):
+            spec = self._specs.setdefault(variant, worker.spec if worker is not None else {})
+            runnable = [(i, sealed(results[i])) for i in indices
+                        if results[i].case.variant == variant and results[i].reference_ok]
+            if not runnable:
+                continue
+
+            def references(chosen, results=results):
+                # The candidate's share of the reference's arrays: inputs and model state, never its outputs.
+                return {"references": {str(i): {"meta": results[i].reference.meta,
+                                                "arrays": results[i].reference.inputs} for i in chosen}}
+
+            # The baseline first: a candidate that hangs on the problem's own
+            # inputs is not given the time limit once per remaining case.
+            first = [(i, c) for i, c in runnable if c["id"] == BASELINE]
+            rest = [(i, c) for i, c in runnable if c["id"] != BASELINE]
+            for batch in (first, rest):
+                if not batch:
+                    continue
+                outcomes, ready, worker = run_cases("candidate", self.mode, spec, batch, self.limits, self.root,
+                                                    job_extra=references, first_worker=worker, keep=True,
+                                                    on_case=reader.read)
+                self.candidates[variant] = worker   # None where it ended: the next batch starts another
+                if variant == "original" and ready:
+                    self.environment.update(_describe_ready(ready, "candidate"))
+                for i, outcome in outcomes.items():
+                    results[i].candidate = outcome
+                    self._add_steps("candidate", outcome)
+                if batch is first and outcomes[first[0][0]].status == "timeout":
+                    for i, _ in rest:
+                        results[i].candidate = Outcome("not-started", blame="candidate",
+                                                       detail="skipped: the candidate did not finish on the "
+                                                              "problem's own inputs")
+                    break
+        return time.perf_counter() - started - (reader.seconds - read_before)
+
+    @staticmethod
+    def _failed_baseline(results: list[Result], base: list[int]) -> str | None:
+        """Why the candidate failed on the problem's own inputs (its own failure, not kanalyze's),
+        or None."""
+        for i in base:
+            result = results[i]
+            if not result.reference_ok or result.candidate is None or result.kanalyze_failure():
+                continue
+            if not result.candidate_ok:
+                return f"the candidate fails on the problem's own inputs ({result.candidate_failure()[:300]})"
+            if not result.runs or not result.runs[0].ok:
+                return "the candidate fails on the problem's own inputs"
+        return None
 
     def _add_steps(self, role: str, outcome: Outcome) -> None:
         """A worker's own account of a case's steps (`seconds` in its result), summed per step as

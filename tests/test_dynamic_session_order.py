@@ -1,0 +1,62 @@
+"""The baseline runs first through both sides (Session.execute).
+
+A candidate that fails on the problem's own inputs blocks every gate, so the
+other cases' references are not computed: at KernelBench's real sizes (a
+Conv2d over 64×64×256×256 inputs) a non-importing candidate took kanalyze past
+200 s on an H200 while the check it replaces said ERROR in 10 s.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kanalyze.dynamic.cases import Case
+from kanalyze.dynamic.gates.base import CONFIRMED, UNCONFIRMED
+from kanalyze.dynamic.harness import find_harness
+from kanalyze.dynamic.runner import Options, run_gates
+from kanalyze.dynamic.sandbox.process import Limits
+from kanalyze.dynamic.session import BASELINE, Session
+
+KB = Path(__file__).resolve().parent.parent / "fixtures" / "kernelbench"
+PROBLEM = KB / "level1" / "8_linear_relu.py"
+GOOD = KB / "candidates" / "level1_problem8_linear_relu_torch_matmul.py"
+
+
+def _cases() -> list[Case]:
+    sizes = {"batch_size": 32, "in_features": 64, "out_features": 64}
+    return [Case(BASELINE, "", sizes, seed=0, model_seed=0),
+            Case("CMP001/normal", "CMP001", sizes, seed=11, distribution="normal", model_seed=0)]
+
+
+def _execute(candidate: Path) -> list:
+    session = Session(find_harness(str(candidate), reference=str(PROBLEM)), "cpu", Limits())
+    try:
+        return session.execute(_cases())
+    finally:
+        session.close()
+
+
+def test_a_candidate_that_does_not_import_costs_one_reference(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text("from torch._inductor.runtime.triton_heuristics import no_such_name\n" + GOOD.read_text())
+    baseline, other = _execute(broken)
+    assert baseline.reference_ok and not baseline.candidate_ok
+    assert other.reference.status == "not-started" and "skipped" in other.reference.detail
+    assert other.kanalyze_failure() is None, "the candidate's own failure, not kanalyze's"
+
+
+def test_a_working_candidate_gets_every_case(tmp_path: Path) -> None:
+    baseline, other = _execute(GOOD)
+    assert baseline.candidate_ok and other.reference_ok and other.candidate_ok
+
+
+def test_the_verdicts_of_a_candidate_that_does_not_import(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text("import no_such_module_anywhere\n" + GOOD.read_text())
+    run = run_gates(find_harness(str(broken), reference=str(PROBLEM)), ["CMP001", "EXC001", "CMP003"], {},
+                    Options(mode="cpu"))
+    verdicts = {v.code: v for v in run.verdicts}
+    assert verdicts["CMP001"].status == CONFIRMED and "does not import" in verdicts["CMP001"].summary
+    for code in ("EXC001", "CMP003"):
+        assert verdicts[code].status == UNCONFIRMED
+        assert "fails on the problem's own inputs" in verdicts[code].summary, verdicts[code].summary
