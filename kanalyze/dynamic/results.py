@@ -154,6 +154,11 @@ class Result:
             return f"the candidate {self.candidate.status}: {self.candidate.detail}{last}"
         return f"the candidate failed: {self.candidate.meta.get('error')}"
 
+    def candidate_failed(self) -> bool:
+        """The candidate itself produced no first run to compare (an error, a crash or a timeout
+        of its own), as opposed to kanalyze failing to run it."""
+        return (not self.candidate_ok or not self.runs or not self.runs[0].ok) and self.kanalyze_failure() is None
+
     def kanalyze_failure(self) -> str | None:
         """Why kanalyze itself could not run this case, or None.  A worker that ended or
         ran out of time outside the candidate's code, or kanalyze's own code failing

@@ -171,7 +171,7 @@ def _judge(results: list[Result], codes, contexts, gates, replay: bool, flags_by
             blocked = f"{baseline.reference_failure()} (at the base sizes)"
         elif baseline.kanalyze_failure():
             blocked = f"kanalyze could not run the candidate on the problem's own inputs: {baseline.kanalyze_failure()}"
-        elif not baseline.candidate_ok or not baseline.runs or not baseline.runs[0].ok:
+        elif baseline.candidate_failed():
             found = _baseline_verdict(baseline)   # a failed run: no values compared, nothing to calibrate
             if found and any(marker in found.summary for marker in NO_DEVICE_MARKERS):
                 # It asked for a GPU or its driver (autotuning, device queries) where the run has

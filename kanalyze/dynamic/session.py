@@ -237,28 +237,15 @@ class Session:
                 return {"references": {str(i): {"meta": results[i].reference.meta,
                                                 "arrays": results[i].reference.inputs} for i in chosen}}
 
-            # The baseline first: a candidate that hangs on the problem's own
-            # inputs is not given the time limit once per remaining case.
-            first = [(i, c) for i, c in runnable if c["id"] == BASELINE]
-            rest = [(i, c) for i, c in runnable if c["id"] != BASELINE]
-            for batch in (first, rest):
-                if not batch:
-                    continue
-                outcomes, ready, worker = run_cases("candidate", self.mode, spec, batch, self.limits, self.root,
-                                                    job_extra=references, first_worker=worker, keep=True,
-                                                    on_case=reader.read)
-                self.candidates[variant] = worker   # None where it ended: the next batch starts another
-                if variant == "original" and ready:
-                    self.environment.update(_describe_ready(ready, "candidate"))
-                for i, outcome in outcomes.items():
-                    results[i].candidate = outcome
-                    self._add_steps("candidate", outcome)
-                if batch is first and outcomes[first[0][0]].status == "timeout":
-                    for i, _ in rest:
-                        results[i].candidate = Outcome("not-started", blame="candidate",
-                                                       detail="skipped: the candidate did not finish on the "
-                                                              "problem's own inputs")
-                    break
+            outcomes, ready, worker = run_cases("candidate", self.mode, spec, runnable, self.limits, self.root,
+                                                job_extra=references, first_worker=worker, keep=True,
+                                                on_case=reader.read)
+            self.candidates[variant] = worker   # None where it ended: the next call starts another
+            if variant == "original" and ready:
+                self.environment.update(_describe_ready(ready, "candidate"))
+            for i, outcome in outcomes.items():
+                results[i].candidate = outcome
+                self._add_steps("candidate", outcome)
         return time.perf_counter() - started - (reader.seconds - read_before)
 
     @staticmethod
@@ -267,12 +254,9 @@ class Session:
         or None."""
         for i in base:
             result = results[i]
-            if not result.reference_ok or result.candidate is None or result.kanalyze_failure():
-                continue
-            if not result.candidate_ok:
-                return f"the candidate fails on the problem's own inputs ({result.candidate_failure()[:300]})"
-            if not result.runs or not result.runs[0].ok:
-                return "the candidate fails on the problem's own inputs"
+            if result.reference_ok and result.candidate is not None and result.candidate_failed():
+                why = result.runs[0].failure() if result.runs else result.candidate_failure()
+                return f"the candidate fails on the problem's own inputs ({why[:300]})"
         return None
 
     def _add_steps(self, role: str, outcome: Outcome) -> None:

@@ -163,7 +163,7 @@ class ReferenceSide:
         folder = self._states.get(key)
         if folder is None or not os.path.isdir(folder):
             digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-            folder = os.path.join(parent, f"model-{digest}-{len(self._states)}.state")
+            folder = os.path.join(parent, f"model-{digest}.state")   # one model, one name
             save_arrays(folder, {f"state{i}": tensor_to_numpy(t) for i, t in enumerate(state.values())})
             self._states[key] = folder
         return folder
