@@ -221,3 +221,54 @@ def test_manifest_paths_are_relative_to_the_manifest_and_bad_lines_say_where(tmp
 def test_summary_of_an_empty_journal_says_nothing_was_confirmed() -> None:
     summary = summarize([])
     assert summary["pairs"] == 0 and summary["static"]["all"]["recall"] is None
+
+
+def test_a_pair_that_ran_short_beside_others_runs_again_alone(tmp_path) -> None:
+    """Pairs side by side share one GPU, the memory and the disk: a pair whose run ran out of
+    memory (here its allclose check and a verdict say so, as torch words it) is not written
+    then, but runs again once the others have ended, alone, and its line says why."""
+    worker = tmp_path / "worker.py"
+    worker.write_text(
+        "import json, os, sys, time\n"
+        "spec = json.load(open(sys.argv[1]))\n"
+        "name = os.path.basename(spec['candidate'])\n"
+        "log = os.path.join(os.path.dirname(sys.argv[0]), 'runs.log')\n"
+        "with open(log, 'a') as f: f.write(f'start {name} {time.monotonic()}\\n')\n"
+        "first = not os.path.exists(sys.argv[0] + '.' + name)\n"
+        "open(sys.argv[0] + '.' + name, 'w').close()\n"
+        "time.sleep(0.5)\n"
+        "short = first and 'relu' not in name\n"
+        "summary = 'raised torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB' if short else 'fine'\n"
+        "json.dump({'static': [], 'verdicts': {'CMP001': {'status': 'confirmed' if short else 'refuted',\n"
+        "           'summary': summary, 'static_flag': False, 'witness': None}},\n"
+        "           'allclose': {'verdict': 'PASS', 'detail': ''}}, open(sys.argv[2], 'w'))\n"
+        "with open(log, 'a') as f: f.write(f'end {name} {time.monotonic()}\\n')\n")
+    names = ("level1_problem6_hang.py", "level1_problem6_hard_exit.py")
+    pairs = [Pair(str(KB / "hostile" / name), str(KB / "level1" / "6_leaky_relu.py")) for name in names]
+    pairs.append(Pair(str(KB / "candidates" / "level1_problem6_leaky_relu.py"), str(KB / "level1" / "6_leaky_relu.py")))
+    executor = LocalExecutor(jobs=3, seconds=30, command=[sys.executable, str(worker)])
+    audit(pairs, AuditOptions(output=str(tmp_path / "out"), gates=["CMP001"], device="cpu", executor=executor))
+    records = {Path(r["candidate"]).name: r for r in _records(tmp_path / "out")}
+    assert len(records) == 3
+    for name in names:   # written once, from the second run: the shortage's verdict is gone
+        assert records[name]["verdicts"]["CMP001"]["status"] == "refuted"
+        assert "ran again alone" in records[name]["retried"] and "CUDA out of memory" in records[name]["retried"]
+    assert "retried" not in records["level1_problem6_leaky_relu.py"]
+    # The second runs came after every first run had ended, one at a time.
+    events = [line.split() for line in (tmp_path / "runs.log").read_text().splitlines()]
+    assert len(events) == 10
+    firsts_end = max(float(t) for kind, name, t in events[:6] if kind == "end")
+    second = [(kind, name, float(t)) for kind, name, t in events[6:]]
+    assert all(t > firsts_end for _, _, t in second)
+    assert [kind for kind, _, _ in second] == ["start", "end", "start", "end"]
+
+
+def test_a_shortage_is_read_from_any_part_of_a_result() -> None:
+    from kanalyze.audit.executor import starved
+
+    assert starved({"status": "done", "verdicts": {}, "allclose": {"verdict": "PASS", "detail": "5 trials"}}) is None
+    assert starved({"status": "done", "verdicts": {"CMP001": {"status": "confirmed", "summary": "max abs error 3"}},
+                    "allclose": {"verdict": "FAIL", "detail": "trial 0: max abs error"}}) is None
+    assert "No space left" in starved({"status": "crashed", "reason": "OSError: [Errno 28] No space left on device"})
+    assert "NoRoom" in starved({"status": "done", "allclose": {}, "verdicts": {"MEM001": {
+        "status": "unconfirmed", "summary": "kanalyze could not read the case's device arrays: NoRoom: no room"}}})

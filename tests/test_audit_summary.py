@@ -121,6 +121,11 @@ def test_the_pairs_give_what_each_figure_needs(audited) -> None:
     # values are right).  The reverse differential lists pairs like it for a person to read.
     assert _confirmed(pairs["double.py"]) == [] and pairs["double.py"]["allclose"]["verdict"] == "ERROR"
     assert pairs["raises.py (no problem)"]["allclose"]["verdict"] == "ERROR"
+    # Each line says what the problem's own inputs showed, even with nothing confirmed.
+    assert pairs["double.py"]["baseline"]["status"] == "passed"
+    assert pairs["raises.py"]["baseline"]["status"] == "failed"
+    assert pairs["raises.py"]["baseline"]["summary"] == pairs["raises.py"]["verdicts"]["CMP001"]["summary"]
+    assert pairs["raises.py (no problem)"]["baseline"] is None
 
 
 def test_every_figure_matches_the_journal(audited, capsys) -> None:
@@ -137,6 +142,9 @@ def test_every_figure_matches_the_journal(audited, capsys) -> None:
     rejected = [r for r in records if verdict[r["id"]] in ("FAIL", "ERROR") and r["problem"]]
     assert (summary["allclose_accepted"], summary["allclose_rejected"], summary["allclose_no_verdict"]) == \
         (len(accepted), len(rejected), 6 - len(accepted) - len(rejected))
+    outcomes = [(r.get("baseline") or {}).get("status", "not_run") for r in records]
+    assert summary["baseline"] == {status: outcomes.count(status)
+                                   for status in ("passed", "failed", "undecided", "not_run")}
 
     codes = sorted({code for r in records for code in r["verdicts"]})
     assert list(summary["clauses"]) == codes

@@ -37,7 +37,9 @@ def _by_code(verdicts: list[Verdict]) -> dict[str, Verdict]:
 def test_a_worker_that_dies_in_kanalyze_code_confirms_nothing() -> None:
     crash = Outcome("crashed", detail="the worker exited with code 70 (an exception escaped kanalyze's worker code)",
                     output="OSError: [Errno 28] No space left on device", blame="kanalyze")
-    verdicts = _by_code(_judge([_baseline(crash)], ["CMP001", "MEM002"], {}, gates_by_code(), False, {}))
+    verdicts, baseline = _judge([_baseline(crash)], ["CMP001", "MEM002"], {}, gates_by_code(), False, {})
+    verdicts = _by_code(verdicts)
+    assert baseline["status"] == "undecided" and "No space left on device" in baseline["summary"]
     assert all(v.status == UNCONFIRMED for v in verdicts.values()), verdicts
     assert "kanalyze could not run the candidate" in verdicts["CMP001"].summary
     assert "kanalyze could not run the candidate" in verdicts["MEM002"].summary
@@ -46,15 +48,19 @@ def test_a_worker_that_dies_in_kanalyze_code_confirms_nothing() -> None:
 
 def test_the_same_crash_inside_the_candidate_is_its_own() -> None:
     crash = Outcome("crashed", detail="the worker died of SIGSEGV (segmentation fault)", blame="candidate")
-    verdicts = _by_code(_judge([_baseline(crash)], ["MEM002"], {}, gates_by_code(), False, {}))
+    verdicts, baseline = _judge([_baseline(crash)], ["MEM002"], {}, gates_by_code(), False, {})
+    verdicts = _by_code(verdicts)
     assert verdicts["CMP001"].status == CONFIRMED and "SIGSEGV" in verdicts["CMP001"].summary
     assert verdicts["MEM002"].status == UNCONFIRMED
+    # said once: "the candidate fails on the problem's own inputs: the candidate crashed ..."
+    assert verdicts["MEM002"].summary.count("the problem's own inputs") == 1, verdicts["MEM002"].summary
+    assert baseline == {"status": "failed", "summary": verdicts["CMP001"].summary}
 
 
 def test_kanalyze_failing_to_read_inputs_is_internal() -> None:
     internal = Outcome("done", meta={"status": "internal", "error": "kanalyze could not prepare the inputs: "
                                                                       "MemoryError", "runs": []})
-    verdicts = _by_code(_judge([_baseline(internal)], ["MEM002"], {}, gates_by_code(), False, {}))
+    verdicts = _by_code(_judge([_baseline(internal)], ["MEM002"], {}, gates_by_code(), False, {})[0])
     assert "CMP001" not in verdicts
     assert verdicts["MEM002"].status == UNCONFIRMED and "MemoryError" in verdicts["MEM002"].summary
 
@@ -71,10 +77,11 @@ def test_a_refutation_that_lost_cases_to_kanalyze_is_unconfirmed() -> None:
     ran = Result(Case("MEM002/a", "MEM002", {"N": 8}), REFERENCE_OK, Outcome("done", meta={"status": "ok", "runs": []}))
     lost = Result(Case("MEM002/b", "MEM002", {"N": 8}), REFERENCE_OK,
                   Outcome("timeout", detail="did not finish within 8 s", blame="kanalyze"))
-    [verdict] = _judge([ran, lost], ["MEM002"], {"MEM002": None}, gates, False, {})
+    [verdict], _ = _judge([ran, lost], ["MEM002"], {"MEM002": None}, gates, False, {})
     assert verdict.status == UNCONFIRMED and "1 of the gate's cases did not run" in verdict.summary
-    [alone] = _judge([ran], ["MEM002"], {"MEM002": None}, gates, False, {})
+    [alone], no_baseline = _judge([ran], ["MEM002"], {"MEM002": None}, gates, False, {})
     assert alone.status == REFUTED                                  # with every case, the gate's own verdict
+    assert no_baseline is None
 
 
 def test_only_the_worker_codes_events_pass() -> None:
@@ -222,11 +229,13 @@ def test_a_candidate_that_needs_a_gpu_the_run_lacks_is_not_confirmed() -> None:
     A run without the device the candidate asks for decides nothing about it."""
     needs_gpu = Outcome("done", meta={"status": "error", "runs": [],
                                       "error": "AssertionError: libcuda.so cannot found! Please make sure GPU is set up"})
-    verdicts = _by_code(_judge([_baseline(needs_gpu)], ["CMP001", "PRC001"], {}, gates_by_code(), False, {}))
+    verdicts, baseline = _judge([_baseline(needs_gpu)], ["CMP001", "PRC001"], {}, gates_by_code(), False, {})
+    verdicts = _by_code(verdicts)
+    assert baseline["status"] == "undecided"
     assert {code: v.status for code, v in verdicts.items()} == {"CMP001": UNCONFIRMED, "PRC001": UNCONFIRMED}
     assert all("needs a CUDA device or driver" in v.summary for v in verdicts.values()), verdicts
     wrong = Outcome("done", meta={"status": "error", "runs": [], "error": "ValueError: arange's arguments"})
-    assert _by_code(_judge([_baseline(wrong)], ["PRC001"], {}, gates_by_code(), False, {}))["CMP001"].status \
+    assert _by_code(_judge([_baseline(wrong)], ["PRC001"], {}, gates_by_code(), False, {})[0])["CMP001"].status \
         == CONFIRMED   # the candidate's own error stays its own
 
 

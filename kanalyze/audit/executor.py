@@ -9,6 +9,12 @@ in a new session, so that killing it after `seconds` (the pair's time limit) end
 what it started too.  A child that crashes, is killed or overruns still gives a
 result: {"status": "crashed" | "timeout", "reason": ...}; one that finishes gives
 {"status": "done", ...pair.py's result}.  The caller (run.py) writes the journal.
+
+Pairs run side by side share the device, the memory and the disk.  A pair whose
+run ran short of one of them (`starved`: a CUDA or host out-of-memory, a full
+disk) is not written then: it runs again alone once the others have ended, and its
+line says so (`"retried"`).  Its first run decided nothing about the candidate:
+the shortage came from its neighbours.
 ray_executor.py runs the same `run_one` inside each Ray task (`--executor ray`).
 """
 
@@ -40,13 +46,22 @@ class LocalExecutor:
         self.command = command or [sys.executable, "-m", "kanalyze.audit.pair"]
 
     def run(self, jobs: Iterable[tuple[str, dict]]) -> Iterator[tuple[tuple[str, dict], dict]]:
+        again: list[tuple[tuple[str, dict], str]] = []
         pool = ThreadPoolExecutor(max_workers=self.jobs)
         try:
             futures = {pool.submit(self.run_one, job[1]): job for job in jobs}
             for future in as_completed(futures):
-                yield futures[future], future.result()
+                result = future.result()
+                shortage = starved(result) if self.jobs > 1 else None
+                if shortage:
+                    again.append((futures[future], shortage))
+                else:
+                    yield futures[future], result
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+        for job, shortage in again:   # alone now: nothing else holds the device, the memory or the disk
+            result = self.run_one(job[1])
+            yield job, {**result, "retried": f"ran again alone: beside other pairs it ran short ({shortage})"}
 
     def run_one(self, spec: dict) -> dict:
         folder = tempfile.mkdtemp(prefix="kanalyze-audit-")
@@ -79,6 +94,26 @@ class LocalExecutor:
             how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
             return {"status": "crashed",
                     "reason": f"kanalyze's pair worker {how} without a result: {_tail(stderr_path) or 'no output'}"}
+
+
+# How a shortage of device memory, host memory or disk reads in a pair's result (torch's and
+# numpy's errors, the worker's exit by the kernel's OOM killer, rundir.py's NoRoom).
+SHORTAGES = ("OutOfMemoryError", "CUDA out of memory", "CUDA error: out of memory", "MemoryError",
+             "NoRoom", "No space left on device", "killed: out of memory?")
+
+
+def starved(result: dict) -> str | None:
+    """The first shortage a pair's result names (its verdicts, its allclose check, its own
+    crash), or None.  A candidate's own out-of-memory counts too: beside other pairs it may
+    be theirs."""
+    texts = [result.get("reason") or "", (result.get("allclose") or {}).get("detail") or ""]
+    texts += [v.get("summary") or "" for v in (result.get("verdicts") or {}).values()]   # a candidate's OOM too
+    for text in texts:
+        for marker in SHORTAGES:
+            at = text.find(marker)
+            if at >= 0:
+                return text[max(0, at - 60): at + 140].strip()
+    return None
 
 
 def _kill_group(child: subprocess.Popen) -> None:

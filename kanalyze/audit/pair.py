@@ -11,8 +11,10 @@ static pass's selection), "ir" (the compiled code too)}.  The result (plain JSON
     verdicts   {code: {"status", "summary", "static_flag", "witness", "failure"}}: one per gate run
                ("failure": how a confirmed run failed, where the gate says: CMP003's crashed,
                out_of_bounds or wrong; else null)
+    baseline   what the problem's own inputs showed, even where no gate confirmed anything:
+               {"status": "passed" | "failed" | "undecided", "summary"}, or null where it did not run
     allclose   KernelBench's criterion on the same problem (allclose.py)
-    seconds    {"static", "gates", "allclose"}
+    seconds    {"static", "gates", "allclose", "steps": where the gates' time went (runner.py)}
 
 `run_pair` is also kanalyze.verifier's per-candidate call (in that process, with
 `"overlap_allclose": True`): one code path for the audit and the Verifier.
@@ -62,7 +64,8 @@ def gate_codes(gates, static: list[dict]) -> list[str]:
     return [code for code in gates if code in known]
 
 
-def run_gates_of(spec: dict, static: list[dict], codes: list[str]) -> dict[str, dict]:
+def run_gates_of(spec: dict, static: list[dict], codes: list[str]) -> tuple[dict[str, dict], dict | None, dict]:
+    """The verdicts by code, the baseline's outcome and where the time went."""
     from kanalyze.dynamic import witness as witnesses
     from kanalyze.dynamic.harness import NoHarness, find_harness
     from kanalyze.dynamic.runner import Options, run_gates
@@ -70,9 +73,9 @@ def run_gates_of(spec: dict, static: list[dict], codes: list[str]) -> dict[str, 
 
     flagged = {f["code"] for f in static}
 
-    def each(status: str, summary: str) -> dict[str, dict]:
+    def each(status: str, summary: str) -> tuple[dict[str, dict], None, dict]:
         return {code: {"status": status, "summary": summary, "static_flag": code in flagged, "witness": None,
-                       "failure": None} for code in codes}
+                       "failure": None} for code in codes}, None, {}
 
     if spec.get("problem") is None:
         return each("unconfirmed", f"no problem to run against: {spec.get('problem_error') or 'none given'}")
@@ -104,7 +107,7 @@ def run_gates_of(spec: dict, static: list[dict], codes: list[str]) -> dict[str, 
                                       "static_flag": verdict.code in flagged, "witness": witness,
                                       "failure": verdict.details.get("failure") if verdict.status == "confirmed"
                                       else None}
-    return verdicts
+    return verdicts, gate_run.baseline, gate_run.environment.get("seconds", {})
 
 
 def allclose_of(spec: dict, seconds: float) -> dict:
@@ -136,7 +139,8 @@ def run_pair(spec: dict) -> dict:
     codes = gate_codes(spec["gates"], static)
     # Targeted with nothing flagged still runs the baseline: a candidate that fails on its own
     # inputs is CMP001 confirmed, never a pair with no verdict.
-    verdicts = run_gates_of(spec, static, codes) if codes or spec["gates"] == "targeted" else {}
+    verdicts, baseline, steps = (run_gates_of(spec, static, codes) if codes or spec["gates"] == "targeted"
+                                 else ({}, None, {}))
     gate_seconds = time.monotonic() - started - static_seconds
     if thread is not None:
         thread.join()
@@ -145,9 +149,9 @@ def run_pair(spec: dict) -> dict:
         allclose = overlapped[0]
     else:
         allclose = allclose_of(spec, spec.get("seconds", 600.0) - (time.monotonic() - started) - 2.0)
-    return {"static": static, "verdicts": verdicts, "allclose": allclose,
+    return {"static": static, "verdicts": verdicts, "baseline": baseline, "allclose": allclose,
             "seconds": {"static": round(static_seconds, 3), "gates": round(gate_seconds, 3),
-                        "allclose": round(allclose.pop("seconds"), 3)}}
+                        "allclose": round(allclose.pop("seconds"), 3), "steps": steps}}
 
 
 def _die_with_parent() -> None:

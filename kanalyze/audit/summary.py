@@ -185,6 +185,16 @@ def _seconds(pairs: list[dict]) -> dict:
     return {"pairs": len(wall), **_spread(wall), "total": round(sum(wall), 3), "phases": phases}
 
 
+def _baselines(pairs: list[dict]) -> dict:
+    """How many pairs' candidates passed, failed or left undecided the problem's own inputs
+    (the baseline every gate run starts with; pair.py), and how many never got there."""
+    counts = {"passed": 0, "failed": 0, "undecided": 0, "not_run": 0}
+    for record in pairs:
+        status = (record.get("baseline") or {}).get("status")
+        counts[status if status in counts else "not_run"] += 1
+    return counts
+
+
 def summarize(records: list[dict]) -> dict:
     pairs = [r for r in records if r.get("status") != "duplicate"]
     violating = sum(bool(_confirmed(r)) for r in pairs)
@@ -203,11 +213,13 @@ def summarize(records: list[dict]) -> dict:
         "allclose_accepted": accepted,
         "allclose_rejected": rejected,
         "allclose_no_verdict": len(pairs) - accepted - rejected,
+        "baseline": _baselines(pairs),
         "clauses": _clauses(pairs),
         "tolerance_free": _floor(pairs),
         "differential": _differential(pairs),
         "static": _static(pairs),
         "seconds_per_pair": _seconds(pairs),
+        "retried_alone": sum("retried" in r for r in pairs),   # ran short beside others (executor.py)
         "kanalyze_failed": len(failed),
         "kanalyze_failures": failed,
     }

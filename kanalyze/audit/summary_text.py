@@ -85,7 +85,13 @@ def _head(summary: dict) -> list[str]:
             (f"tolerance-free floor: {_of(floor['pairs'], pairs, floor['share'])}; "
              f"{floor['allclose_accepted']} of them accepted by allclose"),
             (f"KernelBench's allclose: {summary['allclose_accepted']} accepted, {summary['allclose_rejected']} "
-             f"rejected, {summary['allclose_no_verdict']} without a verdict")]
+             f"rejected, {summary['allclose_no_verdict']} without a verdict"),
+            _baseline(summary["baseline"])]
+
+
+def _baseline(counts: dict) -> str:
+    return (f"the problem's own inputs (baseline, calibrated against float64): {counts['passed']} passed, "
+            f"{counts['failed']} failed, {counts['undecided']} undecided, {counts['not_run']} not run")
 
 
 def _differential(differential: dict) -> list[str]:
@@ -120,6 +126,8 @@ def render_text(summary: dict) -> str:
     if summary["static"]["clauses"]:
         lines += ["", *_static_table(summary["static"])]
     lines += ["", *_time(summary["seconds_per_pair"])]
+    if summary["retried_alone"]:
+        lines.append(f"{summary['retried_alone']} pairs ran short of memory or disk beside others and ran again alone")
     lines.append(f"kanalyze failed on {summary['kanalyze_failed']} pairs")
     lines += _listed(summary["kanalyze_failures"], lambda pair: pair["reason"])
     return "\n".join(_clip(line) for line in lines) + "\n"

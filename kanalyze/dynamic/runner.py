@@ -66,6 +66,10 @@ class GateRun:
     environment: dict
     sizes: dict[str, int]
     seconds: float
+    # What the baseline (the problem's own inputs, called twice) showed, said even where no gate
+    # ran or confirmed anything: {"status": "passed" | "failed" | "undecided", "summary"}; None
+    # when there was none (a kernel harness, a replay).
+    baseline: dict | None = None
 
 
 # What a candidate's failure says when it asked for a GPU or its driver and the run has none.
@@ -145,28 +149,32 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
             all_cases = [c for c in cases if c.variant == "original" or promotion]
         results = session.execute(all_cases)
         judging = time.perf_counter()
-        verdicts = _judge(results, codes, contexts, gates, replay=cases is not None, flags_by_code=flags)
+        verdicts, baseline_outcome = _judge(results, codes, contexts, gates, replay=cases is not None,
+                                            flags_by_code=flags)
         environment = {**session.environment, "sizes": sizes, "knobs": harness.knobs}
         environment["seconds"] = {**environment.get("seconds", {}), "judge": round(time.perf_counter() - judging, 3)}
     finally:
         session.close()
-    return GateRun(verdicts, environment, sizes, time.perf_counter() - started)
+    return GateRun(verdicts, environment, sizes, time.perf_counter() - started, baseline_outcome)
 
 
-def _judge(results: list[Result], codes, contexts, gates, replay: bool, flags_by_code: dict) -> list[Verdict]:
-    """Each gate's verdict.  A candidate that fails on the problem's own inputs blocks every
+def _judge(results: list[Result], codes, contexts, gates, replay: bool,
+           flags_by_code: dict) -> tuple[list[Verdict], dict | None]:
+    """Each gate's verdict, and what the baseline showed.  A candidate that fails on the problem's own inputs blocks every
     gate (reported once, as CMP001); one whose values are wrong there blocks the value gates
     that no static flag asked for (they would all fail for that one reason)."""
     violation = next((r for r in results if r.violation()), None)
     if violation is not None:
-        return _protocol_violation(violation, codes, gates)
+        return _protocol_violation(violation, codes, gates), None
     verdicts: list[Verdict] = []
     changed = value_dependent_paths(results)
     if changed is not None and "INT001" not in codes:   # found on the way, as CMP001 is from the baseline
         verdicts.append(changed)
     baseline = next((r for r in results if r.case.id == BASELINE), None)
-    blocked, wrong = None, None
+    blocked, wrong, outcome = None, None, None
     if baseline is not None:
+        outcome = {"status": "passed", "summary": "within the calibrated bound against float64 on the problem's "
+                                                  "own inputs"}
         if not baseline.reference_ok:
             blocked = f"{baseline.reference_failure()} (at the base sizes)"
         elif baseline.kanalyze_failure():
@@ -182,13 +190,15 @@ def _judge(results: list[Result], codes, contexts, gates, replay: bool, flags_by
             else:
                 if found:
                     verdicts.append(found)
-                blocked = f"the candidate fails on the problem's own inputs: {found.summary if found else '?'}"
+                outcome = {"status": "failed", "summary": found.summary if found else "?"}
+                blocked = f"the candidate fails on {_own_inputs(outcome['summary'])}"
         else:
             try:
                 found = _baseline_verdict(baseline)
-            except CannotJudge:   # the value gates say so each; the others judge what they can
-                found = None
+            except CannotJudge as exc:   # the value gates say so each; the others judge what they can
+                found, outcome = None, {"status": "undecided", "summary": str(exc)}
             if found:
+                outcome = {"status": "failed", "summary": found.summary}
                 wrong = ("the candidate's values are already wrong on the problem's own inputs (CMP001), so "
                          "this gate's property cannot be told apart from that")
                 if "CMP001" not in codes:
@@ -224,7 +234,15 @@ def _judge(results: list[Result], codes, contexts, gates, replay: bool, flags_by
         verdicts = [changed if v.code == "INT001" and v.status != CONFIRMED else v for v in verdicts]
     if blocked and "CMP001" in codes and not any(v.code == "CMP001" for v in verdicts):
         verdicts.append(Verdict("CMP001", UNCONFIRMED, blocked, gate=gates["CMP001"].name))
-    return _name_the_cause(verdicts)
+    if blocked and outcome["status"] != "failed":
+        outcome = {"status": "undecided", "summary": blocked}
+    return _name_the_cause(verdicts), outcome
+
+
+def _own_inputs(summary: str) -> str:
+    """"the problem's own inputs: ..." for a blocked gate's reason, the phrase said once."""
+    prefix = "on the problem's own inputs: "
+    return "the problem's own inputs: " + (summary[len(prefix):] if summary.startswith(prefix) else summary)
 
 
 def _name_the_cause(verdicts: list[Verdict]) -> list[Verdict]:

@@ -92,7 +92,7 @@ def serve(role: str, mode: str, control_fd: int, status_fd: int, spec_path: str,
     control = os.fdopen(control_fd, "r")
     with open(spec_path, encoding="utf-8") as handle:
         spec = json.load(handle)
-    from kanalyze.dynamic.sandbox.confine import apply_limits, install_guards
+    from kanalyze.dynamic.sandbox.confine import apply_limits
 
     if confinement is None:
         confinement = apply_limits(spec.get("limits", {}))
@@ -109,8 +109,6 @@ def serve(role: str, mode: str, control_fd: int, status_fd: int, spec_path: str,
         from kanalyze.dynamic import loading, numerics
         from kanalyze.dynamic.environment import Environment
         from kanalyze.dynamic.sandbox import extensions
-        from kanalyze.dynamic.sandbox.execute import CandidateSide, describe_error
-        from kanalyze.dynamic.sandbox.reference_side import ReferenceSide
 
         if role == "candidate":   # kanalyze out of the candidate's sight, before it installs anything
             os.remove(spec_path)
@@ -126,6 +124,25 @@ def serve(role: str, mode: str, control_fd: int, status_fd: int, spec_path: str,
     except BaseException as exc:
         _send(status, event="ready", error=f"the worker could not start: {type(exc).__name__}: {exc}")
         return 3
+    try:
+        return _start(role, mode, spec, harness, status, control, hiding, env, policy, seconds, started,
+                      confinement, device_map if mode == "cpu" else None, case_sizes)
+    except BaseException as exc:  # kanalyze's set-up failed (a device out of memory, say): say which way
+        traceback.print_exc()
+        _send(status, event="ready", error=f"the worker could not start: {type(exc).__name__}: {exc}")
+        return 3
+
+
+def _start(role, mode, spec, harness, status, control, hiding, env, policy, seconds, started, confinement,
+           device_map, case_sizes) -> int:
+    """The device, guards, the candidate's import and `ready`; then the job loop."""
+    import torch
+
+    from kanalyze.dynamic import loading, numerics
+    from kanalyze.dynamic.sandbox.confine import install_guards
+    from kanalyze.dynamic.sandbox.execute import CandidateSide, describe_error
+    from kanalyze.dynamic.sandbox.reference_side import ReferenceSide
+
     device = "cpu" if mode == "cpu" else "cuda"
     seconds["setup"] = round(time.perf_counter() - started, 3)
     install_guards()
@@ -153,8 +170,7 @@ def serve(role: str, mode: str, control_fd: int, status_fd: int, spec_path: str,
           versions={"torch": torch.__version__, "triton": sys.modules["triton"].__version__, "device": device_name},
           seconds=seconds)
     try:
-        return _serve_jobs(role, control, status, side, harness, import_error,
-                           device_map if mode == "cpu" else None, case_sizes)
+        return _serve_jobs(role, control, status, side, harness, import_error, device_map, case_sizes)
     except BaseException:  # kanalyze's own code failed: its traceback is the parent's to show
         traceback.print_exc()
         sys.stderr.flush()

@@ -47,6 +47,7 @@ import socket
 import sys
 import tempfile
 import time
+import traceback
 
 from kanalyze.dynamic.sandbox import disguise
 
@@ -220,6 +221,8 @@ def main(argv: list[str]) -> int:
                 code = 70
                 try:
                     code = _child(request, fds, sock)
+                except BaseException:   # on the worker's output: the parent names it (exits.py)
+                    traceback.print_exc()
                 finally:
                     try:
                         sys.stdout.flush()
