@@ -270,5 +270,7 @@ def test_a_shortage_is_read_from_any_part_of_a_result() -> None:
     assert starved({"status": "done", "verdicts": {"CMP001": {"status": "confirmed", "summary": "max abs error 3"}},
                     "allclose": {"verdict": "FAIL", "detail": "trial 0: max abs error"}}) is None
     assert "No space left" in starved({"status": "crashed", "reason": "OSError: [Errno 28] No space left on device"})
+    assert "NoRoom" in starved({"status": "done", "allclose": {}, "verdicts": {}, "baseline": {
+        "status": "undecided", "summary": "kanalyze could not read the case's device arrays: NoRoom: no room"}})
     assert "NoRoom" in starved({"status": "done", "allclose": {}, "verdicts": {"MEM001": {
         "status": "unconfirmed", "summary": "kanalyze could not read the case's device arrays: NoRoom: no room"}}})

@@ -10,8 +10,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from kanalyze.dynamic.cases import Case
@@ -209,6 +211,36 @@ def test_a_worker_exception_is_named_in_how_the_worker_ended() -> None:
         "the worker exited with code 70 (an exception escaped kanalyze's worker code)"
     assert exits.describe(-9, "") == "the worker died of SIGKILL (killed: out of memory?)"
     assert exits.describe(None, "", lost=True).endswith("lost with the zygote that forked it")
+
+
+def test_the_traceback_still_in_the_pipe_names_the_exception() -> None:
+    """A worker's exit is seen before its last output is read (a thread drains the pipe): the
+    cause is named from the whole output.  On the H200 a reference worker's "code 70" came
+    without its exception while the candidate's, read later, had it."""
+    import threading
+
+    from kanalyze.dynamic.sandbox.process import Worker, _Drain
+
+    read_end, write_end = os.pipe()
+
+    class Ended:
+        lost = False
+
+        def wait(self, timeout=None):
+            return 70
+
+    def write_late() -> None:
+        time.sleep(0.3)
+        os.write(write_end, b"Traceback (most recent call last):\ntorch.OutOfMemoryError: CUDA out of memory.\n")
+        os.close(write_end)
+
+    worker = Worker.__new__(Worker)
+    worker.process = Ended()
+    worker._drain = _Drain(os.fdopen(read_end, "rb"), 4096)
+    worker._drain.start()
+    threading.Thread(target=write_late).start()
+    said = worker._how_it_ended()
+    assert said.endswith("(an exception escaped kanalyze's worker code: torch.OutOfMemoryError: CUDA out of memory.)")
 
 
 def test_a_workers_account_of_its_time_is_bounded() -> None:

@@ -108,6 +108,7 @@ def starved(result: dict) -> str | None:
     be theirs."""
     texts = [result.get("reason") or "", (result.get("allclose") or {}).get("detail") or ""]
     texts += [v.get("summary") or "" for v in (result.get("verdicts") or {}).values()]   # a candidate's OOM too
+    texts.append((result.get("baseline") or {}).get("summary") or "")   # with no gate flagged, the only word
     for text in texts:
         for marker in SHORTAGES:
             at = text.find(marker)

@@ -312,6 +312,8 @@ class Worker:
         except subprocess.TimeoutExpired:
             self.kill()
             code = self.process.returncode
+        # The traceback it printed as it ended may still be in the pipe: read it before naming the cause.
+        self._drain.join(timeout=2)
         return exits.describe(code, self.output(), lost=getattr(self.process, "lost", False))
 
     def kill(self) -> None:
