@@ -13,14 +13,11 @@ from kanalyze.analyzer.triton.dtypes import INTEGERS, DtypeFlow, cast_target, de
 from kanalyze.analyzer.triton.dtypes import UNKNOWN as UNKNOWN_DTYPE
 from kanalyze.analyzer.triton.entities import Function, JitFunction
 from kanalyze.analyzer.triton.model import TritonModule
+from kanalyze.analyzer.triton.program_slices import programs_own_disjoint_addresses
 from kanalyze.rules.base import Report, Rule, expr_text, source
 
 ATOMIC_ADD = "triton.language.atomic_add"
 TL = "triton.language."
-PROGRAM_ID = TL + "program_id"
-# Calls an injective block address may be built from.
-ADDRESS_CALLS = {PROGRAM_ID, TL + "arange", TL + "multiple_of", TL + "max_contiguous", TL + "cdiv",
-                 "range", TL + "range", TL + "static_range"}
 
 # What an expression's value is, as far as the source shows.  Ordered: a join
 # keeps the strongest evidence ("float" beats "loaded" beats "unknown" beats "int").
@@ -56,9 +53,12 @@ class FloatAtomicOrder(Rule):
     flagged: integer counters (`tl.atomic_add(count_ptr, 1)`, `.to(tl.int32)`,
     int `tl.zeros` / `tl.full`), adds into a tensor the wrapper allocates with an
     integer dtype (`torch.zeros(..., dtype=torch.int32)`: the value is converted
-    to it), `tl.atomic_max` / `tl.atomic_min` (exact in any order), and adds
-    whose address is `pid * BLOCK + tl.arange(...)` over every program axis
-    (each element gets one add per launch), and adds under a constexpr test
+    to it), `tl.atomic_max` / `tl.atomic_min` (exact in any order), adds whose
+    address is injective over the launch's programs (each element gets one add
+    per launch: every grid axis with several programs enters the address whole,
+    as `pid * BLOCK + tl.arange(0, BLOCK)`, `h * stride_h`, or both halves of
+    `pid // H` and `pid % H`, each in a dimension of its own; what decides it is
+    in `analyzer/triton/program_slices.py`), and adds under a constexpr test
     that no value of the constexpr reaches (the split-K branch of
     `if SPLIT_K == 1:` where every autotune config, heuristic or launch sets
     `SPLIT_K` to 1).
@@ -109,6 +109,9 @@ class FloatAtomicOrder(Rule):
             x = tl.load(x_ptr + cols, mask=cols < N, other=0.0)
             tl.atomic_max(amax_ptr, tl.abs(x), mask=cols < N)   # max: exact in any order
             tl.atomic_add(sum_ptr + cols, x, mask=cols < N)     # one add per element
+
+        def fold(x, amax, total):
+            fold_block[(triton.cdiv(x.numel(), 1024),)](x, amax, total, x.numel(), BLOCK=1024)
         """),
         source("""
         import torch
@@ -167,7 +170,7 @@ class FloatAtomicOrder(Rule):
             kind, why = kinds.of(jit.function, value)
             if kind not in (FLOAT, LOADED):
                 continue  # an integer counter, or nothing visible: stay silent
-            if pointer is not None and _one_program_per_address(model, jit, pointer):
+            if pointer is not None and programs_own_disjoint_addresses(model, jit, site.node, pointer):
                 continue  # each element gets one add per launch: no order to depend on
             if never_taken(model, jit, site.node):
                 continue  # `else:` of `if SPLIT_K == 1:` where every config sets SPLIT_K to 1
@@ -224,47 +227,6 @@ def _operands(model: TritonModule, jit: JitFunction, call: cst.Call, qualname: s
     if positional and isinstance(positional[0].value, (cst.List, cst.Tuple)):
         return None, keyword(call, "value", 1)  # tensor descriptor: (offsets, value)
     return receiver, keyword(call, "val", 0)
-
-
-def _one_program_per_address(model: TritonModule, jit: JitFunction, pointer: cst.BaseExpression) -> bool:
-    """`out_ptr + pid * BLOCK + tl.arange(0, BLOCK)`: every program axis the kernel
-    reads is scaled by the extent of a `tl.arange`, so programs own disjoint blocks.
-    Anything else keeps the finding: `//` or `%` (a 1-D split-K encodes its slice
-    that way), a `tl.load` (a scatter), `pid * STRIDE + tl.arange(0, WIDTH)`
-    (overlap-add), an unknown call."""
-    sources = list(model.sources(jit, pointer))
-    functions = {id(f.node): f for f, _ in sources + [(jit.function, pointer)]}.values()
-    used = {_axis(c.node) for f in functions for c in model.calls_in(f, PROGRAM_ID)}
-    nodes = [node for _, expr in sources for node in walk(expr)]
-    extents = {expr_text(model, keyword(n, "end", 1)) for n in nodes
-               if isinstance(n, cst.Call) and model.call_name(n) == TL + "arange" and keyword(n, "end", 1)}
-    scaled: set[int | None] = set()
-    for node in nodes:
-        if isinstance(node, cst.BinaryOperation) and isinstance(
-                node.operator, (cst.FloorDivide, cst.Modulo, cst.RightShift, cst.BitAnd)):
-            return False
-        if isinstance(node, cst.Call) and model.call_name(node) not in ADDRESS_CALLS:
-            return False
-        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
-            for pid, factor in ((node.left, node.right), (node.right, node.left)):
-                axis = _program_axis(model, functions, pid)
-                if axis != -1 and expr_text(model, factor) in extents:
-                    scaled.add(axis)
-    return bool(extents) and bool(used) and None not in used and used <= scaled
-
-
-def _program_axis(model: TritonModule, functions, expr: cst.BaseExpression) -> int | None:
-    """The axis of `tl.program_id(a)` or of a name assigned only from it; else -1."""
-    if isinstance(expr, cst.Name):
-        values = [d.value for f in functions for d in model.flow(f).defs_of(expr.value)]
-        expr = values[0] if len(values) == 1 and values[0] is not None else expr
-    if isinstance(expr, cst.Call) and model.call_name(expr) == PROGRAM_ID:
-        return _axis(expr)
-    return -1
-
-
-def _axis(call: cst.Call) -> int | None:
-    return int_literal(keyword(call, "axis", 0))
 
 
 class _Kinds:

@@ -16,6 +16,7 @@
   backends.py       which accelerator a module's kernels are written for (Ascend: IEEE dots by default)
   narrowing.py      when a cast to fp16/bf16/fp8 is a precision downgrade (PRC001)
   pointers.py       which kernel parameter a pointer expression writes through
+  program_slices.py whether an atomic's address is injective over the launch's programs (ORD001)
   host.py           the host side: reference vs candidate functions, wrappers
   host_compute.py   where a forward path's work happens (torch ops, fallbacks)
   host_sizes.py     host sizes in order: whose size a value is, exact grid divisions
