@@ -98,6 +98,12 @@ def main() -> int:
             print("    seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in row["targeted"]["phases"].items()), flush=True)
         for v in row["targeted"]["verdicts"]:
             print(f"    {(v['result'] or '')[:220]}", flush=True)
+        if args.all:
+            every = ", ".join(f"{v['code']} {v['status']}" for v in row["all"]["verdicts"]) or "no verdict"
+            print(f"    all gates {row['all']['seconds']:.1f} s: {every}"
+                  + (f" ({row['all']['error']})" if row["all"]["error"] else ""), flush=True)
+            if row["all"]["phases"]:
+                print("    seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in row["all"]["phases"].items()), flush=True)
         if args.json:  # after every pair: a run cut short keeps what it measured
             Path(args.json).write_text(json.dumps(rows, indent=1))
     summarize(rows, args.all)

@@ -321,3 +321,18 @@ def test_p90_is_the_nearest_rank_and_long_lists_are_cut_in_the_terminal() -> Non
     text = render_text(summary)
     assert "... and 10 more (--output-format json lists them all)" in text
     assert len(summary["differential"]["accepted_pairs"]) == 30
+
+
+def test_a_baseline_kanalyze_could_not_decide_counts_as_its_failure() -> None:
+    """With nothing flagged (targeted), a pair's only word may be its baseline: a reference
+    worker that died there is kanalyze's failure, listed with its reason, not a clean pair."""
+    died = "the reference crashed: the worker exited with code 70 (an exception escaped kanalyze's worker code)"
+    records = [_pair("died", {}, baseline={"status": "undecided", "summary": died}),
+               _pair("rejected", {}, baseline={"status": "undecided", "summary": "the reference rejects these sizes"}),
+               _pair("clean", {}, baseline={"status": "passed", "summary": "within the calibrated bound"}),
+               _pair("old", {})]
+    summary = summarize(records)
+    assert summary["baseline"] == {"passed": 1, "failed": 0, "undecided": 2, "not_run": 1}
+    assert [(f["id"], f["reason"]) for f in summary["kanalyze_failures"]] == [("died", died)]
+    text = render_text(summary)
+    assert "baseline (the problem's own inputs): 1 passed, 0 failed, 2 undecided, 1 not run" in text

@@ -63,10 +63,17 @@ def _own_failure(summary: str) -> bool:
     return any(phrase in summary for phrase in KANALYZE_FAILED)
 
 
+def _undecided(record: dict) -> list[str]:
+    """The reasons of the pair's undecided verdicts and baseline."""
+    baseline = record.get("baseline") or {}
+    reasons = [v["summary"] for v in record.get("verdicts", {}).values() if v["status"] == "unconfirmed"]
+    return reasons + ([baseline.get("summary") or ""] if baseline.get("status") == "undecided" else [])
+
+
 def _blames_kanalyze(record: dict) -> bool:
     if record.get("status") != "done":
         return True
-    return any(v["status"] == "unconfirmed" and _own_failure(v["summary"]) for v in record.get("verdicts", {}).values())
+    return any(_own_failure(reason) for reason in _undecided(record))
 
 
 def _share(part: int, whole: int) -> float | None:
@@ -200,10 +207,8 @@ def summarize(records: list[dict]) -> dict:
     violating = sum(bool(_confirmed(r)) for r in pairs)
     accepted = sum(_allclose(r) == ACCEPTED for r in pairs)
     rejected = sum(allclose_rejected(r) for r in pairs)
-    failed = [_label(record, reason=record.get("reason") or next(
-        v["summary"] for v in record.get("verdicts", {}).values()
-        if v["status"] == "unconfirmed" and _own_failure(v["summary"])))
-        for record in pairs if _blames_kanalyze(record)]
+    failed = [_label(record, reason=record.get("reason") or next(r for r in _undecided(record) if _own_failure(r)))
+              for record in pairs if _blames_kanalyze(record)]
     return {
         "pairs": len(pairs),
         "done": sum(r.get("status") == "done" for r in pairs),

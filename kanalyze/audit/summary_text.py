@@ -90,8 +90,8 @@ def _head(summary: dict) -> list[str]:
 
 
 def _baseline(counts: dict) -> str:
-    return (f"the problem's own inputs (baseline, calibrated against float64): {counts['passed']} passed, "
-            f"{counts['failed']} failed, {counts['undecided']} undecided, {counts['not_run']} not run")
+    return (f"baseline (the problem's own inputs): {counts['passed']} passed, {counts['failed']} failed, "
+            f"{counts['undecided']} undecided, {counts['not_run']} not run")
 
 
 def _differential(differential: dict) -> list[str]:
