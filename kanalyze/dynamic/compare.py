@@ -76,16 +76,53 @@ def _parts(*leaves: Leaf):
         yield (start, *[as_float64(Leaf(flat[start:start + CHUNK], leaf.dtype)) for flat, leaf in zip(flats, leaves)])
 
 
+def _chunks(*leaves: Leaf):
+    """The leaves' flat values as Leafs, CHUNK elements at a time: (offset, parts...)."""
+    flats = [leaf.array.reshape(-1) for leaf in leaves]
+    for start in range(0, flats[0].size, CHUNK):
+        yield (start, *[Leaf(flat[start:start + CHUNK], leaf.dtype) for flat, leaf in zip(flats, leaves)])
+
+
+def _float64_copy(part: Leaf) -> np.ndarray:
+    """The part's values in float64, in an array of their own (to be written in place)."""
+    values = as_float64(part)
+    return values.copy() if np.shares_memory(values, part.array) else values
+
+
+def _finite(part: Leaf) -> np.ndarray:
+    """Where the part's values are finite, read in their own dtype where numpy has it."""
+    if part.dtype == "bfloat16" or part.dtype.startswith("float8"):   # stored as raw bits
+        return np.isfinite(as_float64(part))
+    if part.array.dtype.kind in "fc":
+        return np.isfinite(part.array)
+    return np.ones(part.array.shape, dtype=bool)   # integers and booleans
+
+
+def _abs_difference(values: np.ndarray, exact: np.ndarray) -> np.ndarray:
+    """|values − exact|, in `values`' own array where it is real (no temporaries)."""
+    if values.dtype.kind == "c" or exact.dtype.kind == "c":
+        return np.abs(values - exact)
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.subtract(values, exact, out=values)
+        return np.abs(values, out=values)
+
+
 def calibrated_bound(working: Leaf, expected64, terms: int = 1) -> tuple[float, float]:
     """(bound, reference error) for outputs of `working`'s dtype; `expected64` is the float64
     reference (a Leaf, or its float64 array); `terms`, the reference's longest reduction."""
     if not isinstance(expected64, Leaf):
         expected64 = Leaf(np.asarray(expected64, dtype=np.float64), "float64")
     reference_error, scale = 0.0, 0.0
-    for _, ref, exact in _parts(working, expected64):
-        finite = np.isfinite(ref) & np.isfinite(exact)
-        reference_error = max(reference_error, float(np.max(np.abs(ref[finite] - exact[finite]), initial=0.0)))
-        scale = max(scale, float(np.max(np.abs(exact[finite]), initial=0.0)))
+    for _, ref_part, exact_part in _chunks(working, expected64):
+        exact = as_float64(exact_part)
+        finite = np.isfinite(exact) & _finite(ref_part)
+        error = _abs_difference(_float64_copy(ref_part), exact)
+        magnitude = np.abs(exact)
+        if not finite.all():
+            error[~finite] = 0.0
+            magnitude[~finite] = 0.0
+        reference_error = max(reference_error, float(np.max(error, initial=0.0)))
+        scale = max(scale, float(np.max(magnitude, initial=0.0)))
     eps = EPS.get(working.dtype, 0.0)
     return max(FACTOR * reference_error, FLOOR_ULPS * growth(terms) * eps * (scale or 1.0)), reference_error
 
@@ -97,7 +134,8 @@ def check_values(observed: Leaf, working: Leaf, expected64_leaf: Leaf, bound: fl
     Elements where the float64 reference is not finite are left to EXC001, and so
     are those where the reference in its own dtype is not (a value beyond the
     dtype's range: fp16 overflows past 65504 in torch as in the candidate);
-    elsewhere a non-finite observed value is an infinite error.
+    elsewhere a non-finite observed value is an infinite error.  Each chunk is
+    read a few times, in place: a problem's outputs reach 2^31 elements.
     """
     calibrated, reference_error = calibrated_bound(working, expected64_leaf, terms)
     bound = calibrated if bound is None else bound
@@ -107,14 +145,20 @@ def check_values(observed: Leaf, working: Leaf, expected64_leaf: Leaf, bound: fl
     if numel == 0:
         return ValueCheck(True, 0.0, bound, reference_error, None, None, None, 0, 0, terms=terms)
     worst, at, observed_at, expected_at, mismatches = -1.0, 0, None, None, 0
-    for start, out, ref, exact in _parts(observed, working, expected64_leaf):
-        considered = np.isfinite(exact) & np.isfinite(ref)
-        with np.errstate(invalid="ignore", over="ignore"):
-            error = np.where(considered, np.abs(out - exact), 0.0)
-        error = np.where(considered & ~np.isfinite(out), np.inf, error)
+    for start, out_part, ref_part, exact_part in _chunks(observed, working, expected64_leaf):
+        exact = as_float64(exact_part)
+        considered = np.isfinite(exact) & _finite(ref_part)
+        error = _abs_difference(_float64_copy(out_part), exact)
+        if not considered.all():
+            error[~considered] = 0.0
+        nan = np.isnan(error)
+        if nan.any():
+            error[nan] = np.inf   # a NaN observed where the reference is finite
         i = int(np.argmax(error))
         if error[i] > worst:   # the first largest error, as one argmax over the whole would find
-            worst, at, observed_at, expected_at = float(error[i]), start + i, float(out[i]), float(exact[i])
+            worst, at = float(error[i]), start + i
+            observed_at, expected_at = float(as_float64(Leaf(out_part.array[i:i + 1], out_part.dtype))[0].real), \
+                float(exact[i].real)
         mismatches += int(np.count_nonzero(error > bound))
     shape = observed.array.shape
     index = tuple(int(i) for i in np.unravel_index(at, shape)) if shape else ()
