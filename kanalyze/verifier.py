@@ -64,7 +64,7 @@ class Allclose:
 
 @dataclass(frozen=True)
 class VerifyResult:
-    passed: bool                 # allclose PASS, no clause confirmed, none unconfirmed
+    passed: bool                 # allclose PASS, no clause confirmed, none unconfirmed, the baseline decided
     outcome: str                 # passed | rejected | violation | unconfirmed | invalid
     reason: str                  # one line: why this outcome
     clauses: dict[str, Clause]
@@ -73,6 +73,9 @@ class VerifyResult:
     references: dict[str, int]   # reference outcomes this call reused / had computed
     candidate: str               # the file verified
     findings: list[dict] = field(default_factory=list)   # the static findings: code, row, message, kernel
+    # The problem's own inputs, called twice and held to float64: {"status": "passed" | "failed" |
+    # "undecided", "summary"}; None where no gate ran.
+    baseline: dict | None = None
 
     def by_status(self, status: str) -> list[Clause]:
         return [c for c in self.clauses.values() if c.status == status]
@@ -157,11 +160,11 @@ class Verifier:
         references = {"reused": REFERENCES.hits - hits, "computed": REFERENCES.misses - misses}
         clauses = _clauses(raw["static"], raw["verdicts"])
         allclose = Allclose(raw["allclose"]["verdict"], raw["allclose"]["detail"])
-        outcome, reason = _outcome(clauses, allclose)
+        outcome, reason = _outcome(clauses, allclose, raw.get("baseline"))
         seconds = {"check": round(checked, 3), **{k: v for k, v in raw["seconds"].items() if k != "steps"},
                    "total": round(time.monotonic() - started, 3)}
         return VerifyResult(outcome == PASSED, outcome, reason, clauses, allclose, seconds, references, path,
-                            raw["static"])
+                            raw["static"], raw.get("baseline"))
 
     # ------------------------------------------------------------ files
 
@@ -295,11 +298,15 @@ def _clauses(static: list[dict], verdicts: dict[str, dict]) -> dict[str, Clause]
     return dict(sorted(clauses.items()))
 
 
-def _outcome(clauses: dict[str, Clause], allclose: Allclose) -> tuple[str, str]:
-    """rejected (allclose does not accept it) > violation (a clause confirmed) > unconfirmed > passed."""
+def _outcome(clauses: dict[str, Clause], allclose: Allclose, baseline: dict | None = None) -> tuple[str, str]:
+    """rejected (allclose does not accept it) > violation (a clause confirmed) > unconfirmed > passed.
+    A baseline kanalyze could not decide (its reference worker died, say) is unconfirmed too:
+    with nothing flagged it is the only gate that ran."""
     said = lambda c: f"{c.code} {c.status}: {c.message}"  # noqa: E731
     confirmed = [said(c) for c in clauses.values() if c.status == "confirmed"]
     unconfirmed = [said(c) for c in clauses.values() if c.status == "unconfirmed"]
+    if baseline and baseline.get("status") == "undecided" and not unconfirmed:
+        unconfirmed = [f"baseline undecided: {baseline.get('summary')}"]
     if not allclose.passed:
         return REJECTED, "; ".join([f"allclose {allclose.verdict}: {allclose.detail}", *confirmed])
     if confirmed:

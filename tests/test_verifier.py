@@ -67,6 +67,11 @@ def test_the_outcome_contract() -> None:
         "unconfirmed", "ORD001 unconfirmed: no address got three programs")
     assert _outcome({"MEM001": refuted, "CMP003": flagged}, accept) == (
         "passed", "allclose PASS (5 trials); refuted: MEM001")
+    # Nothing flagged: the baseline is the only gate that ran, and it must have been decided.
+    died = {"status": "undecided", "summary": "the reference crashed: the worker exited with code 70"}
+    assert _outcome({}, accept, died) == (
+        "unconfirmed", "baseline undecided: the reference crashed: the worker exited with code 70")
+    assert _outcome({}, accept, {"status": "passed", "summary": "within the calibrated bound"})[0] == "passed"
 
 
 pytest.importorskip("torch")
@@ -127,6 +132,7 @@ def test_the_clean_twin_passes(loop) -> None:
     result = loop["results"]["twin"]
     assert result.passed and result.outcome == "passed", result.reason
     assert result.allclose.verdict == "PASS"
+    assert result.baseline["status"] == "passed", result.baseline
     assert not any(c.status in ("confirmed", "unconfirmed") for c in result.clauses.values())
 
 
