@@ -117,6 +117,11 @@ def test_the_page_loads_without_errors_loads_nothing_else_and_runs_no_injected_m
                     sum(r["verdicts"][code]["status"] == "unconfirmed" for r in records)]
         assert shown[code] == expected, code
     assert shown["MEM002"][0] == 1 and shown["CMP001"][0] == 2  # the plants, and the hostile candidate's raise
+    # Each pair's baseline (the problem's own inputs), as its line says.
+    cells = browser.evaluate(f"Array.from(document.querySelectorAll('#pairs tbody td:nth-child("
+                             f"{[c for c, _ in COLUMNS].index('baseline') + 1})')).map(c => c.textContent)")
+    assert cells == [(r.get("baseline") or {}).get("status", "") for r in records]
+    assert "failed" in cells                                                               # the raise
 
 
 def test_clicking_a_column_sorts_the_pairs_table(audited, browser) -> None:

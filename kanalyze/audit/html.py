@@ -110,7 +110,11 @@ def _summary(page: Page, summary: dict) -> str:
         ("accepted by allclose, yet a violation confirmed",
          _share(differential["allclose_accepts_kanalyze_confirms"], accepted)),
         ("rejected by allclose, no violation confirmed", str(differential["allclose_rejects_kanalyze_confirms_nothing"])),
-        ("kanalyze failed on", f"{summary['kanalyze_failed']} pairs (their verdicts are not the candidates')"),
+        ("the problem's own inputs (baseline)", "{passed} passed, {failed} failed, {undecided} undecided, "
+                                                "{not_run} not run".format(**summary["baseline"])),
+        ("kanalyze failed on", f"{summary['kanalyze_failed']} pairs (their verdicts are not the candidates')"
+                               + (f"; {summary['retried_alone']} ran short beside others and ran again alone"
+                                  if summary["retried_alone"] else "")),
         ("static pass against the gates", _static_text(summary["static"])),
         ("time per pair", _time_text(summary["seconds_per_pair"])),
     ]

@@ -94,6 +94,14 @@ def findings(page: Page, record: dict) -> str:
                  + f': <span class="message">{page.text(f.get("message"), multiline=True)}</span></li>'
                  for f in static]
         parts.append("<p>Static findings:</p><ul>" + "".join(items) + "</ul>")
+    baseline = record.get("baseline") or {}
+    if baseline.get("status"):
+        shown_as = STATUS_CLASS.get(BASELINE_CLASS.get(baseline["status"]), "")
+        parts.append(f'<p>Baseline (the problem\'s own inputs): <span class="{shown_as}">'
+                     f'{page.text(baseline["status"])}</span>: <span class="message">'
+                     f'{page.text(baseline.get("summary"), multiline=True)}</span></p>')
+    if record.get("retried"):
+        parts.append(f'<p>{page.text(record["retried"])}</p>')
     allclose = record.get("allclose") or {}
     if allclose.get("detail"):
         parts.append(f'<p>allclose: {page.text(allclose.get("verdict"))}: '
@@ -116,7 +124,10 @@ def _metadata(page: Page, record: dict) -> str:
 
 # (heading, numeric?) of the pairs table, in order; report.js sorts by any of them.
 COLUMNS = (("pair", False), ("candidate", False), ("problem", False), ("status", False), ("allclose", False),
-           ("violations", True), ("static findings", True), ("seconds", True), ("findings", False))
+           ("baseline", False), ("violations", True), ("static findings", True), ("seconds", True),
+           ("findings", False))
+# A baseline's status shown as the gate status it amounts to (its CSS class).
+BASELINE_CLASS = {"passed": "refuted", "failed": "confirmed", "undecided": "unconfirmed"}
 
 
 def _row(page: Page, record: dict) -> str:
@@ -136,6 +147,7 @@ def _row(page: Page, record: dict) -> str:
         f'<td title="{page.text(problem)}">{page.text(name_of(problem))}</td>',
         f"<td>{status_cell}</td>",
         f"<td>{page.text((record.get('allclose') or {}).get('verdict', ''))}</td>",
+        f"<td>{page.text((record.get('baseline') or {}).get('status', ''))}</td>",
         f'<td class="n" data-sort="{len(codes)}">{len(codes)}'
         + (f'<br><span class="confirmed">{page.text(", ".join(codes))}</span>' if codes else "") + "</td>",
         f'<td class="n">{len(record.get("static", []))}</td>',
