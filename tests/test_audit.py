@@ -274,3 +274,32 @@ def test_a_shortage_is_read_from_any_part_of_a_result() -> None:
         "status": "undecided", "summary": "kanalyze could not read the case's device arrays: NoRoom: no room"}})
     assert "NoRoom" in starved({"status": "done", "allclose": {}, "verdicts": {"MEM001": {
         "status": "unconfirmed", "summary": "kanalyze could not read the case's device arrays: NoRoom: no room"}}})
+
+
+def test_pairs_start_beside_others_only_while_the_disk_has_room(tmp_path) -> None:
+    """With no room on the disk, pairs of `--jobs 3` run one after another (a pair always
+    starts when none runs); with room, side by side."""
+    worker = tmp_path / "worker.py"
+    worker.write_text(
+        "import json, os, sys, time\n"
+        "log = os.path.join(os.path.dirname(sys.argv[0]), 'runs.log')\n"
+        "with open(log, 'a') as f: f.write(f'start {time.monotonic()}\\n')\n"
+        "time.sleep(0.4)\n"
+        "json.dump({'static': [], 'verdicts': {}, 'allclose': {'verdict': 'PASS', 'detail': ''}}, "
+        "open(sys.argv[2], 'w'))\n"
+        "with open(log, 'a') as f: f.write(f'end {time.monotonic()}\\n')\n")
+    jobs = [(str(n), {"candidate": f"c{n}.py"}) for n in range(3)]
+
+    def most_at_once(room) -> int:
+        log = tmp_path / "runs.log"
+        log.unlink(missing_ok=True)
+        executor = LocalExecutor(jobs=3, seconds=30, command=[sys.executable, str(worker)], room=room)
+        assert len(list(executor.run(jobs))) == 3
+        running, most = 0, 0
+        for line in log.read_text().splitlines():   # appended as they happened
+            running += 1 if line.startswith("start") else -1
+            most = max(most, running)
+        return most
+
+    assert most_at_once(lambda: False) == 1
+    assert most_at_once(lambda: True) >= 2

@@ -10,7 +10,10 @@ what it started too.  A child that crashes, is killed or overruns still gives a
 result: {"status": "crashed" | "timeout", "reason": ...}; one that finishes gives
 {"status": "done", ...pair.py's result}.  The caller (run.py) writes the journal.
 
-Pairs run side by side share the device, the memory and the disk.  A pair whose
+Pairs run side by side share the device, the memory and the disk.  A pair starts
+beside others only while the temporary directory's disk has a quarter of its size
+free (at least 8 GiB): a problem at KernelBench's real sizes writes gigabytes of
+inputs and outputs there.  A pair whose
 run ran short of one of them (`starved`: a CUDA or host out-of-memory, a full
 disk) is not written then: it runs again alone once the others have ended, and its
 line says so (`"retried"`).  Its first run decided nothing about the candidate:
@@ -27,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Iterable, Iterator
@@ -38,12 +42,29 @@ class ExecutorError(Exception):
     """An executor that cannot run at all (Ray not installed or not reachable): exit 2."""
 
 
+# A pair starts beside others only with this much of the temporary directory's disk free.
+ROOM_SHARE, ROOM_BYTES = 0.25, 8 * 2 ** 30
+
+
+def disk_room() -> bool:
+    """Whether the temporary directory's disk has room for one more pair beside the others."""
+    try:
+        usage = shutil.disk_usage(tempfile.gettempdir())
+    except OSError:
+        return True   # unknown: the pair's own NoRoom check still stops it cleanly
+    return usage.free >= max(ROOM_BYTES, ROOM_SHARE * usage.total)
+
+
 class LocalExecutor:
-    def __init__(self, jobs: int = 1, seconds: float = 600.0, command: list[str] | None = None) -> None:
+    def __init__(self, jobs: int = 1, seconds: float = 600.0, command: list[str] | None = None,
+                 room=disk_room) -> None:
         self.jobs = max(1, jobs)
         self.seconds = seconds
         # The child's command line, SPEC and OUT appended (tests swap in one that crashes).
         self.command = command or [sys.executable, "-m", "kanalyze.audit.pair"]
+        self.room = room                     # () -> bool: may one more pair start beside the others
+        self._running = 0
+        self._turn = threading.Condition()
 
     def run(self, jobs: Iterable[tuple[str, dict]]) -> Iterator[tuple[tuple[str, dict], dict]]:
         again: list[tuple[tuple[str, dict], str]] = []
@@ -64,12 +85,19 @@ class LocalExecutor:
             yield job, {**result, "retried": f"ran again alone: beside other pairs it ran short ({shortage})"}
 
     def run_one(self, spec: dict) -> dict:
+        with self._turn:   # alone, or beside others while the disk has room
+            while self._running and not self.room():
+                self._turn.wait(timeout=2.0)
+            self._running += 1
         folder = tempfile.mkdtemp(prefix="kanalyze-audit-")
         started = time.monotonic()
         try:
             return {**self._run_in(folder, spec), "wall_seconds": round(time.monotonic() - started, 3)}
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+            with self._turn:
+                self._running -= 1
+                self._turn.notify_all()
 
     def _run_in(self, folder: str, spec: dict) -> dict:
         spec_path, out_path = os.path.join(folder, "spec.json"), os.path.join(folder, "result.json")
