@@ -10,6 +10,12 @@ holds both to the same answers.
 
     python bench/bench_judge.py                      # 1024 x 8192 float32, 5 rounds
     python bench/bench_judge.py --numel 67108864 --rounds 3
+    python bench/bench_judge.py --gates              # every gate's judge: side by side or one at a time
+
+`--gates` runs every gate on the CPU (Triton's interpreter) on a generated elementwise
+problem of 1024 x 4096 float32 and its candidate, twice each way, alternating: the gates
+judging side by side in threads (as `run_gates` does), then one at a time, and prints the
+`judge` step's seconds, their ratio and whether the verdicts agree.
 """
 
 from __future__ import annotations
@@ -65,11 +71,92 @@ def product_check(observed: Leaf, working: Leaf, expected64: Leaf, terms: int = 
     return c.ok, c.max_error, c.bound, c.reference_error, c.index, c.observed, c.expected, c.mismatches
 
 
+PROBLEM = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.tanh(x) * 2.0
+
+
+batch_size, dim = 1024, 4096
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+CANDIDATE = """
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def tanh2_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    e = tl.exp(-2.0 * tl.abs(x))
+    t = tl.where(x < 0, -(1.0 - e) / (1.0 + e), (1.0 - e) / (1.0 + e))
+    tl.store(y_ptr + offs, t * 2.0, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        tanh2_kernel[(triton.cdiv(x.numel(), 65536),)](x, y, x.numel(), BLOCK=65536)
+        return y
+"""
+
+
+def gates_side_by_side() -> int:
+    import os
+    import tempfile
+
+    from kanalyze.dynamic import runner
+    from kanalyze.dynamic.gates import gates_by_code
+    from kanalyze.dynamic.harness import find_harness
+    from kanalyze.dynamic.sandbox.process import Limits
+
+    folder = tempfile.mkdtemp(prefix="bench-judge-")
+    for name, text in (("problem.py", PROBLEM), ("candidate.py", CANDIDATE)):
+        Path(folder, name).write_text(text)
+    harness = find_harness(os.path.join(folder, "candidate.py"), reference=os.path.join(folder, "problem.py"))
+    codes = [code for code, gate in gates_by_code().items() if not gate.kernel_harness]
+    options = runner.Options(mode="cpu", max_numel=1 << 22, limits=Limits(case_seconds=300))
+    cores, times, verdicts = os.cpu_count, {"side by side": [], "one at a time": []}, {}
+    try:
+        for _ in range(2):
+            for name, count in (("side by side", cores), ("one at a time", lambda: 1)):
+                runner.os.cpu_count = count
+                run = runner.run_gates(harness, codes, options=options)
+                times[name].append(run.environment["seconds"]["judge"])
+                verdicts.setdefault(name, sorted((v.code, v.status) for v in run.verdicts))
+    finally:
+        runner.os.cpu_count = cores
+    side, alone = (statistics.median(times[name]) for name in ("side by side", "one at a time"))
+    print(f"every gate on 1024 x 4096 float32 ({os.cpu_count()} cores), judge seconds: side by side {side:.2f}, "
+          f"one at a time {alone:.2f} ({alone / side:.2f}x); same verdicts: "
+          f"{verdicts['side by side'] == verdicts['one at a time']}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--numel", type=int, default=1024 * 8192)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--gates", action="store_true", help="every gate's judge, side by side or one at a time")
     args = parser.parse_args()
+    if args.gates:
+        return gates_side_by_side()
     rng = np.random.default_rng(0)
     exact = rng.standard_normal(args.numel)
     working = exact.astype(np.float32)

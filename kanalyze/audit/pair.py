@@ -134,6 +134,8 @@ def run_pair(spec: dict) -> dict:
 
         thread = threading.Thread(target=overlap, daemon=True)
         thread.start()
+    if spec.get("problem") is not None:
+        _begin_workers(spec)
     static = static_pass(spec["candidate"], spec.get("extend_select"), spec.get("ir", False))
     static_seconds = time.monotonic() - started
     codes = gate_codes(spec["gates"], static)
@@ -152,6 +154,14 @@ def run_pair(spec: dict) -> dict:
     return {"static": static, "verdicts": verdicts, "baseline": baseline, "allclose": allclose,
             "seconds": {"static": round(static_seconds, 3), "gates": round(gate_seconds, 3),
                         "allclose": round(allclose.pop("seconds"), 3), "steps": steps}}
+
+
+def _begin_workers(spec: dict) -> None:
+    """The gates' zygote starts now: its imports of torch and triton (and the meta device's
+    first use, where PRC002 surely runs) overlap the static pass, as `check --dynamic`'s do."""
+    from kanalyze.dynamic.sandbox.process import gates_need_meta, prestart_zygote
+
+    prestart_zygote(spec["device"], wait=False, warm_meta=gates_need_meta(spec["gates"]))
 
 
 def _die_with_parent() -> None:

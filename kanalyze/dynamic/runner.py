@@ -16,6 +16,7 @@ import glob
 import os
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from kanalyze.dynamic.cases import Case, Run
@@ -203,33 +204,35 @@ def _judge(results: list[Result], codes, contexts, gates, replay: bool,
                          "this gate's property cannot be told apart from that")
                 if "CMP001" not in codes:
                     verdicts.append(found)
+    decided: dict[str, list[Verdict]] = {}   # per gate, said without its judge
+    tasks: dict[str, tuple[list[Result], list[Result]]] = {}
     for code in codes:
         ran = [r for r in results if r.case.gate == code]
         own = [r for r in ran if not r.kanalyze_failure()]
         lost = [r for r in ran if r.kanalyze_failure()]
+        said = lambda why, cases=own: [Verdict(code, UNCONFIRMED, why, [r.case for r in cases],  # noqa: E731
+                                                gate=gates[code].name)]
         if lost and not own:
-            verdicts.append(Verdict(code, UNCONFIRMED, f"kanalyze could not run this gate: {lost[0].kanalyze_failure()}",
-                                    [r.case for r in lost], gate=gates[code].name))
-            continue
-        if code == "CMP001" and any(v.code == "CMP001" for v in verdicts):
-            continue   # the baseline's failure is CMP001's verdict: said once
-        if blocked and (code != "CMP001" or not own):
-            verdicts.append(Verdict(code, UNCONFIRMED, blocked, [r.case for r in own], gate=gates[code].name))
-            continue
-        if wrong and code in VALUE_GATES and not flags_by_code.get(code):
-            verdicts.append(Verdict(code, UNCONFIRMED, wrong, [r.case for r in own], gate=gates[code].name))
-            continue
-        if not own:
-            verdicts.append(Verdict(code, UNCONFIRMED, "no case of this gate in the witness", gate=gates[code].name))
-            continue
-        try:
-            judged = gates[code].judge(contexts[code], own)
-            verdicts.extend(_without_lost_power(v, lost) for v in (judged if isinstance(judged, list) else [judged]))
-        except CannotJudge as exc:
-            verdicts.append(Verdict(code, UNCONFIRMED, str(exc), [r.case for r in own], gate=gates[code].name))
-        except Exception as exc:  # a bug in one gate must not hide the others
-            verdicts.append(Verdict(code, UNCONFIRMED, f"the gate failed: {type(exc).__name__}: {exc}",
-                                    [r.case for r in own], gate=gates[code].name))
+            decided[code] = said(f"kanalyze could not run this gate: {lost[0].kanalyze_failure()}", lost)
+        elif code == "CMP001" and any(v.code == "CMP001" for v in verdicts):
+            decided[code] = []   # the baseline's failure is CMP001's verdict: said once
+        elif blocked and (code != "CMP001" or not own):
+            decided[code] = said(blocked)
+        elif wrong and code in VALUE_GATES and not flags_by_code.get(code):
+            decided[code] = said(wrong)
+        elif not own:
+            decided[code] = said("no case of this gate in the witness", [])
+        else:
+            tasks[code] = (own, lost)
+    # Each gate judges its own cases, apart from the others: side by side (numpy leaves the GIL
+    # on large arrays, and a problem's outputs reach 2^31 elements).
+    workers = max(1, min(len(tasks), os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {code: pool.submit(_judge_gate, gates[code], contexts[code], own, lost)
+                   for code, (own, lost) in tasks.items()}
+        judged = {code: future.result() for code, future in futures.items()}
+    for code in codes:
+        verdicts.extend(decided[code] if code in decided else judged[code])
     if changed is not None and "INT001" in codes:   # the probe's own cases may not have shown it
         verdicts = [changed if v.code == "INT001" and v.status != CONFIRMED else v for v in verdicts]
     if blocked and "CMP001" in codes and not any(v.code == "CMP001" for v in verdicts):
@@ -237,6 +240,18 @@ def _judge(results: list[Result], codes, contexts, gates, replay: bool,
     if blocked and outcome["status"] != "failed":
         outcome = {"status": "undecided", "summary": blocked}
     return _name_the_cause(verdicts), outcome
+
+
+def _judge_gate(gate, ctx: GateContext, own: list[Result], lost: list[Result]) -> list[Verdict]:
+    """One gate's verdicts on the cases it ran; a refutation that lost cases to kanalyze is not one."""
+    try:
+        judged = gate.judge(ctx, own)
+        return [_without_lost_power(v, lost) for v in (judged if isinstance(judged, list) else [judged])]
+    except CannotJudge as exc:
+        return [Verdict(gate.code, UNCONFIRMED, str(exc), [r.case for r in own], gate=gate.name)]
+    except Exception as exc:  # a bug in one gate must not hide the others
+        return [Verdict(gate.code, UNCONFIRMED, f"the gate failed: {type(exc).__name__}: {exc}",
+                        [r.case for r in own], gate=gate.name)]
 
 
 def _own_inputs(summary: str) -> str:
