@@ -13,11 +13,11 @@ result: {"status": "crashed" | "timeout", "reason": ...}; one that finishes give
 Pairs run side by side share the device, the memory and the disk.  A pair starts
 beside others only while the temporary directory's disk has a quarter of its size
 free (at least 8 GiB): a problem at KernelBench's real sizes writes gigabytes of
-inputs and outputs there.  A pair whose
-run ran short of one of them (`starved`: a CUDA or host out-of-memory, a full
-disk) is not written then: it runs again alone once the others have ended, and its
-line says so (`"retried"`).  Its first run decided nothing about the candidate:
-the shortage came from its neighbours.
+inputs and outputs there.  A pair whose run ran short of one of them (`starved`: a
+CUDA or host out-of-memory, a full disk) is not written then: it runs again alone
+once the others have ended, and its line says so (`"retried"`).  Its first run
+decided nothing about the candidate: the shortage may have been its neighbours'.
+
 ray_executor.py runs the same `run_one` inside each Ray task (`--executor ray`).
 """
 

@@ -161,9 +161,10 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
 
 def _judge(results: list[Result], codes, contexts, gates, replay: bool,
            flags_by_code: dict) -> tuple[list[Verdict], dict | None]:
-    """Each gate's verdict, and what the baseline showed.  A candidate that fails on the problem's own inputs blocks every
-    gate (reported once, as CMP001); one whose values are wrong there blocks the value gates
-    that no static flag asked for (they would all fail for that one reason)."""
+    """Each gate's verdict, and what the baseline showed.  A candidate that fails on the
+    problem's own inputs blocks every gate (reported once, as CMP001); one whose values are
+    wrong there blocks the value gates that no static flag asked for (they would all fail for
+    that one reason)."""
     violation = next((r for r in results if r.violation()), None)
     if violation is not None:
         return _protocol_violation(violation, codes, gates), None
@@ -210,18 +211,17 @@ def _judge(results: list[Result], codes, contexts, gates, replay: bool,
         ran = [r for r in results if r.case.gate == code]
         own = [r for r in ran if not r.kanalyze_failure()]
         lost = [r for r in ran if r.kanalyze_failure()]
-        said = lambda why, cases=own: [Verdict(code, UNCONFIRMED, why, [r.case for r in cases],  # noqa: E731
-                                                gate=gates[code].name)]
         if lost and not own:
-            decided[code] = said(f"kanalyze could not run this gate: {lost[0].kanalyze_failure()}", lost)
+            decided[code] = _undecided(gates[code], f"kanalyze could not run this gate: {lost[0].kanalyze_failure()}",
+                                       lost)
         elif code == "CMP001" and any(v.code == "CMP001" for v in verdicts):
             decided[code] = []   # the baseline's failure is CMP001's verdict: said once
         elif blocked and (code != "CMP001" or not own):
-            decided[code] = said(blocked)
+            decided[code] = _undecided(gates[code], blocked, own)
         elif wrong and code in VALUE_GATES and not flags_by_code.get(code):
-            decided[code] = said(wrong)
+            decided[code] = _undecided(gates[code], wrong, own)
         elif not own:
-            decided[code] = said("no case of this gate in the witness", [])
+            decided[code] = _undecided(gates[code], "no case of this gate in the witness", [])
         else:
             tasks[code] = (own, lost)
     # Each gate judges its own cases, apart from the others: side by side (numpy leaves the GIL
@@ -242,16 +242,19 @@ def _judge(results: list[Result], codes, contexts, gates, replay: bool,
     return _name_the_cause(verdicts), outcome
 
 
+def _undecided(gate, why: str, results: list[Result]) -> list[Verdict]:
+    return [Verdict(gate.code, UNCONFIRMED, why, [r.case for r in results], gate=gate.name)]
+
+
 def _judge_gate(gate, ctx: GateContext, own: list[Result], lost: list[Result]) -> list[Verdict]:
     """One gate's verdicts on the cases it ran; a refutation that lost cases to kanalyze is not one."""
     try:
         judged = gate.judge(ctx, own)
         return [_without_lost_power(v, lost) for v in (judged if isinstance(judged, list) else [judged])]
     except CannotJudge as exc:
-        return [Verdict(gate.code, UNCONFIRMED, str(exc), [r.case for r in own], gate=gate.name)]
+        return _undecided(gate, str(exc), own)
     except Exception as exc:  # a bug in one gate must not hide the others
-        return [Verdict(gate.code, UNCONFIRMED, f"the gate failed: {type(exc).__name__}: {exc}",
-                        [r.case for r in own], gate=gate.name)]
+        return _undecided(gate, f"the gate failed: {type(exc).__name__}: {exc}", own)
 
 
 def _own_inputs(summary: str) -> str:
