@@ -19,6 +19,8 @@ import sys
 import tempfile
 import time
 
+from kanalyze.audit.child import die_with_parent, kill_group
+
 TRIALS = 5
 TOLERANCE = 1e-2
 
@@ -73,13 +75,18 @@ def check(problem: str, candidate: str, device: str, timeout: float) -> dict:
         env["TRITON_INTERPRET"] = "1"        # Triton kernels run in its interpreter on the CPU
     with tempfile.TemporaryDirectory(prefix="kanalyze-allclose-") as folder:
         out = os.path.join(folder, "verdict.json")
+        # A session of its own: at the time limit, or when this check ends, whatever the
+        # candidate started ends with it (child.py: and it dies with this process).
+        done = subprocess.Popen([sys.executable, "-m", "kanalyze.audit.allclose", problem, candidate, device, out],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env=env, cwd=folder, start_new_session=True)
         try:
-            done = subprocess.run([sys.executable, "-m", "kanalyze.audit.allclose", problem, candidate, device, out],
-                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                  env=env, cwd=folder, timeout=max(timeout, 1.0))
+            done.wait(timeout=max(timeout, 1.0))
         except subprocess.TimeoutExpired:
             return {"verdict": "TIMEOUT", "detail": f"no verdict within {timeout:.0f} s",
                     "seconds": time.perf_counter() - started}
+        finally:
+            kill_group(done)
         try:
             with open(out, encoding="utf-8") as handle:
                 result = json.load(handle)
@@ -90,4 +97,5 @@ def check(problem: str, candidate: str, device: str, timeout: float) -> dict:
 
 
 if __name__ == "__main__":
+    die_with_parent()
     _run(*sys.argv[1:5])

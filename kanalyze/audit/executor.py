@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Iterable, Iterator
+
+from kanalyze.audit.child import kill_group
 
 STDERR_TAIL = 2000
 
@@ -110,11 +111,11 @@ class LocalExecutor:
             try:
                 code = child.wait(timeout=self.seconds)
             except subprocess.TimeoutExpired:
-                _kill_group(child)
+                kill_group(child)
                 return {"status": "timeout",
                         "reason": f"kanalyze's pair worker did not finish within --pair-timeout {self.seconds:g} s"}
             finally:
-                _kill_group(child)    # whatever the child left running in its group
+                kill_group(child)    # whatever the child left running in its group
         try:
             with open(out_path, encoding="utf-8") as handle:
                 return {"status": "done", **json.load(handle)}
@@ -143,14 +144,6 @@ def starved(result: dict) -> str | None:
             if at >= 0:
                 return text[max(0, at - 60): at + 140].strip()
     return None
-
-
-def _kill_group(child: subprocess.Popen) -> None:
-    try:
-        os.killpg(child.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    child.wait()
 
 
 def _tail(path: str) -> str:

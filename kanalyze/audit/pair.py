@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import threading
 import time
+
+from kanalyze.audit.child import die_with_parent
 
 
 def static_pass(candidate: str, extend_select: list[str] | None = None, ir: bool = False) -> list[dict]:
@@ -164,21 +165,8 @@ def _begin_workers(spec: dict) -> None:
     prestart_zygote(spec["device"], wait=False, warm_meta=gates_need_meta(spec["gates"]))
 
 
-def _die_with_parent() -> None:
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        if os.getpgrp() == os.getpid():        # our own group (the executor's new session): end it all
-            os.killpg(0, signal.SIGKILL)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True).start()
-
-
 def main(spec_path: str, out_path: str) -> int:
-    _die_with_parent()
+    die_with_parent()
     with open(spec_path, encoding="utf-8") as handle:
         spec = json.load(handle)
     result = run_pair(spec)
