@@ -1,9 +1,15 @@
-"""KernelBench's allclose check runs the candidate in a process of its own: nothing of it
-outlives the check, whether the check times out or whoever asked for it dies first (a
-Verifier's overlapped check, an audit pair's worker killed at its limit)."""
+"""KernelBench's allclose check runs the candidate in a process of its own, confined as a
+candidate's worker is (sandbox/cage.py): nothing of it outlives the check, whether the check
+times out or whoever asked for it dies first (a Verifier's overlapped check, an audit pair's
+worker killed at its limit); it cannot write into the project, signal the caller or open its
+/proc files; and what it leaves as its verdict is read as untrusted input (a FIFO, a link, a
+huge file or garbage is a CRASHED verdict, never a hang or a traceback).  The hostile
+candidates are those of fixtures/kernelbench/hostile/, reporting through `observed/` as in
+tests/test_containment.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -11,6 +17,9 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+
+import pytest
+from observed import observed_for
 
 from kanalyze.audit import allclose
 
@@ -64,3 +73,89 @@ def test_a_check_whose_caller_dies_ends_with_it(tmp_path) -> None:
     subprocess.run([sys.executable, "-c", caller], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                    timeout=60, check=True)
     assert _gone(candidate), "the allclose check outlived its caller"
+
+
+def _hostile(tmp_path: Path, name: str) -> tuple[dict, Path]:
+    """KernelBench's check of a copy of the hostile candidate `name`: (its result, its observed/)."""
+    copy = tmp_path / f"level1_problem6_{name}.py"
+    shutil.copy(KB / "hostile" / copy.name, copy)
+    observed = observed_for(copy)
+    (observed / "targets.json").write_text(json.dumps({"kanalyze": os.getpid()}))
+    result = allclose.check(PROBLEM, str(copy), "cpu", 60.0)
+    # Each is a correct kernel: what it tried did not disturb its own run.
+    assert result["verdict"] == "PASS", result
+    return result, observed
+
+
+def _needs(result: dict, words: str) -> None:
+    """Skip, saying why, where this machine gave the check's process no such confinement."""
+    lacking = [gap for gap in result["contained"] if words in gap]
+    if lacking:
+        pytest.skip(lacking[0])
+
+
+def test_the_checks_process_cannot_write_into_the_project(tmp_path, monkeypatch) -> None:
+    project = tmp_path / "project"
+    (project / "level1").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    problem = project / "level1" / "6_leaky_relu.py"
+    shutil.copy(PROBLEM, problem)
+    copy = project / "level1_problem6_project_writer.py"
+    shutil.copy(KB / "hostile" / copy.name, copy)
+    out = observed_for(copy)
+    (out / "targets.json").write_text(json.dumps({"problem": str(problem), "cwd": str(project)}))
+    monkeypatch.chdir(project)
+    before = {path: path.read_bytes() for path in (problem, copy)}
+    result = allclose.check(str(problem), str(copy), "cpu", 60.0)
+    assert result["verdict"] == "PASS", result
+    _needs(result, "private view of the file system")
+    found = json.loads((out / "project-writer.json").read_text())
+    assert set(found) == {"beside", "own_source", "problem", "cwd"}, found
+    assert all(attempt.startswith("refused") for attempt in found.values()), found
+    assert {path: path.read_bytes() for path in (problem, copy)} == before
+    assert not list(project.rglob("planted-*"))
+
+
+def test_the_checks_process_cannot_signal_or_read_its_caller(tmp_path) -> None:
+    result, observed = _hostile(tmp_path, "pid_scan")
+    _needs(result, "PID namespace")
+    scan = json.loads((observed / "pid-scan.json").read_text())
+    assert str(os.getpid()) not in scan["signalable"], scan
+    assert not scan["grandparent_signalable"], scan
+    assert {int(pid) for pid in scan["signalable"]} <= set(scan["lineage"]), scan
+
+
+def test_the_checks_process_cannot_open_its_callers_proc_files(tmp_path) -> None:
+    _, observed = _hostile(tmp_path, "parent_environ")
+    attempts = json.loads((observed / "parent-environ.json").read_text())
+    for who, tried in attempts.items():
+        for part in ("environ", "fd/1", "mem"):
+            assert tried[part].startswith("refused"), f"/proc/{tried['pid']}/{part} of {who}: {tried[part]}"
+
+
+def test_a_daemon_the_candidate_starts_ends_with_the_check(tmp_path) -> None:
+    result, observed = _hostile(tmp_path, "setsid_daemon")
+    _needs(result, "PID namespace")
+    assert (observed / "daemon-started").exists(), "the daemon never ran: the test would prove nothing"
+    time.sleep(3.0)
+    assert not (observed / "daemon-outlived-the-worker").exists(), "the candidate's daemon outlived the check"
+
+
+# What a candidate leaves in place of the verdict once the check has written it (at exit).
+LEFT_AS_VERDICT = {
+    "a FIFO (an open would block)": ["os.unlink('verdict.json')", "os.mkfifo('verdict.json')"],
+    "a link to an endless file": ["os.unlink('verdict.json')", "os.symlink('/dev/zero', 'verdict.json')"],
+    "a 64 MiB file": ["open('verdict.json', 'w').write('[' * (64 << 20))"],
+    "a verdict KernelBench never gives": ["""open('verdict.json', 'w').write('{"verdict": "EXCELLENT", "detail": ""}')"""],
+}
+
+
+@pytest.mark.parametrize("left", sorted(LEFT_AS_VERDICT))
+def test_what_the_candidate_leaves_as_its_verdict_is_read_as_untrusted(tmp_path, left) -> None:
+    candidate = tmp_path / "level1_problem6_verdict_forger.py"
+    source = (KB / "candidates" / "level1_problem6_leaky_relu.py").read_text()
+    leave = "\n".join(f"    {line}" for line in LEFT_AS_VERDICT[left])
+    candidate.write_text(f"{source}\n\nimport atexit, os\n\n\ndef _leave():\n{leave}\n\n\natexit.register(_leave)\n")
+    result = allclose.check(PROBLEM, str(candidate), "cpu", 60.0)
+    assert result["verdict"] == "CRASHED", result
+    assert "verdict" in result["detail"], result

@@ -2,31 +2,50 @@
 problem and the candidate, seeds, and runs five trials of
 `torch.allclose(reference, output, atol=1e-2, rtol=1e-2)` at the problem's own sizes.
 
-    check(problem, candidate, device, timeout) -> {"verdict": ..., "detail": ..., "seconds": ...}
+    check(problem, candidate, device, timeout) -> {"verdict", "detail", "contained", "seconds"}
 
 verdict: PASS (every trial close: KernelBench accepts), FAIL (a trial's values or
 shape differ), ERROR (the candidate raised: KernelBench rejects), TIMEOUT, or
 CRASHED (the process died without a verdict).  The run's own output goes nowhere
-(a candidate may print gigabytes); the verdict comes back through a file.
+(a candidate may print gigabytes).
+
+The process is confined as a candidate's worker is (sandbox/cage.py).  It is the
+candidate's process, and the check's own code shares it, as KernelBench's does: the
+verdict is KernelBench's, exactly as trustworthy.  A candidate that patches
+`torch.allclose` or writes the verdict file fools this check as it fools KernelBench;
+none of kanalyze's verdicts rests on it (the audit reports it beside them).  What the
+candidate cannot do from here is what it cannot do from a worker: reach kanalyze, the
+host, or anything that outlives the check.  Before the problem and the candidate are
+imported, the process sends what held of its confinement through a pipe it then closes
+(`contained`: the protections it ran without, containment.gaps; empty when all held);
+the verdict comes back through a file in its scratch folder, read bounded and checked.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import select
+import signal
+import stat
 import subprocess
 import sys
-import tempfile
 import time
 
 from kanalyze.audit.child import die_with_parent, kill_group
 
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BOOTSTRAP = (f"import sys; sys.path.insert(0, {_ROOT!r}); "
+             "from kanalyze.audit.allclose import main; main(sys.argv[1:])")
+VERDICTS = ("PASS", "FAIL", "ERROR")
+MAX_VERDICT_BYTES = 64 * 1024     # what the parent reads of the verdict file (the candidate can write it)
 TRIALS = 5
 TOLERANCE = 1e-2
 
 
 def _run(problem: str, candidate: str, device: str, out: str) -> None:
-    """In the fresh process: import both, seed as KernelBench does, compare."""
+    """In the caged process: import both, seed as KernelBench does, compare."""
     import importlib.util
 
     def load(path: str, name: str):
@@ -69,33 +88,117 @@ def _run(problem: str, candidate: str, device: str, out: str) -> None:
 
 
 def check(problem: str, candidate: str, device: str, timeout: float) -> dict:
+    from kanalyze.dynamic.sandbox.cage import Cage
+
     started = time.perf_counter()
-    env = dict(os.environ)
-    if device == "cpu":
-        env["TRITON_INTERPRET"] = "1"        # Triton kernels run in its interpreter on the CPU
-    with tempfile.TemporaryDirectory(prefix="kanalyze-allclose-") as folder:
-        out = os.path.join(folder, "verdict.json")
+    problem, candidate = os.path.abspath(problem), os.path.abspath(candidate)
+    cage = Cage.build(device, candidate, problem)
+    status_r, status_w = os.pipe()
+    try:
+        with open(os.path.join(cage.scratch, "spec.json"), "w", encoding="utf-8") as handle:
+            json.dump(cage.limits, handle)
         # A session of its own: at the time limit, or when this check ends, whatever the
         # candidate started ends with it (child.py: and it dies with this process).
-        done = subprocess.Popen([sys.executable, "-m", "kanalyze.audit.allclose", problem, candidate, device, out],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                env=env, cwd=folder, start_new_session=True)
+        try:
+            done = subprocess.Popen([sys.executable, "-c", BOOTSTRAP, problem, candidate, device, str(os.getpid()),
+                                     str(status_w)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, pass_fds=(status_w,), env=cage.env, cwd=cage.scratch,
+                                    start_new_session=True)
+        finally:
+            os.close(status_w)
         try:
             done.wait(timeout=max(timeout, 1.0))
+            result = _verdict(os.path.join(cage.scratch, "verdict.json"), done.returncode)
         except subprocess.TimeoutExpired:
-            return {"verdict": "TIMEOUT", "detail": f"no verdict within {timeout:.0f} s",
-                    "seconds": time.perf_counter() - started}
+            result = {"verdict": "TIMEOUT", "detail": f"no verdict within {timeout:.0f} s"}
         finally:
             kill_group(done)
-        try:
-            with open(out, encoding="utf-8") as handle:
-                result = json.load(handle)
-        except (OSError, ValueError):
-            result = {"verdict": "CRASHED", "detail": f"the process ended with status {done.returncode} "
-                                                      "and no verdict (the problem failed to import, or it was killed)"}
+        result["contained"] = _gaps(_read_record(status_r))
+    finally:
+        os.close(status_r)
+        cage.close()
     return {**result, "seconds": time.perf_counter() - started}
 
 
-if __name__ == "__main__":
+def _verdict(path: str, code: int) -> dict:
+    """The verdict file, as the candidate may have left it: a regular file (not a link, not a
+    FIFO that would block this read), its first 64 KiB, one of the verdicts KernelBench gives."""
+    crashed = {"verdict": "CRASHED", "detail": f"the process {_ended(code)} and left no verdict "
+                                               "(the problem failed to import, or it was killed)"}
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return crashed
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return {**crashed, "detail": "the verdict file is not a regular file"}
+        data = os.read(fd, MAX_VERDICT_BYTES + 1)
+    finally:
+        os.close(fd)
+    try:
+        result = json.loads(data) if len(data) <= MAX_VERDICT_BYTES else None
+    except ValueError:
+        result = None
+    if not (isinstance(result, dict) and result.get("verdict") in VERDICTS and isinstance(result.get("detail"), str)):
+        return {**crashed, "detail": "the verdict file does not hold a verdict"}
+    return {"verdict": result["verdict"], "detail": result["detail"][:500]}
+
+
+def _ended(code: int) -> str:
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+        return f"died of {name}" + (" (killed: out of memory?)" if name == "SIGKILL" else "")
+    return f"ended with status {code}"
+
+
+def _read_record(fd: int) -> dict | None:
+    """What the process said of its confinement (a line, written before any candidate code)."""
+    data = b""
+    while len(data) <= MAX_VERDICT_BYTES and select.select([fd], [], [], 0)[0]:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        data += chunk
+    try:
+        record = json.loads(data.partition(b"\n")[0])
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _gaps(record: dict | None) -> list[str]:
+    from kanalyze.dynamic.containment import gaps
+
+    return gaps(record) if record else ["no record of its confinement: the process ended before it was made"]
+
+
+def main(argv: list[str]) -> None:
+    """The caged process: end with the caller, confine itself (still single-threaded), say
+    what held, then run KernelBench's trials."""
+    problem, candidate, device, parent, status_fd = argv[0], argv[1], argv[2], int(argv[3]), int(argv[4])
+    end_with(parent)
+    with open("spec.json", encoding="utf-8") as handle:
+        limits = json.load(handle)
+    os.unlink("spec.json")
+    from kanalyze.dynamic.sandbox import confine
+
+    applied = confine.apply_limits(limits)   # returns in the caged process (namespaces.py)
+    os.chdir(os.getcwd())   # the scratch folder as its file view shows it (bound back writable)
     die_with_parent()
-    _run(*sys.argv[1:5])
+    os.write(status_fd, json.dumps(applied, default=str).encode() + b"\n")
+    os.close(status_fd)
+    importlib.import_module("torch")   # before the guards, as in a worker
+    confine.install_guards()
+    _run(problem, candidate, device, os.path.abspath("verdict.json"))
+
+
+def end_with(parent: int) -> None:
+    """SIGKILL when the caller's thread ends; gone at once if the caller already is."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(1)

@@ -28,15 +28,13 @@ import select
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 
 import kanalyze
-from kanalyze import keys
-from kanalyze.dynamic.sandbox import cgroups, disguise, exits, extensions, mounts, namespaces, rundir, zygote_client
+from kanalyze.dynamic.sandbox import cage, cgroups, disguise, exits, extensions, namespaces, rundir, zygote_client
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(kanalyze.__file__)))
 BOOTSTRAP = (f"import sys; sys.path.insert(0, {_ROOT!r}); "
@@ -216,18 +214,12 @@ class Worker:
         return env, caches, {"extensions_root": caches[extensions.ROOT_VARIABLE]}
 
     def _view(self, spec: dict, caches: dict[str, str]) -> dict | None:
-        """What a candidate's worker sees of the files (mounts.py); the reference worker sees all."""
+        """What a candidate's worker sees of the files (cage.py); the reference worker sees all."""
         if self.role != "candidate":
             return None
-        writable = list(caches.values())
-        for folder in writable:   # made now: a read-only home leaves no room to make them later
-            try:
-                os.makedirs(folder, exist_ok=True)
-            except (OSError, TypeError):
-                pass
         harness = spec.get("harness") or {}
-        return mounts.plan(self.scratch, rundir.run_directory(), keys.key_directory(), writable,
-                           spec.get("visible", []), [os.getcwd(), harness.get("candidate"), harness.get("problem")])
+        return cage.candidate_view(self.scratch, caches, spec.get("visible", []),
+                                   [harness.get("candidate"), harness.get("problem")])
 
     def _fork(self, spec_path: str, control_r: int, status_w: int, env: dict[str, str]):
         """The worker, forked by the zygote; its output comes through a pipe of ours."""

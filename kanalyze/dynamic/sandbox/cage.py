@@ -1,0 +1,71 @@
+"""A fresh process confined as a candidate's worker is, for candidate code that kanalyze runs
+outside the worker protocol: KernelBench's own allclose check (audit/allclose.py), which
+must run the problem and the candidate in one process, as KernelBench does (parent side).
+
+    cage = Cage.build(mode, candidate, problem)   # scratch folder, environment, cgroup, file view
+    Popen([...], cwd=cage.scratch, env=cage.env, start_new_session=True)
+    # the process calls confine.apply_limits(cage.limits) first thing, single-threaded
+    cage.close()                                  # kills what is left in its cgroup, removes the scratch
+
+What the process gets is a candidate worker's containment (docs/worker-protocol.md): a
+cgroup over it and all it starts, rlimits, user, PID, mount and network namespaces, the
+view of the file system `candidate_view` plans (kanalyze's run directory and signing key
+hidden, the home and the project read-only, only its scratch folder and its compile caches
+writable), and the audit hook refusing sockets and processes but the compilers.  Its
+memory bound is the machine's (`cgroups.memory_limit` for a GPU) on either device: the
+check runs the problem's own sizes, never scaled.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+
+from kanalyze import keys
+from kanalyze.dynamic.sandbox import cgroups, disguise, mounts, namespaces, rundir
+
+
+def candidate_view(scratch: str, caches: dict[str, str], visible: list[str], paths: list) -> dict:
+    """What a candidate's process sees of the files (mounts.py): `caches` writable (made now: a
+    read-only home leaves no room to make them later), `visible` folders of the run directory
+    read-only, the git work trees of `paths` (the candidate, its problem) and of kanalyze's
+    working directory read-only."""
+    writable = list(caches.values())
+    for folder in writable:
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except (OSError, TypeError):
+            pass
+    return mounts.plan(scratch, rundir.run_directory(), keys.key_directory(), writable, visible,
+                       [os.getcwd(), *paths])
+
+
+@dataclass
+class Cage:
+    scratch: str     # the process's working directory, HOME and TMPDIR
+    env: dict        # its whole environment
+    limits: dict     # what it applies to itself (confine.apply_limits)
+
+    @classmethod
+    def build(cls, mode: str, candidate: str, problem: str) -> "Cage":
+        from kanalyze.dynamic.sandbox.process import Limits, candidate_caches, scrubbed_environment
+
+        namespaces.protect_this_process()   # kanalyze's /proc files closed to it
+        scratch = tempfile.mkdtemp(dir=rundir.run_directory())
+        env = scrubbed_environment(scratch, mode)
+        caches = candidate_caches(env, candidate)     # the gates' own: the check finds their JIT builds
+        env.update(disguise.cache_view(scratch, caches))
+        limits = Limits()
+        cgroup = cgroups.create(os.path.basename(scratch), cgroups.memory_limit("cuda", None),
+                                limits.process_margin)
+        return cls(scratch, env, {"memory_bytes": None, "file_bytes": limits.file_bytes,
+                                  "process_margin": limits.process_margin, "pid_namespace": True,
+                                  "files": candidate_view(scratch, caches, [], [candidate, problem]),
+                                  "cgroup": cgroup})
+
+    def close(self) -> None:
+        cgroups.remove(self.limits.get("cgroup"))
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
