@@ -91,6 +91,8 @@ def test_audit_over_a_manifest_gives_the_expected_verdicts(uninterrupted) -> Non
         assert Path(record["problem"]).name == problem
         assert {c: v["status"] for c, v in record["verdicts"].items()} == verdicts, candidate
         assert record["allclose"]["verdict"] == allclose, (candidate, record["allclose"])
+        # what the candidate's cages lacked, in words (empty where this machine gave them all)
+        assert isinstance(record["contained"], list) and isinstance(record["allclose"]["contained"], list)
         assert "sample" in record["metadata"]                # extra manifest keys kept
     plant = next(r for r in records if r["candidate"].endswith(CONTROLS["MEM002"]["plant"]))
     assert plant["verdicts"]["MEM002"]["static_flag"] is True       # the static pass flagged it first

@@ -336,3 +336,25 @@ def test_a_baseline_kanalyze_could_not_decide_counts_as_its_failure() -> None:
     assert [(f["id"], f["reason"]) for f in summary["kanalyze_failures"]] == [("died", died)]
     text = render_text(summary)
     assert "baseline (the problem's own inputs): 1 passed, 0 failed, 2 undecided, 1 not run" in text
+
+
+def test_a_candidate_that_ran_with_less_than_the_cage_is_said_once_per_gap() -> None:
+    """Where the kernel refused a namespace or a cgroup, the gates' workers or the allclose
+    check ran the candidate with less containment: the summary counts the pairs, says each gap
+    once with its count, and says nothing where every pair was recorded in the full cage."""
+    no_pids = "no PID namespace of its own (unshare refused)"
+    no_net = "no network namespace: network access is refused only by an audit hook"
+    records = [_pair("gates", {}, contained=[no_pids]),
+               _pair("both", {}, contained=[no_pids, no_net]),
+               _pair("full", {}, contained=[]),
+               _pair("old", {})]
+    records[1]["allclose"]["contained"] = [no_pids]
+    records[2]["allclose"]["contained"] = []
+    summary = summarize(records)
+    assert summary["containment"] == {"recorded": 3, "pairs": 2, "gaps": {no_pids: 2, no_net: 1}}
+    text = render_text(summary)
+    assert "containment: 2 pairs' candidates ran with less than the full cage" in text
+    assert f"  2 pairs: {no_pids}" in text and f"  1 pairs: {no_net}" in text
+    full = summarize([records[2]])
+    assert full["containment"] == {"recorded": 1, "pairs": 0, "gaps": {}}
+    assert "containment" not in render_text(full)

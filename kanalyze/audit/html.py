@@ -90,6 +90,15 @@ def _static_text(static: dict) -> str:
             f"({total['false_alarms']} flags refuted)")
 
 
+def _containment_text(containment: dict) -> str:
+    if not containment["recorded"]:
+        return "not recorded (journal lines of an earlier kanalyze)"
+    if not containment["pairs"]:
+        return f"every candidate ran in the full cage ({containment['recorded']} pairs recorded)"
+    return (f"{containment['pairs']} pairs' candidates ran with less than the full cage: "
+            + "; ".join(f"{gap} ({count} pairs)" for gap, count in containment["gaps"].items()))
+
+
 def _time_text(time: dict) -> str:
     if not time["pairs"]:
         return "n/a (no pair timed yet)"
@@ -115,6 +124,7 @@ def _summary(page: Page, summary: dict) -> str:
         ("kanalyze failed on", f"{summary['kanalyze_failed']} pairs (their verdicts are not the candidates')"
                                + (f"; {summary['retried_alone']} ran short beside others and ran again alone"
                                   if summary["retried_alone"] else "")),
+        ("containment", _containment_text(summary["containment"])),
         ("static pass against the gates", _static_text(summary["static"])),
         ("time per pair", _time_text(summary["seconds_per_pair"])),
     ]

@@ -13,7 +13,10 @@ static pass's selection), "ir" (the compiled code too)}.  The result (plain JSON
                out_of_bounds or wrong; else null)
     baseline   what the problem's own inputs showed, even where no gate confirmed anything:
                {"status": "passed" | "failed" | "undecided", "summary"}, or null where it did not run
-    allclose   KernelBench's criterion on the same problem (allclose.py)
+    allclose   KernelBench's criterion on the same problem (allclose.py; its "contained": the
+               protections its caged process ran without)
+    contained  the protections the gates' candidate workers ran without (containment.gaps;
+               empty when every one held, or no candidate worker ran)
     seconds    {"static", "gates", "allclose", "steps": where the gates' time went (runner.py)}
 
 `run_pair` is also kanalyze.verifier's per-candidate call (in that process, with
@@ -65,18 +68,20 @@ def gate_codes(gates, static: list[dict]) -> list[str]:
     return [code for code in gates if code in known]
 
 
-def run_gates_of(spec: dict, static: list[dict], codes: list[str]) -> tuple[dict[str, dict], dict | None, dict]:
-    """The verdicts by code, the baseline's outcome and where the time went."""
+def run_gates_of(spec: dict, static: list[dict], codes: list[str]) -> tuple[dict[str, dict], dict | None, dict, list]:
+    """The verdicts by code, the baseline's outcome, where the time went, and the protections
+    the candidate's workers ran without."""
     from kanalyze.dynamic import witness as witnesses
+    from kanalyze.dynamic.containment import gaps
     from kanalyze.dynamic.harness import NoHarness, find_harness
     from kanalyze.dynamic.runner import Options, run_gates
     from kanalyze.dynamic.sandbox.process import Limits
 
     flagged = {f["code"] for f in static}
 
-    def each(status: str, summary: str) -> tuple[dict[str, dict], None, dict]:
+    def each(status: str, summary: str) -> tuple[dict[str, dict], None, dict, list]:
         return {code: {"status": status, "summary": summary, "static_flag": code in flagged, "witness": None,
-                       "failure": None} for code in codes}, None, {}
+                       "failure": None} for code in codes}, None, {}, []
 
     if spec.get("problem") is None:
         return each("unconfirmed", f"no problem to run against: {spec.get('problem_error') or 'none given'}")
@@ -108,7 +113,8 @@ def run_gates_of(spec: dict, static: list[dict], codes: list[str]) -> tuple[dict
                                       "static_flag": verdict.code in flagged, "witness": witness,
                                       "failure": verdict.details.get("failure") if verdict.status == "confirmed"
                                       else None}
-    return verdicts, gate_run.baseline, gate_run.environment.get("seconds", {})
+    return (verdicts, gate_run.baseline, gate_run.environment.get("seconds", {}),
+            gaps(gate_run.environment.get("candidate_confinement")))
 
 
 def allclose_of(spec: dict, seconds: float) -> dict:
@@ -142,8 +148,8 @@ def run_pair(spec: dict) -> dict:
     codes = gate_codes(spec["gates"], static)
     # Targeted with nothing flagged still runs the baseline: a candidate that fails on its own
     # inputs is CMP001 confirmed, never a pair with no verdict.
-    verdicts, baseline, steps = (run_gates_of(spec, static, codes) if codes or spec["gates"] == "targeted"
-                                 else ({}, None, {}))
+    verdicts, baseline, steps, contained = (run_gates_of(spec, static, codes)
+                                            if codes or spec["gates"] == "targeted" else ({}, None, {}, []))
     gate_seconds = time.monotonic() - started - static_seconds
     if thread is not None:
         thread.join()
@@ -153,7 +159,7 @@ def run_pair(spec: dict) -> dict:
     else:
         allclose = allclose_of(spec, spec.get("seconds", 600.0) - (time.monotonic() - started) - 2.0)
     return {"static": static, "verdicts": verdicts, "baseline": baseline, "allclose": allclose,
-            "seconds": {"static": round(static_seconds, 3), "gates": round(gate_seconds, 3),
+            "contained": contained, "seconds": {"static": round(static_seconds, 3), "gates": round(gate_seconds, 3),
                         "allclose": round(allclose.pop("seconds"), 3), "steps": steps}}
 
 

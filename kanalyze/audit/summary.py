@@ -202,6 +202,21 @@ def _baselines(pairs: list[dict]) -> dict:
     return counts
 
 
+def _containment(pairs: list[dict]) -> dict:
+    """The protections candidates ran without, in the gates' workers or in the allclose check's
+    cage (docs/worker-protocol.md), each with the number of pairs it concerns."""
+    gaps: dict[str, int] = {}
+    concerned = recorded = 0
+    for record in pairs:
+        recorded += "contained" in record or "contained" in (record.get("allclose") or {})
+        found = {str(gap) for gap in [*(record.get("contained") or []),
+                                      *((record.get("allclose") or {}).get("contained") or [])]}
+        concerned += bool(found)
+        for gap in found:
+            gaps[gap] = gaps.get(gap, 0) + 1
+    return {"recorded": recorded, "pairs": concerned, "gaps": dict(sorted(gaps.items(), key=lambda item: -item[1]))}
+
+
 def summarize(records: list[dict]) -> dict:
     pairs = [r for r in records if r.get("status") != "duplicate"]
     violating = sum(bool(_confirmed(r)) for r in pairs)
@@ -225,6 +240,7 @@ def summarize(records: list[dict]) -> dict:
         "static": _static(pairs),
         "seconds_per_pair": _seconds(pairs),
         "retried_alone": sum("retried" in r for r in pairs),   # ran short beside others (executor.py)
+        "containment": _containment(pairs),
         "kanalyze_failed": len(failed),
         "kanalyze_failures": failed,
     }

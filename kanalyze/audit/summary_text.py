@@ -118,6 +118,14 @@ def _time(time: dict) -> list[str]:
     return lines
 
 
+def _containment(containment: dict) -> list[str]:
+    """Said only where a candidate ran with less than the full cage, and then once per gap."""
+    if not containment["pairs"]:
+        return []
+    return [f"containment: {containment['pairs']} pairs' candidates ran with less than the full cage",
+            *(f"  {count} pairs: {gap}" for gap, count in containment["gaps"].items())]
+
+
 def render_text(summary: dict) -> str:
     lines = [*_head(summary), ""]
     if summary["clauses"]:
@@ -128,6 +136,7 @@ def render_text(summary: dict) -> str:
     lines += ["", *_time(summary["seconds_per_pair"])]
     if summary["retried_alone"]:
         lines.append(f"{summary['retried_alone']} pairs ran short of memory or disk beside others and ran again alone")
+    lines += _containment(summary["containment"])
     lines.append(f"kanalyze failed on {summary['kanalyze_failed']} pairs")
     lines += _listed(summary["kanalyze_failures"], lambda pair: pair["reason"])
     return "\n".join(_clip(line) for line in lines) + "\n"
