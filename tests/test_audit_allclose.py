@@ -141,21 +141,10 @@ def test_a_daemon_the_candidate_starts_ends_with_the_check(tmp_path) -> None:
     assert not (observed / "daemon-outlived-the-worker").exists(), "the candidate's daemon outlived the check"
 
 
-# What a candidate leaves in place of the verdict once the check has written it (at exit).
-LEFT_AS_VERDICT = {
-    "a FIFO (an open would block)": ["os.unlink('verdict.json')", "os.mkfifo('verdict.json')"],
-    "a link to an endless file": ["os.unlink('verdict.json')", "os.symlink('/dev/zero', 'verdict.json')"],
-    "a 64 MiB file": ["open('verdict.json', 'w').write('[' * (64 << 20))"],
-    "a verdict KernelBench never gives": ["""open('verdict.json', 'w').write('{"verdict": "EXCELLENT", "detail": ""}')"""],
-}
-
-
-@pytest.mark.parametrize("left", sorted(LEFT_AS_VERDICT))
-def test_what_the_candidate_leaves_as_its_verdict_is_read_as_untrusted(tmp_path, left) -> None:
-    candidate = tmp_path / "level1_problem6_verdict_forger.py"
-    source = (KB / "candidates" / "level1_problem6_leaky_relu.py").read_text()
-    leave = "\n".join(f"    {line}" for line in LEFT_AS_VERDICT[left])
-    candidate.write_text(f"{source}\n\nimport atexit, os\n\n\ndef _leave():\n{leave}\n\n\natexit.register(_leave)\n")
+@pytest.mark.parametrize("forgery", ["fifo", "link", "huge", "garbage"])
+def test_what_the_candidate_leaves_as_its_verdict_is_read_as_untrusted(tmp_path, forgery) -> None:
+    candidate = tmp_path / f"level1_problem6_verdict_forger_{forgery}.py"
+    shutil.copy(KB / "hostile" / "level1_problem6_verdict_forger.py", candidate)
     result = allclose.check(PROBLEM, str(candidate), "cpu", 60.0)
     assert result["verdict"] == "CRASHED", result
     assert "verdict" in result["detail"], result
