@@ -55,6 +55,12 @@ def host_dtypes(model: TritonModule, qualname: str, name: str) -> frozenset[str]
     ("if q.dtype not in [torch.float16]:\n    raise TypeError('fp16 only')", {"float16"}),
     ("if not (q.dtype == torch.float32):\n    raise TypeError('fp32 only')", {"float32"}),
     ("q_dtype = q.dtype\nassert q_dtype in (torch.float16, torch.bfloat16)", {"float16", "bfloat16"}),
+    ("assert q.dtype == torch.float16 or q.dtype == torch.bfloat16", {"float16", "bfloat16"}),
+    ("if q.dtype != torch.float16 and q.dtype != torch.bfloat16:\n    raise TypeError", {"float16", "bfloat16"}),
+    ("if k is None:\n    raise ValueError\nelif q.dtype != torch.float16:\n    raise TypeError", {"float16"}),
+    ("with torch.cuda.device(q.device):\n    assert q.dtype == torch.bfloat16", {"bfloat16"}),
+    ("for t in (q, k):\n    assert t.dtype == torch.float16", {"float16"}),
+    ("assert all(t.dtype == torch.float16 for t in [k, q])", {"float16"}),
 ])
 def test_a_check_at_the_top_of_the_function_restricts_the_tensor(check: str, allowed: set[str]) -> None:
     model = model_of(wrapper_with(check))
@@ -67,6 +73,10 @@ def test_a_check_at_the_top_of_the_function_restricts_the_tensor(check: str, all
     "if q.dtype == torch.float32:\n    raise TypeError",   # the same, as a guard
     "if q.dtype not in (torch.float16,):\n    q = q.half()",  # no raise: q goes on either way
     "assert q.dtype == torch.float16 or q.dtype == torch.bfloat16 or k",  # `or` holding: any side
+    "assert q.dtype == torch.float16 or k.dtype == torch.float16",  # either tensor: neither for sure
+    "if k is None:\n    k = q\nelif q.dtype != torch.float16:\n    raise TypeError",  # the first branch goes on
+    "for t in (q, k):\n    if t is None:\n        continue\n    assert t.dtype == torch.float16",  # skipped
+    "assert any(t.dtype == torch.float16 for t in (q, k))",  # some of them
 ])
 def test_checks_that_allow_no_set_say_nothing(check: str) -> None:
     model = model_of(wrapper_with(check))

@@ -49,8 +49,10 @@ class PrecisionDowngrade(Rule):
     (`torch.zeros(..., dtype=torch.int8)`, `.half()`, `torch.empty(n)` is
     float32).  A wrapper's parameter takes what the callers in the file pass
     (a test that feeds fp16, `Function.apply`), narrowed by the wrapper's own
-    checks (`assert q.dtype in (torch.float16, torch.bfloat16)`, `if ...: raise`)
-    and by the branch it is read in (`if x.dtype == torch.float32:`).  Triton
+    checks (`assert q.dtype in (torch.float16, torch.bfloat16)`, `if ...: raise`,
+    also as `a or b`, an `elif` chain of raises, inside a `with`, in a loop or an
+    `all(...)` over the tensors) and by the branch it is read in
+    (`if x.dtype == torch.float32:`).  Triton
     requires both operands of a dot to have one dtype, so one known operand
     tells the other's.  Dots on fp16, bf16, fp8, int8 or fp64 operands are not
     flagged (they have no TF32), nor default dots in a module written for

@@ -4,9 +4,14 @@
     assert Q.dtype == torch.float16 and K.dtype == ...     each of them
     if x.dtype not in (torch.float16,): raise ValueError   x is fp16 past the `if`
     assert q_dtype == k.dtype  (with q_dtype = q.dtype)    k is whatever q is
+    assert q.dtype == torch.float16 or q.dtype == torch.bfloat16   either
+    if a: raise ... elif b: raise ...                      neither a nor b past the chain
+    for t in (q, k): assert t.dtype == torch.float16      each name of the literal tuple
+    assert all(t.dtype == torch.float16 for t in (q, k))  the same
 
-are read at the top level of the function body: the function runs past them only with
-those dtypes, so each read of the name in it is taken to have them.  A read inside a branch that tests the dtype sees that branch's dtypes:
+are read at the top level of the function body (also inside its `with` blocks): the
+function runs past them only with those dtypes, so each read of the name in it is taken
+to have them.  A read inside a branch that tests the dtype sees that branch's dtypes:
 `x_` in `else: x_tc = x_` under `if x_.dtype != torch.float16:`, or the body of
 `x if x.dtype == torch.float16 else x.half()`; the `else` of
 `if torch.is_floating_point(x):` sees an integer x (also `dtype` there, with `dtype = x.dtype`).
@@ -42,8 +47,11 @@ def function_checks(model: TritonModule, function: Function, cache: dict) -> All
                 for small in statement.body:
                     if isinstance(small, cst.Assert):
                         _read(model, small.test, True, aliases, allowed, equal)
-            elif isinstance(statement, cst.If) and statement.orelse is None and _raises(statement.body):
-                _read(model, statement.test, False, aliases, allowed, equal)
+            elif isinstance(statement, cst.If):
+                for test in _raising_tests(statement):
+                    _read(model, test, False, aliases, allowed, equal)
+            elif isinstance(statement, cst.For):
+                _read_loop(model, statement, aliases, allowed, equal)
         changed = True
         while changed:  # `assert q.dtype == k.dtype`: what one is allowed, the other is
             changed = False
@@ -89,10 +97,22 @@ def _read(model: TritonModule, test: cst.BaseExpression, holds: bool, aliases: d
         _read(model, test.expression, not holds, aliases, allowed, equal)
         return
     if isinstance(test, cst.BooleanOperation):
-        # `a and b` holding (or `a or b` failing) says both; the others say neither for sure.
+        # `a and b` holding (or `a or b` failing) says both; `a or b` holding (or `a and b`
+        # failing) says, of a tensor both sides restrict, that it is one of either's dtypes.
         if isinstance(test.operator, cst.And) == holds:
             _read(model, test.left, holds, aliases, allowed, equal)
             _read(model, test.right, holds, aliases, allowed, equal)
+            return
+        sides: list[Allowed] = [{}, {}]
+        for side, found in zip((test.left, test.right), sides):
+            _read(model, side, holds, aliases, found, [])
+        for name in sides[0].keys() & sides[1].keys():
+            either = sides[0][name] | sides[1][name]
+            allowed[name] = allowed[name] & either if name in allowed else either
+        return
+    if isinstance(test, cst.Call) and holds and _called(test, "all") and len(test.args) == 1 \
+            and isinstance(test.args[0].value, cst.GeneratorExp):
+        _read_all(model, test.args[0].value, aliases, allowed, equal)  # `all(t.dtype == ... for t in (q, k))`
         return
     floating = _floating_test(test, aliases)
     if floating is not None and not holds:  # `torch.is_floating_point(x)` failing: x is an integer
@@ -169,8 +189,77 @@ def _dtype_aliases(function: Function) -> dict[str, str]:
             if len(values) == 1 and _tensor_of(values[0], {}) is not None}
 
 
+def _read_loop(model: TritonModule, loop: cst.For, aliases: dict[str, str], allowed: Allowed,
+               equal: list[tuple[str, str]]) -> None:
+    """`for t in (q, k): assert t.dtype == torch.float16` (asserts at the top of the loop's
+    body, over a literal tuple of names): what they say of `t`, each of the names."""
+    names = _literal_names(loop.iter)
+    if not isinstance(loop.target, cst.Name) or not names or loop.orelse is not None:
+        return
+    found: Allowed = {}
+    for statement in _block(loop.body):
+        if not isinstance(statement, cst.SimpleStatementLine) \
+                or any(isinstance(small, (cst.Continue, cst.Break)) for small in statement.body):
+            break  # past a branch or a `continue`, an assert may be skipped for some names
+        for small in statement.body:
+            if isinstance(small, cst.Assert):
+                _read(model, small.test, True, aliases, found, [])
+    _spread(found.get(loop.target.value), names, allowed)
+
+
+def _read_all(model: TritonModule, generator: cst.GeneratorExp, aliases: dict[str, str], allowed: Allowed,
+              equal: list[tuple[str, str]]) -> None:
+    """`all(t.dtype == torch.float16 for t in (q, k))` holding: each of q and k."""
+    loop = generator.for_in
+    names = _literal_names(loop.iter)
+    if not isinstance(loop.target, cst.Name) or not names or loop.ifs or loop.inner_for_in is not None:
+        return
+    found: Allowed = {}
+    _read(model, generator.elt, True, aliases, found, [])
+    _spread(found.get(loop.target.value), names, allowed)
+
+
+def _spread(dtypes: frozenset[str] | None, names: list[str], allowed: Allowed) -> None:
+    if dtypes:
+        for name in names:
+            allowed[name] = allowed[name] & dtypes if name in allowed else dtypes
+
+
+def _literal_names(expr: cst.BaseExpression) -> list[str]:
+    """The names of `(q, k)` / `[q, k]`; empty unless every element is a plain name."""
+    if not isinstance(expr, (cst.Tuple, cst.List)) or not expr.elements:
+        return []
+    names = [e.value.value for e in expr.elements if isinstance(e.value, cst.Name) and isinstance(e, cst.Element)]
+    return names if len(names) == len(expr.elements) else []
+
+
+def _called(call: cst.Call, name: str) -> bool:
+    return isinstance(call.func, cst.Name) and call.func.value == name
+
+
+def _raising_tests(statement: cst.If) -> list[cst.BaseExpression]:
+    """The tests of an `if`/`elif` chain's leading branches that raise: past the chain, each
+    of them failed (`if a: raise ... elif b: raise ...`).  A branch that does not raise ends
+    the list: past it, the tests after it may have held."""
+    tests: list[cst.BaseExpression] = []
+    branch: cst.If | cst.Else | None = statement
+    while isinstance(branch, cst.If) and _raises(branch.body):
+        tests.append(branch.test)
+        branch = branch.orelse
+    return tests
+
+
 def _body(node: cst.FunctionDef) -> list[cst.BaseStatement]:
-    return list(node.body.body) if isinstance(node.body, cst.IndentedBlock) else []
+    """The statements that run whenever the function runs past them: its body, and the
+    bodies of `with` blocks in it (`with torch.cuda.device(x.device): assert ...`)."""
+    return _block(node.body)
+
+
+def _block(suite: cst.BaseSuite) -> list[cst.BaseStatement]:
+    found: list[cst.BaseStatement] = []
+    for statement in (suite.body if isinstance(suite, cst.IndentedBlock) else ()):
+        found.extend(_block(statement.body) if isinstance(statement, cst.With) else [statement])
+    return found
 
 
 def _raises(block: cst.BaseSuite) -> bool:
