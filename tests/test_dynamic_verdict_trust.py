@@ -135,6 +135,17 @@ def test_int001_probe_sees_patched_timers_and_threads_left_running() -> None:
         assert verdict.status == CONFIRMED and words in verdict.summary, (name, verdict.summary)
 
 
+def test_a_cache_that_a_write_into_its_buffers_invalidates_is_caught_on_fresh_buffers() -> None:
+    """Keyed by shape and the input's version counter, a cache gives the right answer when new
+    values are written into the same buffers (the write bumps the counter) and the first call's
+    answer on fresh tensors of that shape: the third call, on fresh buffers, confirms it."""
+    plant = KB / "candidates" / "level1_problem6_leaky_relu_cached_by_version.py"
+    run = run_gates(find_harness(str(plant), kernelbench=str(KB)), ["INT001"], options=Options(mode="cpu"))
+    [verdict] = [v for v in run.verdicts if v.code == "INT001"]
+    assert verdict.status == CONFIRMED, verdict.summary
+    assert "in fresh buffers of the same shapes, it returned the previous call's answer" in verdict.summary
+
+
 def test_a_wrong_value_is_not_called_a_precision_loss() -> None:
     """A matmul that leaves whole blocks at zero: CMP001 on the problem's own inputs, and PRC001
     does not claim the error for reduced precision."""

@@ -1,10 +1,12 @@
 """INT001 integrity: the candidate computes every call's answer, and leaves the evaluation as it found it.
 
-One case, two calls on one model: the problem's inputs, then new values of
-the same shapes (the problem's own `get_inputs` with another seed) written into
-the very tensors of the first call.  The second output must match the
-reference for the new values; one that matches the first call's reference
-instead is a cached result (keyed by buffer, shape or call count).  After each
+One case, three calls on one model: the problem's inputs; new values of the
+same shapes (the problem's own `get_inputs` with another seed) written into the
+very tensors of the first call; the same new values in fresh tensors.  The
+second and third outputs must match the reference for the new values; one that
+matches the first call's reference instead is a cached result (keyed by buffer,
+shape or call count: the second call shows it; keyed by what a write into its
+buffers changes, a tensor's version counter or identity: the third).  After each
 call the worker reports the benchmark's functions the candidate replaced
 (`time.perf_counter`, `torch.cuda.synchronize`, `torch.allclose`, ... and the
 torch numerics settings) and the threads it left running (integrity.py).
@@ -48,7 +50,8 @@ class IntegrityProbe(Gate):
 
     def _repeat(self, result: Result):
         first = next((run for run in result.runs if not run.meta.get("repeat")), None)
-        second = next((run for run in result.runs if run.meta.get("repeat")), None)
+        second = next((run for run in result.runs if run.meta.get("repeat") is True), None)
+        fresh = next((run for run in result.runs if run.meta.get("repeat") == "fresh"), None)
         expected1 = result.expected
         expected2 = leaves(result.reference.meta.get("output2"), result.reference_arrays)
         exact2 = leaves(result.reference.meta.get("output2_64"), result.reference_arrays) or expected2
@@ -63,19 +66,28 @@ class IntegrityProbe(Gate):
         if not any(a.shape != b.shape or bitwise_differences(a, b)[0] for a, b in zip(expected1, expected2)):
             return self.verdict(UNCONFIRMED, "the two input sets give the same reference output, so a cached "
                                 "answer could not show", [result.case])
-        checks = [check_values(o, w, e, terms=result.reduction_terms)
-                  for o, w, e in zip(second.outputs, expected2, exact2)]
-        if all(c.ok for c in checks):
-            return self.verdict(REFUTED, "called again with new values written into the same buffers, it "
-                                "computed the new answer; no benchmark function replaced, no thread left running",
-                                [result.case])
-        stale = all(check_values(o, w, w, terms=result.reduction_terms).ok for o, w in zip(second.outputs, expected1))
-        if stale:
+        calls = [(second, "written into the same buffers")]
+        if fresh is not None:
+            calls.append((fresh, "in fresh buffers of the same shapes"))
+        for run, where in calls:
+            if not run.ok or same_shape(run.outputs, expected2, run.structure, result.expected_structure):
+                return self.verdict(UNCONFIRMED, f"called with new values {where}, it failed or changed its "
+                                    f"output's shape (CMP001's business)", [result.case])
+            checks = [check_values(o, w, e, terms=result.reduction_terms)
+                      for o, w, e in zip(run.outputs, expected2, exact2)]
+            if all(c.ok for c in checks):
+                continue
+            if not all(check_values(o, w, w, terms=result.reduction_terms).ok
+                       for o, w in zip(run.outputs, expected1)):
+                return self.verdict(UNCONFIRMED, f"called with new values {where}, its values are wrong but are "
+                                    "not the first call's answer: a value error (CMP001's business), not a cached "
+                                    "result", [result.case])
             bad = next(c for c in checks if not c.ok)
-            return self.verdict(CONFIRMED, f"called again with new values written into the same buffers, it "
-                                f"returned the previous call's answer: {bad.summary()} against the new reference, "
-                                f"within the bound of the old one", [result.case], metric=bad.metric(),
-                                arrays={"repeat_observed0": second.outputs[0].array,
+            return self.verdict(CONFIRMED, f"called again with new values {where}, it returned the previous "
+                                f"call's answer: {bad.summary()} against the new reference, within the bound of "
+                                f"the old one", [result.case], metric=bad.metric(),
+                                arrays={"repeat_observed0": run.outputs[0].array,
                                         "repeat_expected0": expected2[0].array, "first_expected0": expected1[0].array})
-        return self.verdict(UNCONFIRMED, "the second call's values are wrong but are not the first call's answer: "
-                            "a value error (CMP001's business), not a cached result", [result.case])
+        return self.verdict(REFUTED, "called again with new values " + " and ".join(where for _, where in calls)
+                            + ", it computed the new answer; no benchmark function replaced, no thread left running",
+                            [result.case])

@@ -237,13 +237,20 @@ class CandidateSide:
 
     def _repeat(self, case, model, values, reference, reference_arrays, output_bytes, arrays, result) -> None:
         """The same model called again after new values were written into the very tensors of
-        the last call (INT001: a result cached by buffer, shape or call count shows here)."""
+        the last call (INT001: a result cached by buffer, shape or call count shows here), then
+        once more on fresh tensors holding those new values (a cache that a write into its
+        buffers invalidates, keyed by a tensor's version counter or its identity, shows there)."""
         second = decode_list(reference["inputs2"], reference_arrays, self.device)
         for buffer, new in zip(values, second):
             if isinstance(buffer, torch.Tensor) and isinstance(new, torch.Tensor) and buffer.shape == new.shape:
                 buffer.copy_(new)
         record = self._run_once(case, case["runs"][-1], lambda: model(*values), output_bytes, arrays, "repeat_out")
         record["repeat"] = True
+        if self._record(result, record):
+            return
+        fresh = [v.clone() if isinstance(v, torch.Tensor) else v for v in second]
+        record = self._run_once(case, case["runs"][-1], lambda: model(*fresh), output_bytes, arrays, "fresh_out")
+        record["repeat"] = "fresh"
         self._record(result, record)
 
     def run_call(self, case: dict, out_base: str) -> dict:
