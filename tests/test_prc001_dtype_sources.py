@@ -167,6 +167,42 @@ def test_a_parameter_nobody_in_the_file_passes_stays_unknown() -> None:
     assert host_dtypes(model, "wrapper", "x") == {"float16", UNKNOWN}
 
 
+def test_custom_fwd_cast_inputs_adds_the_autocast_dtype_to_what_callers_pass() -> None:
+    # torch casts floating inputs only under autocast: outside it they arrive as passed
+    model = model_of("""
+        import torch
+        from torch.cuda.amp import custom_fwd
+
+        class Cast(torch.autograd.Function):
+            @staticmethod
+            @custom_fwd(cast_inputs=torch.float16)
+            def forward(ctx, x, idx):
+                return x
+
+            @staticmethod
+            def backward(ctx, g):
+                return g
+
+        class AmpCast(torch.autograd.Function):
+            @staticmethod
+            @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.bfloat16)
+            def forward(ctx, x):
+                return x
+
+        class Passed(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, idx):
+                return idx
+
+        def test_cast():
+            Cast.apply(torch.randn(4), torch.arange(4, dtype=torch.int64))
+            Passed.apply(torch.randn(4), torch.arange(4, dtype=torch.int64))
+        """)
+    assert host_dtypes(model, "Cast.forward", "x") == {"float16", "float32"}
+    assert host_dtypes(model, "AmpCast.forward", "x") == {"bfloat16", UNKNOWN}  # no caller here
+    assert host_dtypes(model, "Passed.forward", "idx") == {"int64"}              # integers are never cast
+
+
 def test_a_function_defined_twice_or_rebound_has_no_caller_here() -> None:
     model = model_of("""
         import torch

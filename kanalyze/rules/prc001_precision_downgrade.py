@@ -52,7 +52,9 @@ class PrecisionDowngrade(Rule):
     checks (`assert q.dtype in (torch.float16, torch.bfloat16)`, `if ...: raise`,
     also as `a or b`, an `elif` chain of raises, inside a `with`, in a loop or an
     `all(...)` over the tensors) and by the branch it is read in
-    (`if x.dtype == torch.float32:`).  Triton
+    (`if x.dtype == torch.float32:`).  `@custom_fwd(cast_inputs=torch.float16)`
+    adds fp16 to what a forward's callers pass without replacing it: torch casts
+    only under autocast, and passes the inputs as they are outside it.  Triton
     requires both operands of a dot to have one dtype, so one known operand
     tells the other's.  Dots on fp16, bf16, fp8, int8 or fp64 operands are not
     flagged (they have no TF32), nor default dots in a module written for

@@ -4,7 +4,8 @@
 default float32, `torch.empty_like(x)` and `x.view(...)` x's dtype, `.half()` and
 `.to(torch.bfloat16)` their target; `.to("cuda")` keeps the dtype.  A parameter
 takes what the function's callers in this file pass (host_callers.py; UNKNOWN when
-nobody in the file calls it), narrowed by the function's dtype checks and the
+nobody in the file calls it), and under `@custom_fwd(cast_inputs=X)` X as well (the cast
+happens only under autocast), narrowed by the function's dtype checks and the
 branch tests around a read (`assert q.dtype in (torch.float16, torch.bfloat16)`,
 host_checks.py).  Used through `DtypeFlow.host_tensor`
 (dtype_flow.py), which also follows a kernel pointer to the tensor a launch passes.
@@ -19,7 +20,7 @@ import libcst as cst
 from kanalyze.analyzer.triton.dtype_names import UNKNOWN
 from kanalyze.analyzer.triton.entities import Function
 from kanalyze.analyzer.triton.host_callers import host_callers
-from kanalyze.analyzer.triton.host_checks import branch_dtypes, function_checks
+from kanalyze.analyzer.triton.host_checks import NON_FLOATS, branch_dtypes, function_checks
 
 if TYPE_CHECKING:
     from kanalyze.analyzer.triton.dtype_flow import DtypeFlow
@@ -108,7 +109,33 @@ def host_tensor_dtypes(flow: DtypeFlow, func: Function | None, expr: cst.BaseExp
 
 def _parameter(flow: DtypeFlow, func: Function, name: str, depth: int) -> set[str]:
     """A host function's parameter: what its callers in this file pass (host_callers.py);
-    UNKNOWN when it has none, or one passes what the file does not show."""
+    UNKNOWN when it has none, or one passes what the file does not show.  Under
+    `@custom_fwd(cast_inputs=torch.float16)` a floating tensor is also that dtype: torch
+    casts it when the forward runs under autocast, and passes it as it is otherwise."""
+    found = _passed(flow, func, name, depth)
+    cast = autocast_inputs(flow, func, depth)
+    if cast and found - NON_FLOATS:
+        found |= cast  # the autocast path; the caller's own dtype stays for the other
+    return found
+
+
+def autocast_inputs(flow: DtypeFlow, func: Function, depth: int) -> frozenset[str]:
+    """The dtypes `@torch.amp.custom_fwd(device_type=..., cast_inputs=X)` (or
+    `torch.cuda.amp.custom_fwd(cast_inputs=X)`) on `func` casts floating inputs to under
+    autocast; empty without one."""
+    for decorator in func.node.decorators:
+        call = decorator.decorator
+        if not isinstance(call, cst.Call) or (flow.model.call_name(call) or "").rpartition(".")[2] != "custom_fwd":
+            continue
+        value = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "cast_inputs"),
+                     None)
+        if value is not None:
+            named = flow.named(None, value, depth - 1)
+            return frozenset() if UNKNOWN in named else named
+    return frozenset()
+
+
+def _passed(flow: DtypeFlow, func: Function, name: str, depth: int) -> set[str]:
     callers = host_callers(flow.model, func, flow.host_caches["callers"])
     if not callers:
         return {UNKNOWN}
