@@ -337,3 +337,41 @@ def test_a_library_file_checked_alone_keeps_its_unlaunched_kernel(tmp_path: Path
     config = load_config([str(tmp_path)], isolated=True, select=["PRC001"])
     result = run_static([str(tmp_path / "kernels.py")], config, use_cache=False, jobs=1)
     assert [f.location.row for f in result.findings if f.code == "PRC001"] == [12]
+
+
+def test_a_module_attribute_holds_what_the_class_assigns_or_appends() -> None:
+    model = model_of("""
+        import torch
+        import torch.nn as nn
+
+        class Half(nn.Module):
+            def __init__(self, n):
+                self.w = nn.Parameter(torch.randn(n, dtype=torch.float16))
+                self.ws = nn.ParameterList()
+                self.ws.append(torch.zeros(n, dtype=torch.bfloat16))
+
+            def weight(self):
+                w = self.w
+                return w
+
+            def first(self):
+                w = self.ws[0]
+                return w
+
+            def unset(self):
+                w = self.bias
+                return w
+
+        class Converted(nn.Module):
+            def __init__(self, n):
+                self.w = nn.Parameter(torch.randn(n, dtype=torch.float16))
+                self.float()
+
+            def weight(self):
+                w = self.w
+                return w
+        """)
+    assert host_dtypes(model, "Half.weight", "w") == {"float16"}
+    assert host_dtypes(model, "Half.first", "w") == {"bfloat16"}
+    assert host_dtypes(model, "Half.unset", "w") == {UNKNOWN}
+    assert host_dtypes(model, "Converted.weight", "w") == {UNKNOWN}  # `self.float()` converts every parameter

@@ -11,6 +11,7 @@
   dtype_promotion.py the result dtype of Triton arithmetic and `tl` functions
   dtype_flow.py     DtypeFlow: the dtype of a kernel value, a pointer's elements, a host tensor
   host_dtypes.py    the dtype of a torch tensor in host code (factories, casts, views)
+  host_attributes.py what `self.w` holds in a method: what the class's methods assign or append to it
   host_checks.py    what a host function's own dtype checks (asserts, raises, branches) say of its tensors
   host_callers.py   who calls a host function within its file, and which argument each parameter gets
   backends.py       which accelerator a module's kernels are written for (Ascend: IEEE dots by default)

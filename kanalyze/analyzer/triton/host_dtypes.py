@@ -1,7 +1,8 @@
 """What dtype does a torch tensor have in host code?
 
 `torch.zeros(..., dtype=torch.int32)` has its `dtype=`, `torch.empty(n)` the
-default float32, `torch.empty_like(x)` and `x.view(...)` x's dtype, `.half()` and
+default float32, `torch.empty_like(x)` and `x.view(...)` x's dtype, `self.w` what the
+class's methods assign it (host_attributes.py), `.half()` and
 `.to(torch.bfloat16)` their target; `.to("cuda")` keeps the dtype.  A parameter
 takes what the function's callers in this file pass (host_callers.py; UNKNOWN when
 nobody in the file calls it), and under `@custom_fwd(cast_inputs=X)` X as well (the cast
@@ -19,6 +20,7 @@ import libcst as cst
 
 from kanalyze.analyzer.triton.dtype_names import UNKNOWN
 from kanalyze.analyzer.triton.entities import Function
+from kanalyze.analyzer.triton.host_attributes import self_attribute
 from kanalyze.analyzer.triton.host_callers import host_callers
 from kanalyze.analyzer.triton.host_checks import NON_FLOATS, branch_dtypes, function_checks
 
@@ -68,7 +70,7 @@ def host_tensor_dtypes(flow: DtypeFlow, func: Function | None, expr: cst.BaseExp
     if isinstance(expr, cst.Attribute):
         if expr.attr.value in ("T", "mT", "data", "H", "mH"):
             return set(flow.host_tensor(func, expr.value, depth - 1))
-        return {UNKNOWN}
+        return self_attribute(flow, func, expr, depth) or {UNKNOWN}
     if isinstance(expr, cst.IfExp):
         return set(flow.host_tensor(func, expr.body, depth - 1) | flow.host_tensor(func, expr.orelse, depth - 1))
     if not isinstance(expr, cst.Call):
