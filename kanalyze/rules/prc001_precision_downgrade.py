@@ -10,6 +10,7 @@ from kanalyze.analyzer.names import dotted
 from kanalyze.analyzer.project_index import linked_of
 from kanalyze.analyzer.triton.backends import ascend_module
 from kanalyze.analyzer.triton.calls import calls_within, keyword, string_literal
+from kanalyze.analyzer.triton.dot_partners import with_partners
 from kanalyze.analyzer.triton.dtype_flow import DtypeFlow
 from kanalyze.analyzer.triton.dtype_names import (LOW_PRECISION_FLOATS, UNKNOWN, cast_operand, cast_target, describe,
                                                   literal_dtype)
@@ -56,7 +57,8 @@ class PrecisionDowngrade(Rule):
     adds fp16 to what a forward's callers pass without replacing it: torch casts
     only under autocast, and passes the inputs as they are outside it.  Triton
     requires both operands of a dot to have one dtype, so one known operand
-    tells the other's.  Dots on fp16, bf16, fp8, int8 or fp64 operands are not
+    tells the other's, and the dtype of the data it is loaded from: another dot
+    (outside any `if`) on data loaded from the same pointer is on that dtype.  Dots on fp16, bf16, fp8, int8 or fp64 operands are not
     flagged (they have no TF32), nor default dots in a module written for
     Ascend NPUs (it imports `torch_npu` or lives in an `_ascend/` backend
     folder), where triton-ascend multiplies fp32 in IEEE unless asked, nor
@@ -193,6 +195,8 @@ class PrecisionDowngrade(Rule):
         operands = [keyword(call, n, i) for i, n in enumerate(("input", "other"))]
         flow = self._flow(model)
         types = [flow.value(jit.function, o) if o is not None else frozenset({UNKNOWN}) for o in operands]
+        # an operand loaded from a pointer another dot of the kernel pins (dot_partners.py)
+        types = [with_partners(model, flow, jit, o, t, self._partners) for o, t in zip(operands, types)]
         dtypes = _dot_dtypes(types)
         if "float32" not in dtypes and UNKNOWN not in dtypes:
             return  # TF32 only applies to fp32 operands: fp16, bf16, fp8, int8, fp64 have no TF32
@@ -218,6 +222,7 @@ class PrecisionDowngrade(Rule):
     def _flow(self, model: TritonModule) -> DtypeFlow:
         if getattr(self, "_flow_model", None) is not model:
             self._flow_model, self._flow_cache = model, DtypeFlow(model)
+            self._partners = {}  # dot_partners' cache, one per model
         return self._flow_cache
 
     # -- downcasts ----------------------------------------------------------

@@ -15,6 +15,7 @@
   host_checks.py    what a host function's own dtype checks (asserts, raises, branches) say of its tensors
   host_callers.py   who calls a host function within its file, and which argument each parameter gets
   backends.py       which accelerator a module's kernels are written for (Ascend: IEEE dots by default)
+  dot_partners.py   what one tl.dot's known operand says of the data another dot loads from the same pointer
   narrowing.py      when a cast to fp16/bf16/fp8 is a precision downgrade (PRC001)
   pointers.py       which kernel parameter a pointer expression writes through
   program_slices.py whether an atomic's address is injective over the launch's programs (ORD001)
