@@ -375,3 +375,33 @@ def test_a_module_attribute_holds_what_the_class_assigns_or_appends() -> None:
     assert host_dtypes(model, "Half.first", "w") == {"bfloat16"}
     assert host_dtypes(model, "Half.unset", "w") == {UNKNOWN}
     assert host_dtypes(model, "Converted.weight", "w") == {UNKNOWN}  # `self.float()` converts every parameter
+
+
+def test_backward_reads_what_forward_saved() -> None:
+    model = model_of("""
+        import torch
+
+        class Attn(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, q, k):
+                ctx.save_for_backward(q.half(), k)
+                return q
+
+            @staticmethod
+            def backward(ctx, do):
+                q, k = ctx.saved_tensors
+                return q
+
+        class Unpacked(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, *tensors):
+                ctx.save_for_backward(*tensors)
+                return tensors[0]
+
+            @staticmethod
+            def backward(ctx, do):
+                q, k = ctx.saved_tensors
+                return q
+        """)
+    assert host_dtypes(model, "Attn.backward", "q") == {"float16"}
+    assert host_dtypes(model, "Unpacked.backward", "q") == {UNKNOWN}

@@ -48,7 +48,8 @@ class PrecisionDowngrade(Rule):
     dtypes to its values), `x.to(y.dtype)`, a descriptor load's dtype, and for
     `tl.load` the element type of the tensor the wrapper passes
     (`torch.zeros(..., dtype=torch.int8)`, `.half()`, `torch.empty(n)` is
-    float32, `self.w` what the class's methods assign or append to it).  A wrapper's parameter takes what the callers in the file pass
+    float32, `self.w` what the class's methods assign or append to it,
+    `ctx.saved_tensors` in `backward` what `forward` saved).  A wrapper's parameter takes what the callers in the file pass
     (a test that feeds fp16, `Function.apply`), narrowed by the wrapper's own
     checks (`assert q.dtype in (torch.float16, torch.bfloat16)`, `if ...: raise`,
     also as `a or b`, an `elif` chain of raises, inside a `with`, in a loop or an

@@ -9,13 +9,20 @@
         def forward(self, x):
             return kernel_wrapper(x, self.w, self.ws[0])
 
+and in an autograd Function,
+
+    def forward(ctx, q, k):   ctx.save_for_backward(q, k)
+    def backward(ctx, do):    q, k = ctx.saved_tensors            q, k: forward's q, k
+
 `self.w` read in a method takes what every `self.w = ...` (or `self.w.data = ...`) in the
 class's methods assigns, and for a container built empty (`nn.ParameterList()`, `[]`) what
 its `self.ws.append(...)` calls add.  Not followed (None: the file does not show it): a class
 whose name is defined twice, an attribute nothing in the class assigns, and a class whose
 methods convert the whole module (`self.half()`, `self.to(...)`), which changes every
 parameter's dtype.  A conversion by a caller outside the class (`ModelNew(...).half()`) is
-not seen.
+not seen.  `ctx.saved_tensors` unpacked in `backward` takes, element by element, what each
+`ctx.save_for_backward(...)` in the class's `forward` passes (None where one unpacks `*args`
+or saves a different number of tensors).
 """
 
 from __future__ import annotations
@@ -95,3 +102,36 @@ def _empty_container(model, value: cst.BaseExpression) -> bool:
         name = model.call_name(value) or (value.func.value if isinstance(value.func, cst.Name) else "")
         return name.rpartition(".")[2] in CONTAINERS
     return False
+
+
+def saved_tensor(flow: DtypeFlow, func: Function | None, d, depth: int) -> set[str] | None:
+    """`q, k = ctx.saved_tensors` in an autograd Function's `backward` (definition `d` of one of
+    the names): the dtypes of what `forward` passed at that position to `ctx.save_for_backward`."""
+    model = flow.model
+    node, value = d.node, d.value
+    if func is None or func.name != "backward" or func.class_name is None or not isinstance(node, cst.Assign):
+        return None
+    if not (isinstance(value, cst.Attribute) and value.attr.value == "saved_tensors" and _is_self(value.value, func)):
+        return None
+    if len(node.targets) != 1 or not isinstance(node.targets[0].target, (cst.Tuple, cst.List)):
+        return None
+    names = [e.value.value if isinstance(e.value, cst.Name) and isinstance(e, cst.Element) else None
+             for e in node.targets[0].target.elements]
+    if d.name not in names:
+        return None
+    index = names.index(d.name)
+    forwards = [f for f in model.functions if f.class_name == func.class_name and f.name == "forward"
+                and model.function_of(f.node) is None and parameter_names(f)]
+    if len(forwards) != 1 or sum(1 for c in model.nodes(cst.ClassDef) if c.name.value == func.class_name) != 1:
+        return None
+    forward = forwards[0]
+    found: set[str] = set()
+    for site in model.calls:
+        call = site.node
+        if site.function is not forward or not isinstance(call.func, cst.Attribute) \
+                or call.func.attr.value != "save_for_backward" or not _is_self(call.func.value, forward):
+            continue
+        if len(call.args) != len(names) or any(a.star or a.keyword is not None for a in call.args):
+            return None
+        found |= flow.host_tensor(forward, call.args[index].value, depth - 1)
+    return found or None

@@ -2,7 +2,8 @@
 
 `torch.zeros(..., dtype=torch.int32)` has its `dtype=`, `torch.empty(n)` the
 default float32, `torch.empty_like(x)` and `x.view(...)` x's dtype, `self.w` what the
-class's methods assign it (host_attributes.py), `.half()` and
+class's methods assign it and `q, k = ctx.saved_tensors` what the autograd Function's
+forward saved (host_attributes.py), `.half()` and
 `.to(torch.bfloat16)` their target; `.to("cuda")` keeps the dtype.  A parameter
 takes what the function's callers in this file pass (host_callers.py; UNKNOWN when
 nobody in the file calls it), and under `@custom_fwd(cast_inputs=X)` X as well (the cast
@@ -20,7 +21,7 @@ import libcst as cst
 
 from kanalyze.analyzer.triton.dtype_names import UNKNOWN
 from kanalyze.analyzer.triton.entities import Function
-from kanalyze.analyzer.triton.host_attributes import self_attribute
+from kanalyze.analyzer.triton.host_attributes import saved_tensor, self_attribute
 from kanalyze.analyzer.triton.host_callers import host_callers
 from kanalyze.analyzer.triton.host_checks import NON_FLOATS, branch_dtypes, function_checks
 
@@ -57,6 +58,9 @@ def host_tensor_dtypes(flow: DtypeFlow, func: Function | None, expr: cst.BaseExp
                 found |= _parameter(flow, func, d.name, depth)
                 continue
             value = flow.unpacked(d, d.value) if d.value is not None and d.kind in ("assign", "walrus") else None
+            if value is None and d.kind == "assign" and (saved := saved_tensor(flow, func, d, depth)) is not None:
+                found |= saved  # `q, k = ctx.saved_tensors` in backward: what forward saved
+                continue
             found |= flow.host_tensor(func, value, depth - 1) if value is not None else {UNKNOWN}
         found = found or {UNKNOWN}
         # What the function's own checks and the tests around this read allow (host_checks.py).
