@@ -37,22 +37,31 @@ Sources = frozenset[tuple[str, str]]
 
 
 def operand_sources(model: TritonModule, jit: JitFunction, expr: cst.BaseExpression | None,
-                    depth: int = 8) -> Sources | None:
+                    depth: int = 8, cache: dict | None = None) -> Sources | None:
     """The (kernel, pointer parameter) pairs `expr`'s data is loaded from; None unless every
-    path leads to a `tl.load`."""
-    from kanalyze.analyzer.triton.pointers import pointer_bases  # pointers imports the model
-
+    path leads to a `tl.load` (`cache`: the caller's, one per model)."""
     if expr is None or depth < 0:
         return None
+    cache = {} if cache is None else cache
+    key = ("sources", id(jit.node), id(expr))
+    if key not in cache:
+        cache[key] = _sources(model, jit, expr, depth, cache)
+    return cache[key]
+
+
+def _sources(model: TritonModule, jit: JitFunction, expr: cst.BaseExpression, depth: int,
+             cache: dict) -> Sources | None:
+    from kanalyze.analyzer.triton.pointers import pointer_bases  # pointers imports the model
+
     if isinstance(expr, cst.Attribute) and expr.attr.value == "T":
-        return operand_sources(model, jit, expr.value, depth - 1)
+        return operand_sources(model, jit, expr.value, depth - 1, cache)
     if isinstance(expr, cst.Name):
         defs = model.flow(jit.function).defs_of(expr.value)
         if not defs or any(d.kind != "assign" or d.value is None for d in defs):
             return None
         found: set[tuple[str, str]] = set()
         for d in defs:
-            sources = operand_sources(model, jit, _single_value(d), depth - 1)
+            sources = operand_sources(model, jit, _single_value(d), depth - 1, cache)
             if sources is None:
                 return None
             found |= sources
@@ -61,13 +70,13 @@ def operand_sources(model: TritonModule, jit: JitFunction, expr: cst.BaseExpress
         return None
     name = model.call_name(expr) or ""
     if name == LOAD:
-        bases = pointer_bases(model, jit, keyword(expr, "pointer", 0))
+        bases = pointer_bases(model, jit, keyword(expr, "pointer", 0), cache=cache.setdefault("pointers", {}))
         return frozenset(bases) if bases else None
     leaf = name.rpartition(".")[2]
     if name.startswith("triton.language.") and leaf in RESHAPES and expr.args:
-        return operand_sources(model, jit, expr.args[0].value, depth - 1)
+        return operand_sources(model, jit, expr.args[0].value, depth - 1, cache)
     if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in RESHAPES and not name.startswith("triton."):
-        return operand_sources(model, jit, expr.func.value, depth - 1)  # `b.trans()`, `b.reshape(...)`
+        return operand_sources(model, jit, expr.func.value, depth - 1, cache)  # `b.trans()`, `b.reshape(...)`
     return None
 
 
@@ -75,7 +84,7 @@ def learned_pointers(model: TritonModule, flow: DtypeFlow, jit: JitFunction,
                      cache: dict) -> dict[tuple[str, str], frozenset[str]]:
     """(kernel, pointer parameter) → the dtypes the dots of `jit` (outside any `if`) make
     its elements, from each dot's other operand (kept in `cache`, the caller's)."""
-    key = id(jit.node)
+    key = ("learned", id(jit.node))
     if key in cache:
         return cache[key]
     cache[key] = learned = {}
@@ -84,7 +93,7 @@ def learned_pointers(model: TritonModule, flow: DtypeFlow, jit: JitFunction,
         if _under_if(model, site.node, jit.node):
             continue
         operands = [keyword(site.node, n, i) for i, n in enumerate(("input", "other"))]
-        dots.append([(flow.value(jit.function, o), operand_sources(model, jit, o)) for o in operands])
+        dots.append([(flow.value(jit.function, o), operand_sources(model, jit, o, cache=cache)) for o in operands])
     changed = True
     while changed:
         changed = False
@@ -107,7 +116,8 @@ def with_partners(model: TritonModule, flow: DtypeFlow, jit: JitFunction, expr: 
     the operand is loaded from pointers the kernel's other dots pin, those dtypes."""
     if UNKNOWN not in types:
         return types
-    return _with_learned(types, operand_sources(model, jit, expr), learned_pointers(model, flow, jit, cache))
+    return _with_learned(types, operand_sources(model, jit, expr, cache=cache),
+                         learned_pointers(model, flow, jit, cache))
 
 
 def _with_learned(types: frozenset[str], sources: Sources | None,
