@@ -11,7 +11,8 @@ the first dot makes the elements of `k` fp16 for every launch that compiles the 
 and the second dot, on data loaded from `k`, is on fp16 operands.  `learned_pointers`
 gives (kernel, pointer parameter) → dtypes, learned from dots whose other operand's dtype
 is known, repeated until nothing new is learned; `operand_sources` the pointer
-parameters an operand is loaded from (through names, `tl.trans`, reshapes and views;
+parameters an operand is loaded from (through the assignments that reach it, `tl.trans`,
+reshapes and views;
 None when some path leads to anything else: a cast, arithmetic, a call).  A dot under
 an `if` is left out: a branch on a constexpr is not compiled at all when not taken.
 """
@@ -52,11 +53,16 @@ def operand_sources(model: TritonModule, jit: JitFunction, expr: cst.BaseExpress
 def _sources(model: TritonModule, jit: JitFunction, expr: cst.BaseExpression, depth: int,
              cache: dict) -> Sources | None:
     from kanalyze.analyzer.triton.pointers import pointer_bases  # pointers imports the model
+    from kanalyze.analyzer.triton.reaching import Reaching  # reaching imports the model
 
     if isinstance(expr, cst.Attribute) and expr.attr.value == "T":
         return operand_sources(model, jit, expr.value, depth - 1, cache)
     if isinstance(expr, cst.Name):
-        defs = model.flow(jit.function).defs_of(expr.value)
+        # the assignments that reach this read (another branch's load from another pointer is not pinned)
+        pointers = cache.setdefault("pointers", {})  # pointer_bases' cache: jit node → its Reaching
+        if id(jit.node) not in pointers:
+            pointers[id(jit.node)] = Reaching(model, jit)
+        defs = pointers[id(jit.node)].defs(expr.value, expr)
         if not defs or any(d.kind != "assign" or d.value is None for d in defs):
             return None
         found: set[tuple[str, str]] = set()
