@@ -41,7 +41,7 @@ def plain_bound(working: Leaf, expected64: Leaf, terms: int = 1) -> tuple[float,
         reference_error = max(reference_error, float(np.max(np.abs(ref[finite] - exact[finite]), initial=0.0)))
         scale = max(scale, float(np.max(np.abs(exact[finite]), initial=0.0)))
     eps = EPS.get(working.dtype, 0.0)
-    return (max(compare.FACTOR * reference_error, compare.FLOOR_ULPS * compare.growth(terms) * eps * (scale or 1.0)),
+    return (max(compare.FACTOR * reference_error, compare.floor_ulps(terms) * eps * (scale or 1.0)),
             reference_error)
 
 

@@ -276,6 +276,10 @@ def test_a_shortage_is_read_from_any_part_of_a_result() -> None:
         "status": "undecided", "summary": "kanalyze could not read the case's device arrays: NoRoom: no room"}})
     assert "NoRoom" in starved({"status": "done", "allclose": {}, "verdicts": {"MEM001": {
         "status": "unconfirmed", "summary": "kanalyze could not read the case's device arrays: NoRoom: no room"}}})
+    # the H200's reference worker saving a 16 GiB float64 output beside two other pairs
+    assert "Not enough free space" in starved({"status": "done", "allclose": {}, "verdicts": {"ORD001": {
+        "status": "unconfirmed", "summary": "the reference crashed: the worker exited with code 70 (an exception "
+        "escaped kanalyze's worker code: OSError: Not enough free space to write 17179607040 bytes after offset 128)"}}})
 
 
 def test_pairs_start_beside_others_only_while_the_disk_has_room(tmp_path) -> None:

@@ -70,6 +70,28 @@ def test_a_blockwise_norm_of_four_million_values_passes_and_a_wrong_one_does_not
     assert flat_failures >= 1      # what the allowance is for: without it, an honest kernel is "wrong"
 
 
+def test_a_lane_that_accumulates_term_after_term_passes_and_a_dropped_term_does_not() -> None:
+    """A convolution's window or a matmul's K summed by one lane, `acc += x * w` in fp32 (2400
+    terms: 32 channels × a 3×5×5 window, as KernelBench's level-1 transposed 3D convolution):
+    an honest kernel, whose error at the largest output is about 0.33·√terms ulps, well past
+    the flat floor of 4.  A lane that skips one term of its window is still wrong."""
+    rng = np.random.default_rng(0)
+    outputs, terms = 20000, 2400
+    x = rng.random((terms, outputs), dtype=np.float32)
+    w = (rng.standard_normal((terms, outputs)) * 0.014).astype(np.float32)
+    exact = np.einsum("ko,ko->o", x.astype(np.float64), w.astype(np.float64))
+    products = np.ascontiguousarray((x * w).T)                     # each output's terms contiguous:
+    reference = Leaf(products.sum(axis=1, dtype=np.float32), "float32")   # summed pairwise, as torch's trees
+    sequential = np.zeros(outputs, np.float32)
+    for k in range(terms):
+        sequential += x[k] * w[k]
+    honest = Leaf(sequential, "float32")
+    assert not check_values(honest, reference, Leaf(exact, "float64")).ok        # the flat floor blames it
+    assert check_values(honest, reference, Leaf(exact, "float64"), terms=terms).ok
+    skipped = Leaf(sequential - x[terms // 2] * w[terms // 2], "float32")
+    assert not check_values(skipped, reference, Leaf(exact, "float64"), terms=terms).ok
+
+
 def test_the_witness_states_the_allowance() -> None:
     exact = np.linspace(0.1, 1.0, 100)
     working = Leaf(exact.astype(np.float32), "float32")

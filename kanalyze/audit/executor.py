@@ -126,9 +126,10 @@ class LocalExecutor:
 
 
 # How a shortage of device memory, host memory or disk reads in a pair's result (torch's and
-# numpy's errors, the worker's exit by the kernel's OOM killer, rundir.py's NoRoom).
+# numpy's errors, numpy's memory maps included: "Not enough free space to write"; the worker's
+# exit by the kernel's OOM killer; rundir.py's NoRoom).
 SHORTAGES = ("OutOfMemoryError", "CUDA out of memory", "CUDA error: out of memory", "MemoryError",
-             "NoRoom", "No space left on device", "killed: out of memory?")
+             "NoRoom", "No space left on device", "Not enough free space", "killed: out of memory?")
 
 
 def starved(result: dict) -> str | None:

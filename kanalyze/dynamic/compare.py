@@ -3,12 +3,20 @@
 The tolerance is calibrated, never a fixed 1e-2: the reference computed in
 the working dtype is compared with the same reference computed in float64 on
 upcast inputs; the candidate may err by `FACTOR` times the reference's own
-largest error, and at least by `FLOOR_ULPS` units in the last place of the
-output's largest magnitude.  Where the reference sums many terms into one
-value (its longest reduction, recorded by reductions.py), that floor grows by
-√(terms / BLOCK_TERMS): torch sums in trees and is nearly exact, while an
-honest kernel that combines per-block partial sums one after another errs by
-about that factor more (a norm over 58.7M fp32 values: 5.8 ulps).
+largest error, and at least by the ulp floor: units in the last place of the
+output's largest magnitude (`floor_ulps`).  Where the reference sums many terms
+into one value (its longest reduction, recorded by reductions.py), torch sums
+in trees and is nearly exact, while an honest kernel errs more, in two ways the
+floor allows for, the larger one winning:
+
+* a lane that accumulates term after term (`acc += x * w` over a convolution's
+  window or a matmul's K, a GPU kernel's usual loop) errs by about 0.33·√terms
+  ulps at the largest output, measured on 10^5 outputs for 16 to 16384 terms:
+  `SEQUENTIAL_ULPS`·√terms, up to `LANE_TERMS` terms (no kernel's lane runs
+  longer alone: past that, blocks share the work);
+* per-block partial sums combined one after another (a norm over millions of
+  values) err by about √(terms / BLOCK_TERMS) times the flat floor (a norm over
+  58.7M fp32 values: 5.8 ulps).
 """
 
 from __future__ import annotations
@@ -23,11 +31,19 @@ from kanalyze.dynamic.sandbox.transport import EPS, Leaf, as_float64, bits
 FACTOR = 4.0
 FLOOR_ULPS = 4.0
 BLOCK_TERMS = 4096
+SEQUENTIAL_ULPS = 1.0     # three times the 0.33·√terms a sequential fp32 accumulation errs by
+LANE_TERMS = 16384
 
 
 def growth(terms: int) -> float:
-    """How much the ulp floor grows for a reduction of `terms` terms (1 up to BLOCK_TERMS terms)."""
+    """How much the flat floor grows for per-block partial sums of `terms` terms (1 up to BLOCK_TERMS)."""
     return max(1.0, math.sqrt(max(int(terms), 1) / BLOCK_TERMS))
+
+
+def floor_ulps(terms: int) -> float:
+    """The ulps an honest kernel may err by at the largest output for a reduction of `terms` terms."""
+    terms = max(int(terms), 1)
+    return max(FLOOR_ULPS * growth(terms), SEQUENTIAL_ULPS * math.sqrt(min(terms, LANE_TERMS)))
 
 
 def fmt(value: float) -> str:
@@ -51,8 +67,10 @@ class ValueCheck:
 
     def metric(self) -> dict:
         floor = f"{FLOOR_ULPS:g} ulps of the largest expected magnitude"
-        if growth(self.terms) > 1:
-            floor += f" × √({self.terms} terms / {BLOCK_TERMS}) for the reference's longest reduction"
+        if floor_ulps(self.terms) > FLOOR_ULPS:
+            floor = (f"{floor_ulps(self.terms):.4g} ulps of the largest expected magnitude for the reference's "
+                     f"longest reduction of {self.terms} terms (the larger of {FLOOR_ULPS:g} × √(terms / "
+                     f"{BLOCK_TERMS}) and {SEQUENTIAL_ULPS:g} × √(terms, at most {LANE_TERMS}))")
         return {"max_abs_error": self.max_error, "bound": self.bound, "reference_error": self.reference_error,
                 "mismatches": self.mismatches, "numel": self.numel, "reduction_terms": self.terms,
                 "bound_rule": f"max({FACTOR:g} × the reference's own error in its dtype, {floor})"}
@@ -124,7 +142,7 @@ def calibrated_bound(working: Leaf, expected64, terms: int = 1) -> tuple[float, 
         reference_error = max(reference_error, float(np.max(error, initial=0.0)))
         scale = max(scale, float(np.max(magnitude, initial=0.0)))
     eps = EPS.get(working.dtype, 0.0)
-    return max(FACTOR * reference_error, FLOOR_ULPS * growth(terms) * eps * (scale or 1.0)), reference_error
+    return max(FACTOR * reference_error, floor_ulps(terms) * eps * (scale or 1.0)), reference_error
 
 
 def check_values(observed: Leaf, working: Leaf, expected64_leaf: Leaf, bound: float | None = None,
