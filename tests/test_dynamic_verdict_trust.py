@@ -218,8 +218,10 @@ def test_a_worker_exception_is_named_in_how_the_worker_ended() -> None:
     numpy_memory = ("  File \"transport.py\", line 147, in tensor_to_numpy\n"
                     "numpy._core._exceptions._ArrayMemoryError: Unable to allocate 32.0 MiB for an array\n")
     assert "_ArrayMemoryError: Unable to allocate 32.0 MiB" in exits.describe(70, numpy_memory)
-    assert exits.describe(70, "no traceback here") == \
-        "the worker exited with code 70 (an exception escaped kanalyze's worker code)"
+    assert exits.describe(70, "") == "the worker exited with code 70 (an exception escaped kanalyze's worker code)"
+    assert exits.describe(70, "loading 4 shards\nterminate called without an active exception\n\n") == (
+        "the worker exited with code 70 (an exception escaped kanalyze's worker code; its last output: "
+        "terminate called without an active exception)")
     assert exits.describe(-9, "") == "the worker died of SIGKILL (killed: out of memory?)"
     assert exits.describe(None, "", lost=True).endswith("lost with the zygote that forked it")
 

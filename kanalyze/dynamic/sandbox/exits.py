@@ -23,7 +23,11 @@ def describe(code: int | None, output: str, lost: bool = False) -> str:
     why = _CODES.get(code)
     if code == 70:   # the traceback worker.py printed: its last line says which exception
         last = exception_line(output)
-        why = f"{why}: {last}" if last else why
+        lines = [line.strip() for line in output.splitlines() if line.strip()]
+        if last:
+            why = f"{why}: {last}"
+        elif lines:   # no traceback in sight: what it said last is the best clue left
+            why = f"{why}; its last output: {lines[-1][:200]}"
     return f"the worker exited with code {code}" + (f" ({why})" if why else "")
 
 
