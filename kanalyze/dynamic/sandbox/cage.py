@@ -23,23 +23,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
-from kanalyze import keys
 from kanalyze.dynamic.sandbox import cgroups, disguise, mounts, namespaces, rundir
-
-
-def candidate_view(scratch: str, caches: dict[str, str], visible: list[str], paths: list) -> dict:
-    """What a candidate's process sees of the files (mounts.py): `caches` writable (made now: a
-    read-only home leaves no room to make them later), `visible` folders of the run directory
-    read-only, the git work trees of `paths` (the candidate, its problem) and of kanalyze's
-    working directory read-only."""
-    writable = list(caches.values())
-    for folder in writable:
-        try:
-            os.makedirs(folder, exist_ok=True)
-        except (OSError, TypeError):
-            pass
-    return mounts.plan(scratch, rundir.run_directory(), keys.key_directory(), writable, visible,
-                       [os.getcwd(), *paths])
 
 
 @dataclass
@@ -62,7 +46,7 @@ class Cage:
                                 limits.process_margin)
         return cls(scratch, env, {"memory_bytes": None, "file_bytes": limits.file_bytes,
                                   "process_margin": limits.process_margin, "pid_namespace": True,
-                                  "files": candidate_view(scratch, caches, [], [candidate, problem]),
+                                  "files": mounts.candidate_view(scratch, caches, [], [candidate, problem]),
                                   "cgroup": cgroup})
 
     def close(self) -> None:

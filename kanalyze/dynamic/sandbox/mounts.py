@@ -1,4 +1,4 @@
-"""What a candidate's worker sees of the file system, in its own mount namespace (stdlib, rundir.py, cgroups.py).
+"""What a candidate's worker sees of the file system, in its own mount namespace (stdlib, keys.py, rundir.py, cgroups.py).
 
 The parent plans it (`plan`, when it starts a candidate's worker) and the
 namespace's init applies it (`apply`, namespaces.py) before the worker proper
@@ -30,7 +30,8 @@ from __future__ import annotations
 import ctypes
 import os
 
-from kanalyze.dynamic.sandbox import cgroups
+from kanalyze import keys
+from kanalyze.dynamic.sandbox import cgroups, rundir
 from kanalyze.dynamic.sandbox.rundir import is_run_directory
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 0x1, 0x2, 0x4, 0x20, 0x1000, 0x4000
@@ -50,6 +51,20 @@ def plan(scratch: str, run_directory: str, key_directory: str, writable: list[st
             "visible": sorted({real(path) for path in visible if path}),
             "read_only": [path for i, path in enumerate(read_only) if path != "/" and path not in read_only[:i]],
             "writable": sorted({real(path) for path in writable if path})}
+
+
+def candidate_view(scratch: str, caches: dict[str, str], visible: list[str], paths: list) -> dict:
+    """The view of a candidate's process (a worker, or the allclose check's cage): `caches`
+    writable (made now: a read-only home leaves no room to make them later), `visible` folders
+    of the run directory read-only, the git work trees of `paths` (the candidate, its problem)
+    and of kanalyze's working directory read-only."""
+    writable = list(caches.values())
+    for folder in writable:
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except (OSError, TypeError):
+            pass
+    return plan(scratch, rundir.run_directory(), keys.key_directory(), writable, visible, [os.getcwd(), *paths])
 
 
 def project_roots(paths) -> list[str]:

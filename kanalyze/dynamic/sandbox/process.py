@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 
 import kanalyze
-from kanalyze.dynamic.sandbox import cage, cgroups, disguise, exits, extensions, namespaces, rundir, zygote_client
+from kanalyze.dynamic.sandbox import cgroups, disguise, exits, extensions, mounts, namespaces, rundir, zygote_client
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(kanalyze.__file__)))
 BOOTSTRAP = (f"import sys; sys.path.insert(0, {_ROOT!r}); "
@@ -214,11 +214,11 @@ class Worker:
         return env, caches, {"extensions_root": caches[extensions.ROOT_VARIABLE]}
 
     def _view(self, spec: dict, caches: dict[str, str]) -> dict | None:
-        """What a candidate's worker sees of the files (cage.py); the reference worker sees all."""
+        """What a candidate's worker sees of the files (mounts.py); the reference worker sees all."""
         if self.role != "candidate":
             return None
         harness = spec.get("harness") or {}
-        return cage.candidate_view(self.scratch, caches, spec.get("visible", []),
+        return mounts.candidate_view(self.scratch, caches, spec.get("visible", []),
                                    [harness.get("candidate"), harness.get("problem")])
 
     def _fork(self, spec_path: str, control_r: int, status_w: int, env: dict[str, str]):
