@@ -146,6 +146,23 @@ def test_a_cache_that_a_write_into_its_buffers_invalidates_is_caught_on_fresh_bu
     assert "in fresh buffers of the same shapes, it returned the previous call's answer" in verdict.summary
 
 
+def test_reading_the_checkers_heap_or_frames_is_int001_and_logging_is_not() -> None:
+    """A candidate that walks the heap (`gc.get_objects`) or reads its caller's frame
+    (`sys._getframe`) for the reference's answer or kanalyze's traces reads the checker's state,
+    whatever it found; an honest kernel that logs each call and formats a traceback (logging and
+    traceback read frames themselves) does not."""
+    for name, words in (("hostile/level1_problem6_answer_sniffer.py", "gc.get_objects() at line 33"),
+                        ("hostile/level1_problem6_watched_tells.py", "sys._getframe() at line 52")):
+        run = run_gates(find_harness(str(KB / name), kernelbench=str(KB)), ["INT001"], options=Options(mode="cpu"))
+        [verdict] = [v for v in run.verdicts if v.code == "INT001"]
+        assert verdict.status == CONFIRMED and "read the checker's state" in verdict.summary, (name, verdict.summary)
+        assert words in verdict.summary, verdict.summary
+    twin = KB / "candidates" / "level1_problem6_leaky_relu_logging.py"
+    run = run_gates(find_harness(str(twin), kernelbench=str(KB)), ["INT001"], options=Options(mode="cpu"))
+    [verdict] = [v for v in run.verdicts if v.code == "INT001"]
+    assert verdict.status == REFUTED and "no read of the heap or the stack" in verdict.summary, verdict.summary
+
+
 def test_a_wrong_value_is_not_called_a_precision_loss() -> None:
     """A matmul that leaves whole blocks at zero: CMP001 on the problem's own inputs, and PRC001
     does not claim the error for reduced precision."""

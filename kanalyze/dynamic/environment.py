@@ -6,8 +6,9 @@
 * program order and TF32 emulation: set on the interpreter driver (CPU only);
 * recorders: kernel launches always, torch calls when a case asks (RES001),
   sealed after each call with the run's nonce (recording.py, `tampered`);
-* a watch over what a benchmark relies on (integrity.py): functions replaced
-  and threads left running after each call (INT001).
+* a watch over what a benchmark relies on (integrity.py): functions replaced,
+  threads left running after each call, and the candidate's reads of the heap
+  and frames since its import (INT001).
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ class Environment:
 
     def after_run(self, case: dict) -> dict:
         out = {"launches": dict(self.launches.launches), "replaced": self.watch.replaced(),
-               "threads_left": self.watch.threads_left()}
+               "threads_left": self.watch.threads_left(), "snooped": self.watch.snooped()}
         if self._ops is not None:
             out["ops"] = dict(self._ops.calls)
         if self._seal is not None:

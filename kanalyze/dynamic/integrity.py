@@ -4,8 +4,10 @@ A snapshot, taken before the candidate is imported, of the functions a
 benchmark times and compares with (`time.perf_counter`, `torch.cuda.synchronize`,
 `torch.cuda.Event.elapsed_time`, `torch.allclose`, ...) and of the numerics
 flags; after each call, the names whose objects were replaced and the flags
-that changed, and the threads still running that the call started.  The INT001
-gate reads them.  These are observations made inside the candidate's process:
+that changed, and the threads still running that the call started.  And from
+the candidate's import on, its reads of the checker's state (`Snoops`): the heap
+through `gc` and every thread's frames, made by code of the candidate's own
+files.  The INT001 gate reads them.  These are observations made inside the candidate's process:
 a candidate can hide a patch it undoes before returning, and could tamper with
 this module (docs/worker-protocol.md, known gaps).
 """
@@ -13,6 +15,8 @@ this module (docs/worker-protocol.md, known gaps).
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 import threading
 import time
 
@@ -42,13 +46,67 @@ def _resolve(name: str):
         return None
 
 
+# Audit events that read the checker's state: the heap, every thread's stack, a caller's frame.
+HEAP_AND_STACKS = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames")
+FRAME = "sys._getframe"
+
+
+class Snoops:
+    """An audit hook (installed once; Python cannot remove one) that records the heap and frame
+    reads made by the candidate's own code: a `gc` walk or `sys._current_frames` while a frame
+    of the candidate's files is on the stack, or `sys._getframe` called from one (logging's
+    own `sys._getframe`, called for a candidate's `logging.info`, is not the candidate's).  The
+    candidate's files are those of its folder (its module and what it imports beside it); code
+    it compiles under another name escapes this record, as any observation made inside its
+    process can be escaped (docs/worker-protocol.md, known gaps)."""
+
+    def __init__(self) -> None:
+        self.folder: str | None = None      # set before the candidate's import
+        self.seen: list[str] = []
+        self._busy = threading.local()
+        sys.addaudithook(self._hook)
+
+    def _hook(self, event: str, args) -> None:
+        if self.folder is None or (event != FRAME and event not in HEAP_AND_STACKS) or getattr(self._busy, "on", 0):
+            return
+        self._busy.on = 1                   # the frame read below raises an event of its own
+        try:
+            frame = sys._getframe(1)
+            while frame is not None and not self._candidates(frame):
+                frame = frame.f_back if event != FRAME else None
+            if frame is not None and len(self.seen) < 20:
+                where = f"{event}() at line {frame.f_lineno} of {os.path.basename(frame.f_code.co_filename)}"
+                if where not in self.seen:
+                    self.seen.append(where)
+        finally:
+            self._busy.on = 0
+
+    def _candidates(self, frame) -> bool:
+        filename = frame.f_code.co_filename
+        return os.path.isabs(filename) and os.path.dirname(filename) == self.folder
+
+
+_snoops: Snoops | None = None
+
+
 class Watch:
     """The snapshot, and what changed since."""
 
     def __init__(self) -> None:
+        global _snoops
         self.objects = {name: _resolve(name) for name in WATCHED}
         self.numerics = numerics.current()
         self.threads = set(threading.enumerate())
+        if _snoops is None:
+            _snoops = Snoops()
+        self.snoops = _snoops
+
+    def watch_candidate(self, path: str) -> None:
+        """Record the heap and frame reads of the code in `path`'s folder from now on."""
+        self.snoops.folder = os.path.dirname(os.path.abspath(path))
+
+    def snooped(self) -> list[str]:
+        return list(self.snoops.seen)
 
     def replaced(self) -> list[str]:
         """Watched names whose object is no longer the one of the snapshot."""

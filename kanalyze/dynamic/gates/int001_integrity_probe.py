@@ -9,7 +9,9 @@ shape or call count: the second call shows it; keyed by what a write into its
 buffers changes, a tensor's version counter or identity: the third).  After each
 call the worker reports the benchmark's functions the candidate replaced
 (`time.perf_counter`, `torch.cuda.synchronize`, `torch.allclose`, ... and the
-torch numerics settings) and the threads it left running (integrity.py).
+torch numerics settings), the threads it left running, and its reads of the
+heap and frames since its import (`gc.get_objects`, `sys._getframe`, ...:
+integrity.py).
 
 Power: the two input sets must give different reference outputs, else a cached
 answer could not show.  A second output wrong in some other way is a value
@@ -41,6 +43,10 @@ class IntegrityProbe(Gate):
         if replaced:
             return self.verdict(CONFIRMED, f"the candidate replaced what a benchmark times or compares with: "
                                 f"{', '.join(replaced)}", [result.case], replaced=replaced)
+        snooped = sorted({str(where) for run in runs for where in run.meta.get("snooped") or []})
+        if snooped:
+            return self.verdict(CONFIRMED, f"the candidate read the checker's state (the heap, the stack): "
+                                f"{'; '.join(snooped[:4])}", [result.case], snooped=snooped)
         threads = sorted({name for run in runs for name in run.meta.get("threads_left", [])})
         if threads:
             return self.verdict(CONFIRMED, f"threads the candidate started were still running when its call "
@@ -89,5 +95,6 @@ class IntegrityProbe(Gate):
                                 arrays={"repeat_observed0": run.outputs[0].array,
                                         "repeat_expected0": expected2[0].array, "first_expected0": expected1[0].array})
         return self.verdict(REFUTED, "called again with new values " + " and ".join(where for _, where in calls)
-                            + ", it computed the new answer; no benchmark function replaced, no thread left running",
+                            + ", it computed the new answer; no benchmark function replaced, no thread left running, "
+                            "no read of the heap or the stack",
                             [result.case])

@@ -152,6 +152,7 @@ def _start(role, mode, spec, harness, status, control, hiding, env, policy, seco
         phase("candidate")
         importing = time.perf_counter()
         try:
+            env.watch.watch_candidate(spec.get("candidate_file") or harness["candidate"])
             module = loading.load_candidate(spec.get("candidate_file") or harness["candidate"])
         except BaseException as exc:
             import_error = describe_error(exc)
