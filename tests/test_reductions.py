@@ -92,6 +92,25 @@ def test_a_lane_that_accumulates_term_after_term_passes_and_a_dropped_term_does_
     assert not check_values(skipped, reference, Leaf(exact, "float64"), terms=terms).ok
 
 
+def test_tf32_products_stay_outside_the_allowance_at_any_length() -> None:
+    """The lane's allowance grows with √terms, and so does TF32's error: products of operands
+    rounded to 10 mantissa bits (what `tl.dot` does by default) stay many times over the bound,
+    from 1024 to 32768 terms (16 to 70 times on this machine's draws)."""
+    def tf32(a: np.ndarray) -> np.ndarray:
+        bits = a.astype(np.float32).view(np.uint32)
+        return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+    rng = np.random.default_rng(1)
+    for terms in (1024, 32768):
+        x = rng.standard_normal((200, terms)).astype(np.float32)
+        w = rng.standard_normal(terms).astype(np.float32)
+        exact = Leaf(x.astype(np.float64) @ w.astype(np.float64), "float64")
+        reference = Leaf((x @ w).astype(np.float32), "float32")
+        rounded = Leaf((tf32(x) @ tf32(w)).astype(np.float32), "float32")
+        check = check_values(rounded, reference, exact, terms=terms)
+        assert not check.ok and check.max_error > 5 * check.bound, (terms, check.max_error, check.bound)
+
+
 def test_the_witness_states_the_allowance() -> None:
     exact = np.linspace(0.1, 1.0, 100)
     working = Leaf(exact.astype(np.float32), "float32")
