@@ -31,7 +31,7 @@ from observed import observed_for
 from kanalyze.dynamic.harness import Harness, find_harness
 from kanalyze.dynamic.runner import Options, run_gates
 from kanalyze.dynamic.sandbox.execute import CANDIDATE_SIDE_KEYS
-from kanalyze.dynamic.sandbox import zygote_client
+from kanalyze.dynamic.sandbox import mounts, zygote_client
 from kanalyze.dynamic.sandbox.process import (
     Limits,
     Worker,
@@ -298,7 +298,12 @@ def test_the_candidate_sees_no_file_of_kanalyzes_but_its_own_and_cannot_write_ho
     copy.parent.mkdir()
     shutil.copy(KB / "hostile" / copy.name, copy)
     observed = observed_for(copy)
-    (observed / "targets.json").write_text(json.dumps({"key_folder": str(tmp_path / "keys")}))
+    witnesses = tmp_path / "project" / ".kanalyze" / "witnesses"   # an earlier candidate's witness
+    witnesses.mkdir(parents=True)
+    (witnesses / "level1_problem6_other-CMP001-0123456789.npz").write_bytes(b"the reference's failing slice")
+    mounts.hide_from_candidates(str(witnesses))
+    (observed / "targets.json").write_text(json.dumps({"key_folder": str(tmp_path / "keys"),
+                                                       "witness_folder": str(witnesses)}))
     gate_run = run_gates(find_harness(str(copy), kernelbench=str(KB)), ["MEM002"],
                          options=Options(mode="cpu", limits=Limits(case_seconds=60)))
     confinement = gate_run.environment["candidate_confinement"]
@@ -313,6 +318,8 @@ def test_the_candidate_sees_no_file_of_kanalyzes_but_its_own_and_cannot_write_ho
     assert all(os.path.basename(path).startswith(CANDIDATE_SIDE_KEYS) for path in shown), shown
     assert sorted(set(found["arrays"]) - set(shown)) == [], f"the candidate found kanalyze's arrays: {found['arrays']}"
     assert found["key"].startswith("refused") or found["key"] == "empty", found
+    # hidden under an empty folder, as the key's: the planted witness is not in sight
+    assert found["witnesses"].startswith("refused") or found["witnesses"] == "empty", found
     assert found["home"].startswith("refused"), found
     # Its compile caches are its own: written there, refused where another's kernels are looked up.
     caches = found["caches"]

@@ -130,6 +130,10 @@ def run_pair(spec: dict) -> dict:
     process starts first and runs while the static pass and the gates do (its import of torch
     overlaps their work); otherwise it runs after them, with the time that is left."""
     started = time.monotonic()
+    if spec.get("witness_dir"):   # other pairs' witnesses hold reference values: hidden from this candidate
+        from kanalyze.dynamic.sandbox.mounts import hide_from_candidates
+
+        hide_from_candidates(spec["witness_dir"])
     overlapped: list = []
     thread = None
     if spec.get("overlap_allclose"):

@@ -32,6 +32,7 @@ from kanalyze.dynamic import witness as witnesses
 from kanalyze.dynamic.gates import gates_by_code
 from kanalyze.dynamic.harness import Harness, NoHarness, find_harness, kernel_harness
 from kanalyze.dynamic.runner import GateRun, Options, resolve_mode, run_gates
+from kanalyze.dynamic.sandbox import mounts
 from kanalyze.dynamic.sandbox.process import Limits
 from kanalyze.findings import Finding, Location, Status, Witness
 
@@ -116,6 +117,8 @@ def confirm(findings: list[Finding], files: list[str], options: DynamicOptions,
         limits.case_seconds = options.case_seconds
     run_options = Options(mode=options.mode, limits=limits, max_numel=options.max_numel)
     directory = options.witness_dir or os.path.join(options.root, witnesses.DEFAULT_DIRECTORY)
+    if plans:
+        mounts.hide_from_candidates(directory)   # a witness holds reference values: no later candidate reads it
 
     def run(plan):
         path, harness, codes = plan

@@ -11,6 +11,8 @@ is forked, while it still holds the capabilities of its user namespace:
   own folders (its outputs, once released), other workers' and the
   process-wide cache of reference outputs are not there to read;
 * the folder of kanalyze's signing key is hidden the same way, and so are the
+  witness folders of the run (`hide_from_candidates`: an earlier candidate's witness holds
+  the reference's values at its failing elements), and the
   cgroup file systems (/sys/fs/cgroup: cgroups.py), so that the candidate
   cannot write itself into a group other than its worker's;
 * the user's home is read-only, except the caches a worker must write
@@ -37,6 +39,21 @@ from kanalyze.dynamic.sandbox.rundir import is_run_directory
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 0x1, 0x2, 0x4, 0x20, 0x1000, 0x4000
 
 
+# Folders of kanalyze's results that a later candidate must not read: witnesses hold the
+# reference's values at the failing elements of an earlier candidate of the same problem.
+_results: set[str] = set()
+
+
+def hide_from_candidates(folder: str) -> None:
+    """Hide `folder` (a witness folder) from every candidate's process started from now on; made
+    now, so that it is hidden before its first witness is written."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        return
+    _results.add(os.path.realpath(folder))
+
+
 def plan(scratch: str, run_directory: str, key_directory: str, writable: list[str],
          visible: list[str], project: list[str] = ()) -> dict:
     """The view of a worker whose scratch folder is `scratch`; `visible` are folders of the run
@@ -46,8 +63,10 @@ def plan(scratch: str, run_directory: str, key_directory: str, writable: list[st
     home = os.path.realpath(os.path.expanduser("~"))
     real = os.path.realpath
     read_only = [home, *project_roots(project)]
+    needed = [real(path) for path in [scratch, *project] if path]
+    results = [folder for folder in sorted(_results) if not any(_inside(path, folder) for path in needed)]
     return {"keep": real(scratch), "hide": [real(run_directory), *other_runs(run_directory), real(key_directory),
-                                            *cgroups.mount_roots()],
+                                            *results, *cgroups.mount_roots()],
             "visible": sorted({real(path) for path in visible if path}),
             "read_only": [path for i, path in enumerate(read_only) if path != "/" and path not in read_only[:i]],
             "writable": sorted({real(path) for path in writable if path})}
