@@ -60,6 +60,21 @@ def test_a_check_past_its_limit_leaves_nothing_running(tmp_path) -> None:
     assert _gone(candidate)
 
 
+def test_a_candidate_that_sleeps_at_import_is_cut_off_at_the_import_limit(tmp_path, monkeypatch) -> None:
+    """The candidate's import has the gates' limit (here 3 s): the check is a TIMEOUT that says
+    so well before the check's own limit, and nothing of the candidate is left running."""
+    monkeypatch.setattr(allclose, "_import_seconds", lambda candidate: 3.0)
+    candidate = tmp_path / f"sleep_{os.getpid()}_{time.monotonic_ns()}.py"
+    shutil.copyfile(KB / "hostile" / "level1_problem6_import_sleep.py", candidate)
+    result = allclose.check(PROBLEM, str(candidate), "cpu", 120.0)
+    assert result["verdict"] == "TIMEOUT" and "import did not finish within 3 s" in result["detail"], result
+    assert result["seconds"] < 60, result
+    assert _gone(str(candidate))
+    # an import that fails ends the import too: KernelBench's rejection, never a timeout
+    failing = allclose.check(PROBLEM, str(KB / "hostile" / "level1_problem6_import_error.py"), "cpu", 120.0)
+    assert failing["verdict"] == "ERROR" and "ImportError" in failing["detail"], failing
+
+
 def test_a_check_whose_caller_dies_ends_with_it(tmp_path) -> None:
     candidate = _hanging_candidate(tmp_path)
     caller = textwrap.dedent(f"""

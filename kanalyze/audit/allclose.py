@@ -17,8 +17,11 @@ none of kanalyze's verdicts rests on it (the audit reports it beside them).  Wha
 candidate cannot do from here is what it cannot do from a worker: reach kanalyze, the
 host, or anything that outlives the check.  Before the problem and the candidate are
 imported, the process sends what held of its confinement through a pipe it then closes
-(`contained`: the protections it ran without, containment.gaps; empty when all held);
-the verdict comes back through a file in its scratch folder, read bounded and checked.
+(`contained`: the protections it ran without, containment.gaps; empty when all held),
+and then when the candidate's import begins and ends: the import has the gates' limit
+(30 s; a CUDA C++ build at import, theirs), so a candidate that sleeps there is a TIMEOUT
+that says so, not a check held for the pair's whole time.  The verdict comes back through
+a file in its scratch folder, read bounded and checked.
 """
 
 from __future__ import annotations
@@ -44,8 +47,9 @@ TRIALS = 5
 TOLERANCE = 1e-2
 
 
-def _run(problem: str, candidate: str, device: str, out: str) -> None:
-    """In the caged process: import both, seed as KernelBench does, compare."""
+def _run(problem: str, candidate: str, device: str, out: str, phase=lambda name: None) -> None:
+    """In the caged process: import both, seed as KernelBench does, compare.  `phase` is told
+    when the candidate's import begins and ends (the parent's import limit)."""
     import importlib.util
 
     def load(path: str, name: str):
@@ -61,8 +65,10 @@ def _run(problem: str, candidate: str, device: str, out: str) -> None:
     import torch
 
     problem_module = load(problem, "problem")
+    phase("importing")
     try:
         candidate_module = load(candidate, "candidate")
+        phase("imported")
         torch.manual_seed(42)
         init = problem_module.get_init_inputs()
         torch.manual_seed(42)
@@ -106,14 +112,23 @@ def check(problem: str, candidate: str, device: str, timeout: float) -> dict:
                                     start_new_session=True)
         finally:
             os.close(status_w)
+        status = _Status(status_r)
+        deadline = time.monotonic() + max(timeout, 1.0)
+        result = None
+        if status.until(b"importing", deadline, done) == "seen":   # the candidate's import has a limit of its own
+            limit = _import_seconds(candidate)
+            if status.until(b"imported", min(deadline, time.monotonic() + limit), done) == "late" \
+                    and time.monotonic() < deadline:
+                result = {"verdict": "TIMEOUT", "detail": f"the candidate's import did not finish within {limit:.0f} s"}
         try:
-            done.wait(timeout=max(timeout, 1.0))
-            result = _verdict(os.path.join(cage.scratch, "verdict.json"), done.returncode)
+            if result is None:
+                done.wait(timeout=max(deadline - time.monotonic(), 0.1))
+                result = _verdict(os.path.join(cage.scratch, "verdict.json"), done.returncode)
         except subprocess.TimeoutExpired:
             result = {"verdict": "TIMEOUT", "detail": f"no verdict within {timeout:.0f} s"}
         finally:
             kill_group(done)
-        result["contained"] = _gaps(_read_record(status_r))
+        result["contained"] = _gaps(status.record())
     finally:
         os.close(status_r)
         cage.close()
@@ -151,19 +166,59 @@ def _ended(code: int) -> str:
     return f"ended with status {code}"
 
 
-def _read_record(fd: int) -> dict | None:
-    """What the process said of its confinement (a line, written before any candidate code)."""
-    data = b""
-    while len(data) <= MAX_VERDICT_BYTES and select.select([fd], [], [], 0)[0]:
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            break
-        data += chunk
+class _Status:
+    """The caged process's status pipe: its confinement record (a line written before any
+    candidate code), then `importing` and `imported` around the candidate's import.  The
+    candidate can write there too while it imports: what it writes is read bounded, and the
+    most it gains is to end its own import limit early (the check's time limit still holds)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.data, self.closed = fd, b"", False
+
+    def _read(self, seconds: float) -> None:
+        if self.closed or len(self.data) > MAX_VERDICT_BYTES or not select.select([self.fd], [], [], seconds)[0]:
+            return
+        chunk = os.read(self.fd, 65536)
+        self.data += chunk
+        self.closed = not chunk
+
+    def lines(self) -> list[bytes]:
+        return self.data.split(b"\n")[:-1]
+
+    def until(self, line: bytes, deadline: float, process) -> str:
+        """"seen" when `line` came before `deadline`; "late" when the deadline passed first;
+        "ended" when the process ended, or closed the pipe, first."""
+        while line not in self.lines():
+            if self.closed or len(self.data) > MAX_VERDICT_BYTES or process.poll() is not None:
+                self._read(0)
+                return "seen" if line in self.lines() else "ended"
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return "late"
+            self._read(min(left, 0.5))
+        return "seen"
+
+    def record(self) -> dict | None:
+        """What the process said of its confinement."""
+        self._read(0)
+        try:
+            record = json.loads(self.lines()[0]) if self.lines() else None
+        except ValueError:
+            return None
+        return record if isinstance(record, dict) else None
+
+
+def _import_seconds(candidate: str) -> float:
+    """The candidate's import limit: the gates' (a CUDA C++ build at import: the gates' build time)."""
+    from kanalyze.dynamic.runner import BUILD_SECONDS, CUDA_CPP
+    from kanalyze.dynamic.sandbox.process import Limits
+
     try:
-        record = json.loads(data.partition(b"\n")[0])
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
+        with open(candidate, encoding="utf-8", errors="replace") as handle:
+            builds = bool(CUDA_CPP.search(handle.read()))
+    except OSError:
+        builds = False
+    return BUILD_SECONDS if builds else Limits().import_seconds
 
 
 def _gaps(record: dict | None) -> list[str]:
@@ -174,7 +229,7 @@ def _gaps(record: dict | None) -> list[str]:
 
 def main(argv: list[str]) -> None:
     """The caged process: end with the caller, confine itself (still single-threaded), say
-    what held, then run KernelBench's trials."""
+    what held, then run KernelBench's trials, saying when the candidate's import begins and ends."""
     problem, candidate, device, parent, status_fd = argv[0], argv[1], argv[2], int(argv[3]), int(argv[4])
     end_with(parent)
     with open("spec.json", encoding="utf-8") as handle:
@@ -186,10 +241,18 @@ def main(argv: list[str]) -> None:
     os.chdir(os.getcwd())   # the scratch folder as its file view shows it (bound back writable)
     die_with_parent()
     os.write(status_fd, json.dumps(applied, default=str).encode() + b"\n")
-    os.close(status_fd)
     importlib.import_module("torch")   # before the guards, as in a worker
     confine.install_guards()
-    _run(problem, candidate, device, os.path.abspath("verdict.json"))
+
+    def phase(name: str) -> None:
+        try:
+            os.write(status_fd, name.encode() + b"\n")
+            if name == "imported":
+                os.close(status_fd)
+        except OSError:   # the candidate closed it during its import: the parent's limit stands
+            pass
+
+    _run(problem, candidate, device, os.path.abspath("verdict.json"), phase)
 
 
 def end_with(parent: int) -> None:
