@@ -197,6 +197,62 @@ def test_a_rerun_through_ray_skips_finished_pairs_and_resumes_a_local_journal(
     assert _comparable(json.loads(after[-1]), resumed) == _comparable(lost, local_run)
 
 
+def _processes(marker: bytes, start: bool = False) -> list[int]:
+    """The processes whose command line holds `marker` (begins with it, with `start`)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            line = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if (line.startswith(marker) if start else marker in line) and int(pid) != os.getpid():
+            found.append(int(pid))
+    return found
+
+
+def _running_pairs() -> list[int]:
+    """The Ray workers running a pair now (Ray titles a worker by the task it runs)."""
+    return _processes(b"ray::run_shipped", start=True)
+
+
+def test_a_ray_worker_killed_mid_pair_loses_and_duplicates_nothing(cluster, manifest, local_run, tmp_path) -> None:
+    """The Ray worker running a pair is SIGKILLed a few seconds into it: Ray runs the task again
+    (or the pair's line says the task failed), the audit ends with every pair once, the pairs
+    that ran give the local executor's lines, nothing of the killed pair is left running, and
+    a rerun finds nothing to do."""
+    output = tmp_path / "out"
+    command = [sys.executable, "-m", "kanalyze", *_command(manifest, output, "--executor", "ray", "--address",
+                                                           cluster, "--output-format", "json")]
+    audit = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed, deadline = None, time.monotonic() + 180
+    while killed is None and audit.poll() is None and time.monotonic() < deadline:
+        workers = _running_pairs()
+        if workers:
+            time.sleep(3)                     # into the pair: its static pass, its gates' workers
+            alive = [pid for pid in workers if pid in _running_pairs()]
+            if alive:
+                os.kill(alive[0], signal.SIGKILL)
+                killed = alive[0]
+        time.sleep(0.2)
+    _, err = audit.communicate(timeout=900)
+    assert killed is not None, "no Ray worker was seen running a pair: the test would prove nothing"
+    assert audit.returncode == 1, err[-3000:]
+    lines = (output / "results.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert sorted(r["id"] for r in records) == sorted(_records(local_run)) and len(records) == len(PAIRS)
+    local = _records(local_run)
+    for record in records:
+        if record["status"] == "done":
+            assert _comparable(record, output) == _comparable(local[record["id"]], local_run), record["candidate"]
+        else:
+            assert "the pair's Ray task failed" in record.get("reason", ""), record
+    time.sleep(2)   # the audit has ended: no pair of it may still run (the killed one's included)
+    assert _processes(b"kanalyze.audit.pair") == [], "a pair's process outlived the audit"
+    again = _ray_audit(manifest, output, cluster)
+    assert again.returncode == 1, again.stderr[-3000:]
+    assert (output / "results.jsonl").read_text().splitlines() == lines          # nothing left to run
+
+
 def test_ray_is_an_optional_extra_and_its_address_is_checked(manifest, tmp_path) -> None:
     hidden = tmp_path / "no-ray" / "ray"                   # an `import ray` that fails, installed or not
     hidden.mkdir(parents=True)
