@@ -76,6 +76,9 @@ class VerifyResult:
     # The problem's own inputs, called twice and held to float64: {"status": "passed" | "failed" |
     # "undecided", "summary"}; None where no gate ran.
     baseline: dict | None = None
+    # The protections the candidate ran without, in the gates' workers or the allclose check's
+    # cage (docs/worker-protocol.md), one sentence each; empty when every one held.
+    contained: tuple[str, ...] = ()
 
     def by_status(self, status: str) -> list[Clause]:
         return [c for c in self.clauses.values() if c.status == status]
@@ -163,8 +166,9 @@ class Verifier:
         outcome, reason = _outcome(clauses, allclose, raw.get("baseline"))
         seconds = {"check": round(checked, 3), **{k: v for k, v in raw["seconds"].items() if k != "steps"},
                    "total": round(time.monotonic() - started, 3)}
+        contained = tuple(dict.fromkeys([*(raw.get("contained") or []), *(raw["allclose"].get("contained") or [])]))
         return VerifyResult(outcome == PASSED, outcome, reason, clauses, allclose, seconds, references, path,
-                            raw["static"], raw.get("baseline"))
+                            raw["static"], raw.get("baseline"), contained)
 
     # ------------------------------------------------------------ files
 

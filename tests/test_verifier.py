@@ -134,6 +134,7 @@ def test_the_clean_twin_passes(loop) -> None:
     assert result.allclose.verdict == "PASS"
     assert result.baseline["status"] == "passed", result.baseline
     assert not any(c.status in ("confirmed", "unconfirmed") for c in result.clauses.values())
+    assert isinstance(result.contained, tuple) and all(isinstance(gap, str) for gap in result.contained)
 
 
 def test_invalid_sources_are_refused_at_once(loop) -> None:
