@@ -16,9 +16,9 @@ verdict is KernelBench's, exactly as trustworthy.  A candidate that patches
 none of kanalyze's verdicts rests on it (the audit reports it beside them).  What the
 candidate cannot do from here is what it cannot do from a worker: reach kanalyze, the
 host, or anything that outlives the check.  Before the problem and the candidate are
-imported, the process sends what held of its confinement through a pipe it then closes
-(`contained`: the protections it ran without, containment.gaps; empty when all held),
-and then when the candidate's import begins and ends: the import has the gates' limit
+imported, the process sends what held of its confinement through a pipe (`contained`:
+the protections it ran without, containment.gaps; empty when all held), then says there
+when the candidate's import begins and ends, and closes it: the import has the gates' limit
 (30 s; a CUDA C++ build at import, theirs), so a candidate that sleeps there is a TIMEOUT
 that says so, not a check held for the pair's whole time.  The verdict comes back through
 a file in its scratch folder, read bounded and checked.
