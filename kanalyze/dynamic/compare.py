@@ -70,7 +70,7 @@ class ValueCheck:
         if floor_ulps(self.terms) > FLOOR_ULPS:
             floor = (f"{floor_ulps(self.terms):.4g} ulps of the largest expected magnitude for the reference's "
                      f"longest reduction of {self.terms} terms (the larger of {FLOOR_ULPS:g} × √(terms / "
-                     f"{BLOCK_TERMS}) and {SEQUENTIAL_ULPS:g} × √(terms, at most {LANE_TERMS}))")
+                     f"{BLOCK_TERMS}) and {SEQUENTIAL_ULPS:g} × √min(terms, {LANE_TERMS}))")
         return {"max_abs_error": self.max_error, "bound": self.bound, "reference_error": self.reference_error,
                 "mismatches": self.mismatches, "numel": self.numel, "reduction_terms": self.terms,
                 "bound_rule": f"max({FACTOR:g} × the reference's own error in its dtype, {floor})"}
