@@ -7,9 +7,9 @@ flags; after each call, the names whose objects were replaced and the flags
 that changed, and the threads still running that the call started.  And from
 the candidate's import on, its reads of the checker's state (`Snoops`): the heap
 through `gc` and every thread's frames, made by code of the candidate's own
-files.  The INT001 gate reads them.  These are observations made inside the candidate's process:
-a candidate can hide a patch it undoes before returning, and could tamper with
-this module (docs/worker-protocol.md, known gaps).
+files.  The INT001 gate reads them.  These are observations made inside the
+candidate's process: a candidate can hide a patch it undoes before returning,
+and could tamper with this module (docs/worker-protocol.md, known gaps).
 """
 
 from __future__ import annotations
