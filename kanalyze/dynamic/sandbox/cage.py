@@ -10,8 +10,9 @@ must run the problem and the candidate in one process, as KernelBench does (pare
 What the process gets is a candidate worker's containment (docs/worker-protocol.md): a
 cgroup over it and all it starts, rlimits, user, PID, mount and network namespaces, the
 view of the file system `mounts.candidate_view` plans (kanalyze's run directory, signing
-key and witness folders hidden, the home and the project read-only, only its scratch folder and its compile caches
-writable), and the audit hook refusing sockets and processes but the compilers.  Its
+key and witness folders hidden, the home and the project read-only, only its scratch
+folder and its compile caches writable), and the audit hook refusing sockets and
+processes but the compilers.  Its
 memory bound is the machine's (`cgroups.memory_limit` for a GPU) on either device: the
 check runs the problem's own sizes, never scaled.
 """
