@@ -31,6 +31,11 @@ It stays cheap: a text scan finds the names that may be kernels not launched
 where they are defined, and `ast` parses only the files that mention such a name
 that another file defines, and the modules their imports lead to.  The pipeline passes a file's `Linked` to its
 model as `model.settings["linked"]` (`linked_of`) and keys its cache entry by it.
+
+A `Linked` also carries, for a module that launches kernels from top-level host
+functions that other checked modules call (`from .kernels import fwd; fwd(q, k)`),
+the dtypes those calls pass per parameter (`passed`, cross_callers.py): the
+callers' dtype checks reach the kernel's operands (PRC001, through host_dtypes.py).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from kanalyze.analyzer.discovery import PYTHON_SUFFIXES
 from kanalyze.analyzer.module_imports import KERNEL_DECORATOR_WORDS, Binding, ModuleSummary, summarize
 from kanalyze.analyzer.sources import may_contain_triton
 from kanalyze.analyzer.spelling import folded_text
+from kanalyze.analyzer.triton.cross_callers import passed_to_launchers
 
 if TYPE_CHECKING:
     from kanalyze.analyzer.triton.model import TritonModule
@@ -65,13 +71,24 @@ class Linked:
     with their paths, sorted."""
 
     users: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # each of its kernel launchers that other checked modules call: per parameter, the dtypes
+    # they pass (cross_callers.py), sorted
+    passed: tuple[tuple[str, tuple[tuple[str, tuple[str, ...]], ...]], ...] = ()
 
     def users_of(self, kernel: str) -> tuple[str, ...]:
         return next((paths for name, paths in self.users if name == kernel), ())
 
+    def passed_to(self, function: str, param: str) -> frozenset[str] | None:
+        """The dtypes other checked modules pass as `param` of top-level `function`; None
+        when none calls it."""
+        params = next((params for name, params in self.passed if name == function), None)
+        if params is None:
+            return None
+        return frozenset(next((dtypes for name, dtypes in params if name == param), ()))
+
     def key(self) -> str:
         """A stable text of everything the index contributed: part of the file's cache key."""
-        return json.dumps(self.users, separators=(",", ":"))
+        return json.dumps([self.users, self.passed] if self.passed else self.users, separators=(",", ":"))
 
 
 def linked_of(model: TritonModule) -> Linked | None:
@@ -84,9 +101,11 @@ def linked_of(model: TritonModule) -> Linked | None:
 class ProjectIndex:
     """The index of one check: `ProjectIndex.build({path: text})`, then `linked(path)`."""
 
-    def __init__(self, users: dict[str, dict[str, set[str]]], paths: set[str]) -> None:
+    def __init__(self, users: dict[str, dict[str, set[str]]], paths: set[str],
+                 passed: dict[str, dict[str, dict[str, set[str]]]] | None = None) -> None:
         self._users = users
         self._paths = paths
+        self._passed = passed or {}
 
     @classmethod
     def build(cls, files: Mapping[str, str]) -> "ProjectIndex":
@@ -110,7 +129,7 @@ class ProjectIndex:
             for module, kernel in linker.uses(path):
                 if module != path:
                     users.setdefault(module, {}).setdefault(kernel, set()).add(path)
-        return cls(users, set(python))
+        return cls(users, set(python), passed_to_launchers(linker, folded))
 
     def linked(self, path: str) -> Linked | None:
         """What the index says about `path`: None when it is not a Python file of a check of
@@ -118,7 +137,10 @@ class ProjectIndex:
         if path not in self._paths:
             return None
         found = self._users.get(path, {})
-        return Linked(tuple((name, tuple(sorted(found[name]))) for name in sorted(found)))
+        passed = self._passed.get(path, {})
+        return Linked(tuple((name, tuple(sorted(found[name]))) for name in sorted(found)),
+                      tuple((name, tuple((param, tuple(sorted(passed[name][param])))
+                                         for param in sorted(passed[name]))) for name in sorted(passed)))
 
 
 def _launched_in(text: str, name: str) -> bool:

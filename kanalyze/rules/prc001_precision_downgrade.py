@@ -50,7 +50,11 @@ class PrecisionDowngrade(Rule):
     (`torch.zeros(..., dtype=torch.int8)`, `.half()`, `torch.empty(n)` is
     float32, `self.w` what the class's methods assign or append to it,
     `ctx.saved_tensors` in `backward` what `forward` saved).  A wrapper's parameter takes what the callers in the file pass
-    (a test that feeds fp16, `Function.apply`), narrowed by the wrapper's own
+    (a test that feeds fp16, `Function.apply`) and, when the file is checked
+    with the rest of its project, what every call of it in the other checked
+    modules passes (`from .kernels import fwd`, imports followed within the
+    checked tree; one caller whose dtype is not shown keeps it unknown),
+    narrowed by the wrapper's own
     checks (`assert q.dtype in (torch.float16, torch.bfloat16)`, `if ...: raise`,
     also as `a or b`, an `elif` chain of raises, inside a `with`, in a loop or an
     `all(...)` over the tensors) and by the branch it is read in

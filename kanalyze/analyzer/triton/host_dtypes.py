@@ -5,8 +5,9 @@ default float32, `torch.empty_like(x)` and `x.view(...)` x's dtype, `self.w` wha
 class's methods assign it and `q, k = ctx.saved_tensors` what the autograd Function's
 forward saved (host_attributes.py), `.half()` and
 `.to(torch.bfloat16)` their target; `.to("cuda")` keeps the dtype.  A parameter
-takes what the function's callers in this file pass (host_callers.py; UNKNOWN when
-nobody in the file calls it), and under `@custom_fwd(cast_inputs=X)` X as well (the cast
+takes what the function's callers in this file pass (host_callers.py) and, checked with
+the rest of its project, what the other checked modules' calls of it pass
+(cross_callers.py); UNKNOWN when nobody calls it, and under `@custom_fwd(cast_inputs=X)` X as well (the cast
 happens only under autocast), narrowed by the function's dtype checks and the
 branch tests around a read (`assert q.dtype in (torch.float16, torch.bfloat16)`,
 host_checks.py).  Used through `DtypeFlow.host_tensor`
@@ -141,13 +142,25 @@ def autocast_inputs(flow: DtypeFlow, func: Function, depth: int) -> frozenset[st
     return frozenset()
 
 
+def _passed_elsewhere(model, func: Function, name: str) -> frozenset[str] | None:
+    """What the other checked modules' calls of top-level `func` pass as `name` (the project
+    index, cross_callers.py); None when the file is checked alone or none calls it."""
+    # project_index.Linked, read without importing project_index: it imports cross_callers,
+    # which imports dtype_flow and so this module
+    linked = model.settings.get("linked")
+    if not getattr(linked, "passed", None) or func.class_name is not None or model.function_of(func.node):
+        return None
+    return linked.passed_to(func.name, name)
+
+
 def _passed(flow: DtypeFlow, func: Function, name: str, depth: int) -> set[str]:
     callers = host_callers(flow.model, func, flow.host_caches["callers"])
-    if not callers:
+    elsewhere = _passed_elsewhere(flow.model, func, name)
+    if not callers and elsewhere is None:
         return {UNKNOWN}
     param = next((p for p in (*func.node.params.posonly_params, *func.node.params.params,
                               *func.node.params.kwonly_params) if p.name.value == name), None)
-    found: set[str] = set()
+    found: set[str] = set(elsewhere or ())
     for caller, bound, call in callers:
         arg = bound.get(name)
         if arg is not None:
