@@ -36,6 +36,9 @@ A `Linked` also carries, for a module that launches kernels from top-level host
 functions that other checked modules call (`from .kernels import fwd; fwd(q, k)`),
 the dtypes those calls pass per parameter (`passed`, cross_callers.py): the
 callers' dtype checks reach the kernel's operands (PRC001, through host_dtypes.py).
+That step reads each calling file's dtype evidence with LibCST, and costs more: on
+fla's whole tree (40 calling files) the index takes about 7.7 s instead of 0.44 s,
+once per check (a pre-commit run links only the files it is given).
 """
 
 from __future__ import annotations
