@@ -101,3 +101,20 @@ def test_what_the_callers_pass_keys_the_cache() -> None:
     assert plain.key() != with_passed.key()
     assert with_passed.passed_to("fwd", "q") == {"float16"}
     assert with_passed.passed_to("fwd", "other") == frozenset() and with_passed.passed_to("bwd", "q") is None
+
+
+def test_a_check_that_does_not_select_prc001_skips_the_callers_step(monkeypatch) -> None:
+    """Only PRC001 reads what other modules pass to a launcher, and that step is the index's
+    costliest (fla's tree: 8 s of the index's 8.5 s): a check without PRC001 never runs it."""
+    from kanalyze.analyzer import project_index
+    from kanalyze.config import load_config
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the callers' step ran for a check that does not select PRC001")
+
+    monkeypatch.setattr(project_index, "passed_to_launchers", refuse)
+    config = load_config([str(PACKAGE)], isolated=True, select=["ORD001", "RES001"])
+    result = run_static([str(PACKAGE)], config, use_cache=False, jobs=1)
+    assert not [f for f in result.findings if f.code.startswith("KAN")], result.findings
+    monkeypatch.undo()
+    assert run_static([str(PACKAGE)], config_for(PACKAGE), use_cache=False, jobs=1).findings

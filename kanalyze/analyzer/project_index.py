@@ -111,9 +111,11 @@ class ProjectIndex:
         self._passed = passed or {}
 
     @classmethod
-    def build(cls, files: Mapping[str, str]) -> "ProjectIndex":
+    def build(cls, files: Mapping[str, str], callers: bool = True) -> "ProjectIndex":
         """The index of these files (path → text; files other than Python are left out).
-        With fewer than two Python files there is nothing to link."""
+        With fewer than two Python files there is nothing to link.  `callers`: also what other
+        modules pass to each module's kernel launchers (only PRC001 reads it, and it costs the
+        most: a check that does not select PRC001 leaves it out)."""
         python = {path: text for path, text in files.items() if path.endswith(PYTHON_SUFFIXES)}
         if len(python) < 2:
             return cls({}, set())
@@ -132,7 +134,7 @@ class ProjectIndex:
             for module, kernel in linker.uses(path):
                 if module != path:
                     users.setdefault(module, {}).setdefault(kernel, set()).add(path)
-        return cls(users, set(python), passed_to_launchers(linker, folded))
+        return cls(users, set(python), passed_to_launchers(linker, folded) if callers else {})
 
     def linked(self, path: str) -> Linked | None:
         """What the index says about `path`: None when it is not a Python file of a check of

@@ -288,7 +288,7 @@ def _check_files(paths: Iterable[str], config: Config, ranges: dict, *, force_ex
                                                                 root=config.root))
         to_analyze.append((path, source.text))
 
-    index = index if index is not None else ProjectIndex.build(texts)
+    index = index if index is not None else ProjectIndex.build(texts, callers=config.selects("PRC001"))
     links = {path: linked for path, _ in to_analyze if (linked := index.linked(path)) is not None}
     finished = _tally(progress, len(to_analyze))
     for path, text in to_analyze:
