@@ -214,12 +214,20 @@ def test_incremental_equals_whole_over_an_editing_session(seed: int) -> None:
     assert analyzer.stats["kept"] > 3 * analyzer.stats["analyzed"]
 
 
-def test_every_fixture_kernel_in_one_file() -> None:
-    """All the fixtures' kernels at once, each clause's kernel-side detectors across them."""
-    text = composed(sorted(p.stem for p in FIXTURES.glob("*.py")))
-    analyzer = IncrementalAnalyzer()
-    findings = same_as_whole(analyzer, text)
-    assert analyzer.stats["cut"] == 1 and len({f.code for f in findings}) >= 5
+def test_every_fixture_kernel_in_two_files() -> None:
+    """All the fixtures' kernels, in two files of half of them each, each clause's kernel-side
+    detectors across them.  (All in one file, some 3,700 lines, the whole analysis nears the
+    per-file CPU budget of 5 s on this machine and would be cut there: a KAN001, not a
+    difference between the whole and the incremental analysis.)"""
+    names = sorted(p.stem for p in FIXTURES.glob("*.py"))
+    codes: set[str] = set()
+    for half in (names[: len(names) // 2], names[len(names) // 2:]):
+        analyzer = IncrementalAnalyzer()
+        findings = same_as_whole(analyzer, composed(half))
+        assert not [f for f in findings if f.code.startswith("KAN")], [f.message for f in findings]
+        assert analyzer.stats["cut"] == 1
+        codes |= {f.code for f in findings}
+    assert len(codes) >= 5, codes
 
 
 def test_moved_kernels_keep_their_findings_and_rows_follow() -> None:
