@@ -1,4 +1,5 @@
-"""What a candidate's worker sees of the file system, in its own mount namespace (stdlib, keys.py, rundir.py, cgroups.py).
+"""What a candidate's worker sees of the file system, in its own mount namespace
+(stdlib, keys.py, rundir.py, cgroups.py).
 
 The parent plans it (`plan`, when it starts a candidate's worker) and the
 namespace's init applies it (`apply`, namespaces.py) before the worker proper
@@ -11,8 +12,8 @@ is forked, while it still holds the capabilities of its user namespace:
   own folders (its outputs, once released), other workers' and the
   process-wide cache of reference outputs are not there to read;
 * the folder of kanalyze's signing key is hidden the same way, and so are the
-  witness folders of the run (`hide_from_candidates`: an earlier candidate's witness holds
-  the reference's values at its failing elements), and the
+  witness folders of the run (`hide_from_candidates`: an earlier candidate's
+  witness holds the reference's values at its failing elements), and the
   cgroup file systems (/sys/fs/cgroup: cgroups.py), so that the candidate
   cannot write itself into a group other than its worker's;
 * the user's home is read-only, except the caches a worker must write
