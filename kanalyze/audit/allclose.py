@@ -160,10 +160,9 @@ def _verdict(path: str, code: int) -> dict:
 
 
 def _ended(code: int) -> str:
-    if code is not None and code < 0:
-        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
-        return f"died of {name}" + (" (killed: out of memory?)" if name == "SIGKILL" else "")
-    return f"ended with status {code}"
+    from kanalyze.dynamic.sandbox.exits import signal_words
+
+    return f"died of {signal_words(code)}" if code is not None and code < 0 else f"ended with status {code}"
 
 
 class _Status:

@@ -24,7 +24,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
-from kanalyze.dynamic.sandbox import cgroups, disguise, mounts, namespaces, rundir
+from kanalyze.dynamic.sandbox import cgroups, mounts, namespaces, rundir
 
 
 @dataclass
@@ -35,13 +35,11 @@ class Cage:
 
     @classmethod
     def build(cls, mode: str, candidate: str, problem: str) -> "Cage":
-        from kanalyze.dynamic.sandbox.process import Limits, candidate_caches, scrubbed_environment
+        from kanalyze.dynamic.sandbox.process import Limits, candidate_environment
 
         namespaces.protect_this_process()   # kanalyze's /proc files closed to it
         scratch = tempfile.mkdtemp(dir=rundir.run_directory())
-        env = scrubbed_environment(scratch, mode)
-        caches = candidate_caches(env, candidate)     # the gates' own: the check finds their JIT builds
-        env.update(disguise.cache_view(scratch, caches))
+        env, caches = candidate_environment(scratch, mode, candidate)   # the gates' caches: their JIT builds
         limits = Limits()
         cgroup = cgroups.create(os.path.basename(scratch), cgroups.memory_limit("cuda", None),
                                 limits.process_margin)

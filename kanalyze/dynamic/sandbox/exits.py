@@ -17,9 +17,7 @@ def describe(code: int | None, output: str, lost: bool = False) -> str:
             return "the worker ended; its exit status was lost with the zygote that forked it"
         return "the worker stopped answering"
     if code < 0:
-        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
-        why = _SIGNALS.get(name)
-        return f"the worker died of {name}" + (f" ({why})" if why else "")
+        return f"the worker died of {signal_words(code)}"
     why = _CODES.get(code)
     if code == 70:   # the traceback worker.py printed: its last line says which exception
         last = exception_line(output)
@@ -29,6 +27,14 @@ def describe(code: int | None, output: str, lost: bool = False) -> str:
         elif lines:   # no traceback in sight: what it said last is the best clue left
             why = f"{why}; its last output: {lines[-1][:200]}"
     return f"the worker exited with code {code}" + (f" ({why})" if why else "")
+
+
+def signal_words(code: int) -> str:
+    """A death by signal (`code` as `subprocess` gives it, negative) in words: its name, and
+    what it most likely means."""
+    name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+    why = _SIGNALS.get(name)
+    return name + (f" ({why})" if why else "")
 
 
 def exception_line(output: str) -> str | None:

@@ -145,6 +145,17 @@ def scrubbed_environment(scratch: str, mode: str) -> dict[str, str]:
     return env
 
 
+def candidate_environment(scratch: str, mode: str, candidate: str | None) -> tuple[dict[str, str], dict[str, str]]:
+    """A candidate's process environment (a worker's, or the allclose check's cage) and its
+    caches' real folders: the compile caches shown through a link in its scratch folder
+    (disguise.py), no variable named after kanalyze (the extension builds' folder, which
+    only kanalyze's builder reads, is handed over apart)."""
+    env = scrubbed_environment(scratch, mode)
+    caches = candidate_caches(env, candidate)
+    env.update(disguise.cache_view(scratch, {k: v for k, v in caches.items() if k != extensions.ROOT_VARIABLE}))
+    return env, caches
+
+
 # The longest status line a worker may send; the candidate shares the worker's process, so
 # the parent reads that channel as it reads anything the candidate controls: bounded.
 MAX_STATUS_LINE = 1 << 20
@@ -205,12 +216,9 @@ class Worker:
         adds.  A candidate is shown its compile caches through its scratch folder (disguise.py);
         its extension builds' folder comes through the spec rather than a variable named after
         kanalyze, by its real path (torch rebuilds an extension whose folder moved)."""
-        env = scrubbed_environment(self.scratch, self.mode)
         if self.role != "candidate":
-            return env, {}, {}
-        caches = candidate_caches(env, (spec.get("harness") or {}).get("candidate"))
-        compile_caches = {k: v for k, v in caches.items() if k != extensions.ROOT_VARIABLE}
-        env.update(disguise.cache_view(self.scratch, compile_caches))
+            return scrubbed_environment(self.scratch, self.mode), {}, {}
+        env, caches = candidate_environment(self.scratch, self.mode, (spec.get("harness") or {}).get("candidate"))
         return env, caches, {"extensions_root": caches[extensions.ROOT_VARIABLE]}
 
     def _view(self, spec: dict, caches: dict[str, str]) -> dict | None:
