@@ -21,7 +21,10 @@ the protections it ran without, containment.gaps; empty when all held), then say
 when the candidate's import begins and ends, and closes it: the import has the gates' limit
 (30 s; a CUDA C++ build at import, theirs), so a candidate that sleeps there is a TIMEOUT
 that says so, not a check held for the pair's whole time.  The verdict comes back through
-a file in its scratch folder, read bounded and checked.
+a file in its scratch folder, read bounded and checked.  A CUDA C++ candidate's extension
+is built where the gates' workers build that candidate's (sandbox/extensions.py: keyed by
+everything the binary depends on), so the check loads the gates' build instead of compiling
+the same source again.
 """
 
 from __future__ import annotations
@@ -102,7 +105,7 @@ def check(problem: str, candidate: str, device: str, timeout: float) -> dict:
     status_r, status_w = os.pipe()
     try:
         with open(os.path.join(cage.scratch, "spec.json"), "w", encoding="utf-8") as handle:
-            json.dump(cage.limits, handle)
+            json.dump({"limits": cage.limits, "extensions_root": cage.extensions_root}, handle)
         # A session of its own: at the time limit, or when this check ends, whatever the
         # candidate started ends with it (child.py: and it dies with this process).
         try:
@@ -232,15 +235,19 @@ def main(argv: list[str]) -> None:
     problem, candidate, device, parent, status_fd = argv[0], argv[1], argv[2], int(argv[3]), int(argv[4])
     end_with(parent)
     with open("spec.json", encoding="utf-8") as handle:
-        limits = json.load(handle)
+        spec = json.load(handle)
     os.unlink("spec.json")
-    from kanalyze.dynamic.sandbox import confine
+    from kanalyze.dynamic.sandbox import confine, extensions
 
-    applied = confine.apply_limits(limits)   # returns in the caged process (namespaces.py)
+    applied = confine.apply_limits(spec["limits"])   # returns in the caged process (namespaces.py)
     os.chdir(os.getcwd())   # the scratch folder as its file view shows it (bound back writable)
     die_with_parent()
     os.write(status_fd, json.dumps(applied, default=str).encode() + b"\n")
     importlib.import_module("torch")   # before the guards, as in a worker
+    extensions.keep_root(spec.get("extensions_root"))   # the gates' builds of this candidate, shared
+    with open(candidate, encoding="utf-8", errors="replace") as handle:
+        if extensions.USES_EXTENSIONS.search(handle.read()):
+            extensions.install()
     confine.install_guards()
 
     def phase(name: str) -> None:

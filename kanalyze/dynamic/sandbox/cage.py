@@ -14,7 +14,9 @@ key and witness folders hidden, the home and the project read-only, only its scr
 folder and its compile caches writable), and the audit hook refusing sockets and
 processes but the compilers.  Its
 memory bound is the machine's (`cgroups.memory_limit` for a GPU) on either device: the
-check runs the problem's own sizes, never scaled.
+check runs the problem's own sizes, never scaled.  A CUDA C++ candidate's extension is
+built where the gates' workers build it (`extensions_root`, that candidate's own folder of
+kanalyze's build cache: extensions.py): one compile for the gates and the check, not two.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
-from kanalyze.dynamic.sandbox import cgroups, mounts, namespaces, rundir
+from kanalyze.dynamic.sandbox import cgroups, extensions, mounts, namespaces, rundir
 
 
 @dataclass
@@ -32,6 +34,7 @@ class Cage:
     scratch: str     # the process's working directory, HOME and TMPDIR
     env: dict        # its whole environment
     limits: dict     # what it applies to itself (confine.apply_limits)
+    extensions_root: str = ""   # where the gates' workers keep this candidate's CUDA C++ builds
 
     @classmethod
     def build(cls, mode: str, candidate: str, problem: str) -> "Cage":
@@ -46,7 +49,8 @@ class Cage:
         return cls(scratch, env, {"memory_bytes": None, "file_bytes": limits.file_bytes,
                                   "process_margin": limits.process_margin, "pid_namespace": True,
                                   "files": mounts.candidate_view(scratch, caches, [], [candidate, problem]),
-                                  "cgroup": cgroup})
+                                  "cgroup": cgroup},
+                   caches[extensions.ROOT_VARIABLE])
 
     def close(self) -> None:
         cgroups.remove(self.limits.get("cgroup"))
