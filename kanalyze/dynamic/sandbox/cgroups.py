@@ -15,6 +15,15 @@ it), as
 (<ns> and <pid>: the PID namespace and pid of the kanalyze process that made it; a
 neutral name, since a candidate reads its own in /proc/self/cgroup: disguise.py)
 
+cgroup v2 lets a group hand controllers down only while it holds no process of its
+own ("no internal processes"), and in a container kanalyze's own group usually holds
+every process of the container.  Where handing them down is refused for that reason
+(EBUSY), the group's processes are moved into a leaf of their own, `<own cgroup>/init/`
+(kanalyze among them; no limit on it: they run as before), and the controllers handed
+down again, as container init systems do; the workers' groups are then siblings of
+`init/`.  A later kanalyze process that finds itself in such an `init/` makes its
+groups beside it.
+
 The worker joins `worker/` as its very first step (`join`, from
 confine.apply_limits: before its namespaces and any candidate code), so that
 everything it and the candidate start is inside.  The limits sit one level
@@ -50,6 +59,7 @@ CGROUP_ROOT = "/sys/fs/cgroup"
 CONTROLLERS = ("memory", "pids")
 _V1_LIMITS = {"memory": ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"), "pids": ("pids.max",)}
 _V2_LIMITS = {"memory": ("memory.max",), "pids": ("pids.max",)}
+LEAF = "init"   # where a cgroup v2 group's own processes go, so that it can hand controllers down
 
 
 def memory_limit(mode: str, memory_bytes: int | None) -> int | None:
@@ -133,6 +143,8 @@ def locate(mountinfo: str, own: str) -> tuple[dict[str, tuple[int, str]], dict[s
                 folder = _below(point, root, paths[controller])
                 if folder:
                     places[controller] = (1, folder)
+    if unified and os.path.basename(unified) == LEAF and _holds_no_process(os.path.dirname(unified)):
+        unified = os.path.dirname(unified)   # a leaf made so that its parent could hand controllers down
     why = {}
     for controller in CONTROLLERS:
         if controller in places:
@@ -151,6 +163,44 @@ def _controllers(folder: str) -> list[str]:
         return []
 
 
+def _handed_down(folder: str) -> list[str]:
+    """The controllers a cgroup v2 group hands down to the groups below it."""
+    try:
+        return _read(os.path.join(folder, "cgroup.subtree_control")).split()
+    except OSError:
+        return []
+
+
+def _holds_no_process(folder: str) -> bool:
+    try:
+        return not _read(os.path.join(folder, "cgroup.procs")).split()
+    except OSError:
+        return False
+
+
+def _hand_down(parent: str, controllers: list[str]) -> None:
+    """Enable `controllers` for the groups below `parent` (cgroup v2).  Refused because `parent`
+    holds processes (EBUSY), its processes go into its leaf `init/` first; raises OSError with
+    the cause when that cannot be done either."""
+    for attempt in range(3):
+        try:
+            for controller in controllers:
+                if controller not in _handed_down(parent):
+                    _write(os.path.join(parent, "cgroup.subtree_control"), f"+{controller}")
+            return
+        except OSError as exc:
+            if exc.errno != errno.EBUSY or attempt == 2:
+                raise
+        leaf = os.path.join(parent, LEAF)
+        os.makedirs(leaf, exist_ok=True)
+        for pid in _pids(parent):   # a process that started meanwhile is moved on the next attempt
+            try:
+                _write(os.path.join(leaf, "cgroup.procs"), str(pid))
+            except OSError as exc:
+                if exc.errno != errno.ESRCH:   # gone meanwhile: nothing to move
+                    raise OSError(exc.errno, f"moving process {pid} into {LEAF}/: {exc.strerror}") from exc
+
+
 def _why(exc: OSError, parent: str, folder: str) -> str:
     """Why no group could be made below `parent`, the same words for every worker of a run
     (the group's own name, `folder`, left out)."""
@@ -160,7 +210,8 @@ def _why(exc: OSError, parent: str, folder: str) -> str:
     if exc.errno == errno.EROFS:
         return f"{parent} is read-only"
     if exc.errno == errno.EBUSY:
-        return f"{parent}: {exc.strerror} (a cgroup v2 group that holds processes cannot hand controllers down)"
+        return (f"{parent}: {exc.strerror} (a cgroup v2 group that holds processes cannot hand controllers "
+                f"down, and its processes could not all be moved into {LEAF}/)")
     name = exc.filename if isinstance(exc.filename, str) else folder
     where = f" ({os.path.relpath(name, folder)})" if name.startswith(folder + "/") else ""
     return f"{parent}{where}: {exc.strerror or exc}"
@@ -212,10 +263,7 @@ def create(name: str, memory_bytes: int | None, max_pids: int | None,
         folder, made = os.path.join(parent, f"{_prefix()}{os.getpid()}-{name}"), False
         try:
             if version == 2:   # the controllers handed down to the groups below this process's own
-                enabled = _read(os.path.join(parent, "cgroup.subtree_control")).split()
-                for controller in controllers:
-                    if controller not in enabled:
-                        _write(os.path.join(parent, "cgroup.subtree_control"), f"+{controller}")
+                _hand_down(parent, controllers)
             os.mkdir(folder)
             made = True
             held = [_limit(version, folder, controller, wanted[controller]) for controller in controllers]
