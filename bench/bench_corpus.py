@@ -36,8 +36,10 @@ from kanalyze.audit import allclose  # noqa: E402
 from kanalyze.audit.summary import KANALYZE_FAILED  # noqa: E402
 
 def kernelbench(problem: str, candidate: str, device: str, timeout: float) -> dict:
-    """KernelBench's criterion in a fresh process (kanalyze.audit.allclose): PASS, FAIL, ERROR, TIMEOUT or CRASHED."""
-    return allclose.check(problem, candidate, device, timeout)
+    """KernelBench's criterion in a fresh process (kanalyze.audit.allclose): PASS, FAIL, ERROR, TIMEOUT or CRASHED.
+    A CUDA C++ candidate builds in torch's own folder, as under KernelBench, never in the build
+    cache that kanalyze's run beside it then reuses."""
+    return allclose.check(problem, candidate, device, timeout, share_builds=False)
 
 
 def kanalyze(problem: str, candidate: str, device: str, timeout: float, gates: str | None) -> dict:

@@ -96,7 +96,9 @@ def _run(problem: str, candidate: str, device: str, out: str, phase=lambda name:
     return verdict("PASS", f"{TRIALS} trials within atol=rtol={TOLERANCE}")
 
 
-def check(problem: str, candidate: str, device: str, timeout: float) -> dict:
+def check(problem: str, candidate: str, device: str, timeout: float, share_builds: bool = True) -> dict:
+    """`share_builds`: a CUDA C++ extension is built in the gates' build cache (False: torch's own
+    build folder, as KernelBench builds it; a benchmark timing KernelBench's check wants that)."""
     from kanalyze.dynamic.sandbox.cage import Cage
 
     started = time.perf_counter()
@@ -105,7 +107,8 @@ def check(problem: str, candidate: str, device: str, timeout: float) -> dict:
     status_r, status_w = os.pipe()
     try:
         with open(os.path.join(cage.scratch, "spec.json"), "w", encoding="utf-8") as handle:
-            json.dump({"limits": cage.limits, "extensions_root": cage.extensions_root}, handle)
+            json.dump({"limits": cage.limits, "extensions_root": cage.extensions_root if share_builds else None},
+                      handle)
         # A session of its own: at the time limit, or when this check ends, whatever the
         # candidate started ends with it (child.py: and it dies with this process).
         try:
@@ -244,10 +247,11 @@ def main(argv: list[str]) -> None:
     die_with_parent()
     os.write(status_fd, json.dumps(applied, default=str).encode() + b"\n")
     importlib.import_module("torch")   # before the guards, as in a worker
-    extensions.keep_root(spec.get("extensions_root"))   # the gates' builds of this candidate, shared
-    with open(candidate, encoding="utf-8", errors="replace") as handle:
-        if extensions.USES_EXTENSIONS.search(handle.read()):
-            extensions.install()
+    if spec.get("extensions_root"):   # the gates' builds of this candidate, shared
+        extensions.keep_root(spec["extensions_root"])
+        with open(candidate, encoding="utf-8", errors="replace") as handle:
+            if extensions.USES_EXTENSIONS.search(handle.read()):
+                extensions.install()
     confine.install_guards()
 
     def phase(name: str) -> None:
