@@ -69,12 +69,13 @@ def _zygote_pid() -> int | None:
     return zygote.process.pid if zygote is not None and not zygote.dead else None
 
 
-def _run(tmp_path: Path, name: str) -> tuple[dict, Path]:
-    """Run MEM002 on a copy of the hostile candidate `name`: (its worker's confinement record, its observed/)."""
+def _run(tmp_path: Path, name: str, **more) -> tuple[dict, Path]:
+    """Run MEM002 on a copy of the hostile candidate `name` (`more`: further targets for it):
+    (its worker's confinement record, its observed/)."""
     copy = tmp_path / f"level1_problem6_{name}.py"
     shutil.copy(KB / "hostile" / copy.name, copy)
     observed = observed_for(copy)
-    targets = {"kanalyze": os.getpid(), "zygote": _zygote_pid()}
+    targets = {"kanalyze": os.getpid(), "zygote": _zygote_pid(), **more}
     (observed / "targets.json").write_text(json.dumps({k: v for k, v in targets.items() if v}))
     harness = find_harness(str(copy), kernelbench=str(KB))
     assert isinstance(harness, Harness), harness
@@ -133,6 +134,48 @@ def test_a_symlink_named_like_an_allowed_tool_is_refused(tmp_path, start) -> Non
     assert not list(observed.glob("shell-ran-*")), "the shell behind the symlink ran"
     assert attempts["uname"] == "ran: exit code 0", attempts   # a real allowed tool still runs
     assert confinement.get("tools", "").startswith("by real path"), confinement
+
+
+def test_a_socket_named_in_the_file_system_cannot_be_reached(tmp_path, start) -> None:
+    """A tmux server's, an agent's or docker's socket: connected, a candidate would run commands
+    outside the sandbox.  Python's socket module is refused by the audit hook, libc's socket()
+    through ctypes by the seccomp filter (sandbox/seccomp.py); the listener sees no one."""
+    import socket
+    import threading
+
+    path = tmp_path / "host" / "server.sock"
+    path.parent.mkdir()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(4)
+    listener.settimeout(0.2)
+    reached: list[bytes] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                continue
+            with client:
+                client.settimeout(2)
+                reached.append(client.recv(64) or b"(nothing sent)")
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    try:
+        confinement, observed = _run(tmp_path, "unix_socket", socket=str(path))
+    finally:
+        stop.set()
+        server.join(5)
+        listener.close()
+    tried = json.loads((observed / "unix-socket.json").read_text())
+    assert tried["python"].startswith("refused"), tried
+    if not confinement.get("sockets", "").startswith("socket() refused"):
+        pytest.skip(f"no seccomp filter on this machine: {confinement.get('sockets')}")
+    assert tried["libc"] == "refused: socket(): Permission denied", tried
+    assert reached == [], reached
 
 
 # Candidates for a worker driven directly: how each one ends reaches the parent unchanged.

@@ -39,6 +39,13 @@ def gaps(confinement: dict | None) -> list[str]:
     elif cgroup and "cgroup" in files.partition("not done:")[2]:
         missing.append("the cgroup file systems in sight: a candidate running as root could move itself out "
                        "of its worker's cgroup")
+    if isinstance(cgroup, str) and "no pids limit" in cgroup:
+        missing.append("no task limit over the worker and its children (no pids controller): a candidate's "
+                       "processes are bounded only by the user's own process limit")
+    sockets = confinement.get("sockets")
+    if isinstance(sockets, str) and sockets.startswith("not refused"):
+        missing.append(f"sockets {sockets}: through ctypes, a candidate could connect to a socket named in "
+                       f"the file system (a tmux server, an agent, docker) and run commands outside the sandbox")
     capabilities = confinement.get("capabilities")
     if capabilities not in (None, "none"):
         missing.append(f"capabilities kept ({capabilities})")

@@ -11,6 +11,8 @@
   every process the candidate starts ends with the worker), mount (its own
   /proc) and network (no interfaces), as far as the kernel lets this process
   make them;
+* no new socket, below Python too (seccomp.py: a socket named in the file system
+  would reach a tmux server, an agent or docker outside every namespace);
 * an audit hook refusing network sockets and new processes either way, except
   for the compiler tools Triton and torch's extension builder run on a GPU.
   Those are found once, when the worker starts: each name in `ALLOWED_TOOLS`
@@ -36,7 +38,7 @@ import resource
 import sys
 from typing import NamedTuple
 
-from kanalyze.dynamic.sandbox import cgroups, namespaces
+from kanalyze.dynamic.sandbox import cgroups, namespaces, seccomp
 
 ALLOWED_TOOLS = {"ptxas", "ptxas-blackwell", "cuobjdump", "nvdisasm", "nvlink", "fatbinary", "ldconfig",
                  "gcc", "cc", "g++", "c++", "clang", "clang++", "nvcc", "ninja", "which", "uname"}
@@ -101,6 +103,7 @@ def apply_limits(limits: dict) -> dict:
     applied.update(namespaces.enter(network=limits.get("network_namespace", True),
                                     own_pids=limits.get("pid_namespace", True), files=limits.get("files")))
     applied["tools"] = f"by real path ({len(resolve_tools().real)} allowed)"
+    applied["sockets"] = seccomp.deny_sockets()   # in the worker itself, the namespaces' init already apart
     return applied
 
 
