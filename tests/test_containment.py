@@ -345,10 +345,18 @@ def test_the_candidate_sees_no_file_of_kanalyzes_but_its_own_and_cannot_write_ho
     witnesses.mkdir(parents=True)
     (witnesses / "level1_problem6_other-CMP001-0123456789.npz").write_bytes(b"the reference's failing slice")
     mounts.hide_from_candidates(str(witnesses))
+    planted = [Path(folder) / f"planted-{os.getpid()}-{tmp_path.name}" for folder in ("/tmp", "/dev/shm")]
+    for path in planted:   # what the user keeps there, or a later kanalyze run's reference outputs
+        path.write_text("a secret of the user's")
     (observed / "targets.json").write_text(json.dumps({"key_folder": str(tmp_path / "keys"),
-                                                       "witness_folder": str(witnesses)}))
-    gate_run = run_gates(find_harness(str(copy), kernelbench=str(KB)), ["MEM002"],
-                         options=Options(mode="cpu", limits=Limits(case_seconds=60)))
+                                                       "witness_folder": str(witnesses),
+                                                       "planted": [str(path) for path in planted]}))
+    try:
+        gate_run = run_gates(find_harness(str(copy), kernelbench=str(KB)), ["MEM002"],
+                             options=Options(mode="cpu", limits=Limits(case_seconds=60)))
+    finally:
+        for path in planted:
+            path.unlink()
     confinement = gate_run.environment["candidate_confinement"]
     if "hidden" not in confinement.get("files", ""):
         pytest.skip(f"no mount namespace of the worker's own here: {confinement.get('files')}")
@@ -369,6 +377,11 @@ def test_the_candidate_sees_no_file_of_kanalyzes_but_its_own_and_cannot_write_ho
     assert caches["own"].startswith("written") and "/triton/" in caches["own"], caches
     assert caches["default"].startswith("refused") and caches["sibling"].startswith("refused"), caches
     assert found["telltale_variables"] == [], found   # no variable named after kanalyze in its environment
+    # /tmp and /dev/shm of its own (CPU): nothing of the user's there is in sight, whenever it was made.
+    shared = found["shared"]
+    assert all(read.startswith("refused") for read in shared["read"].values()), shared
+    assert not any(path.name in shared["listed"]["/tmp"] + shared["listed"]["/dev/shm"] for path in planted), shared
+    assert "/tmp hidden" in confinement["files"] and "/dev/shm its own" in confinement["files"], confinement
     assert {v.code: v.status for v in gate_run.verdicts}["MEM002"] == "refuted", gate_run.verdicts
 
 

@@ -48,7 +48,7 @@ class Cage:
                                 limits.process_margin)
         return cls(scratch, env, {"memory_bytes": None, "file_bytes": limits.file_bytes,
                                   "process_margin": limits.process_margin, "pid_namespace": True,
-                                  "files": mounts.candidate_view(scratch, caches, [], [candidate, problem]),
+                                  "files": mounts.candidate_view(scratch, caches, [], [candidate, problem], mode),
                                   "cgroup": cgroup},
                    caches[extensions.ROOT_VARIABLE])
 

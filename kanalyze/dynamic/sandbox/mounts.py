@@ -5,12 +5,19 @@ The parent plans it (`plan`, when it starts a candidate's worker) and the
 namespace's init applies it (`apply`, namespaces.py) before the worker proper
 is forked, while it still holds the capabilities of its user namespace:
 
-* kanalyze's run directory (and those of other kanalyze processes beside
-  it, as they are when the worker starts) is hidden under an empty tmpfs, with the worker's
-  own scratch folder bound back in place, and the folders of inputs the
-  reference worker saved for candidates bound back read-only: the reference's
-  own folders (its outputs, once released), other workers' and the
-  process-wide cache of reference outputs are not there to read;
+* the temporary folders, /tmp and the one kanalyze's run directories are made in
+  (`$TMPDIR`), are hidden under an empty tmpfs each, with the worker's own scratch
+  folder bound back in place, the folders of inputs the reference worker saved for
+  candidates bound back read-only, and the folders of the candidate and its problem
+  (read-only) and of its caches (writable) where they lie in one: the reference's own
+  folders (its outputs, once released), other workers', the process-wide cache of
+  reference outputs and every other kanalyze process's run directory, those made after
+  the worker started too (an audit's later pairs of the same problem), are not there
+  to read, nor anything else of the user's there;
+* kanalyze's run directory (and those of other kanalyze processes beside it) is hidden
+  the same way wherever it is;
+* on the CPU, /dev/shm is an empty tmpfs of its own too (no channel to the candidates
+  run beside it); on a GPU it stays shared: CUDA IPC keeps its reference counts there;
 * the folder of kanalyze's signing key is hidden the same way, and so are the
   witness folders of the run (`hide_from_candidates`: an earlier candidate's
   witness holds the reference's values at its failing elements), and the
@@ -32,6 +39,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import stat
 
 from kanalyze import keys
 from kanalyze.dynamic.sandbox import cgroups, rundir
@@ -56,35 +64,52 @@ def hide_from_candidates(folder: str) -> None:
 
 
 def plan(scratch: str, run_directory: str, key_directory: str, writable: list[str],
-         visible: list[str], project: list[str] = ()) -> dict:
+         visible: list[str], project: list[str] = (), private_shm: bool = False) -> dict:
     """The view of a worker whose scratch folder is `scratch`; `visible` are folders of the run
     directory it reads (the inputs the reference worker saved for it), bound back read-only;
     `project` are paths of the checked project (the candidate, its problem, the working
-    directory), whose git work trees are read-only with the home.  Paths are resolved here, in kanalyze."""
+    directory), whose git work trees are read-only with the home, and whose folders are bound
+    back read-only where a hidden folder holds them.  Paths are resolved here, in kanalyze."""
     home = os.path.realpath(os.path.expanduser("~"))
     real = os.path.realpath
     read_only = [home, *project_roots(project)]
     needed = [real(path) for path in [scratch, *project] if path]
     results = [folder for folder in sorted(_results) if not any(_inside(path, folder) for path in needed)]
-    return {"keep": real(scratch), "hide": [real(run_directory), *other_runs(run_directory), real(key_directory),
-                                            *results, *cgroups.mount_roots()],
+    temporary = sorted({real(folder) for folder in ("/tmp", os.path.dirname(real(run_directory)))
+                        if folder != "/" and os.path.isdir(folder)})
+    return {"keep": real(scratch), "hide": [*temporary, real(run_directory), *other_runs(run_directory),
+                                            real(key_directory), *results, *cgroups.mount_roots()],
             "visible": sorted({real(path) for path in visible if path}),
+            "project": sorted(_in_sight(path, [*temporary, real(run_directory)])
+                              for path in project if path and os.path.isfile(path)),
             "read_only": [path for i, path in enumerate(read_only) if path != "/" and path not in read_only[:i]],
-            "writable": sorted({real(path) for path in writable if path})}
+            "writable": sorted({real(path) for path in writable if path}),
+            "private_shm": private_shm}
 
 
-def candidate_view(scratch: str, caches: dict[str, str], visible: list[str], paths: list) -> dict:
+def candidate_view(scratch: str, caches: dict[str, str], visible: list[str], paths: list, mode: str) -> dict:
     """The view of a candidate's process (a worker, or the allclose check's cage): `caches`
     writable (made now: a read-only home leaves no room to make them later), `visible` folders
     of the run directory read-only, the git work trees of `paths` (the candidate, its problem)
-    and of kanalyze's working directory read-only."""
+    and of kanalyze's working directory read-only; a /dev/shm of its own on the CPU (`mode`)."""
     writable = list(caches.values())
     for folder in writable:
         try:
             os.makedirs(folder, exist_ok=True)
         except (OSError, TypeError):
             pass
-    return plan(scratch, rundir.run_directory(), keys.key_directory(), writable, visible, [os.getcwd(), *paths])
+    return plan(scratch, rundir.run_directory(), keys.key_directory(), writable, visible, [os.getcwd(), *paths],
+                private_shm=mode == "cpu")
+
+
+def _in_sight(path: str, hidden: list[str]) -> str:
+    """What of a hidden folder a candidate's or problem's file needs back: its folder (modules
+    beside it), or the file alone where that folder holds a hidden folder (a candidate saved
+    in /tmp itself must not bring /tmp back)."""
+    folder = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    if any(_inside(root, folder) for root in hidden):
+        return os.path.join(folder, os.path.basename(path))
+    return folder
 
 
 def project_roots(paths) -> list[str]:
@@ -123,23 +148,33 @@ def apply(view: dict | None) -> str:
     keep = view["keep"]
     keep_fd = _open_dir(keep)
     visible = [(path, _open_dir(path)) for path in view.get("visible", []) if os.path.isdir(path)]
+    project = [(path, _open_dir(path) if os.path.isdir(path) else _open_file(path))
+               for path in view.get("project", []) if os.path.exists(path)]
+    writable = [(path, _open_dir(path)) for path in view.get("writable", []) if os.path.isdir(path)]
+    # What a hidden folder gets back in place, in this order (a scratch folder inside the project's folder stays writable).
+    back = [(path, fd, True) for path, fd in project] + [(path, fd, True) for path, fd in visible] + \
+        [(path, fd, False) for path, fd in writable] + [(keep, keep_fd, False)]
     for folder in view.get("hide", []):
         if not os.path.isdir(folder):
-            continue
+            continue   # not there: inside a folder hidden before it, or gone
         if not _mount(b"tmpfs", folder, b"tmpfs", MS_NOSUID | MS_NODEV, b"size=64k,mode=0755"):
             failed.append(f"{folder} ({_error()})")
             continue
         done.append(f"{folder} hidden")
-        if keep_fd is not None and _inside(keep, folder) and not _bind_back(keep_fd, keep, read_only=False):
-            failed.append(f"{keep} (could not bind the scratch folder back: {_error()})")
-        for path, fd in visible:
-            if fd is not None and _inside(path, folder) and not _bind_back(fd, path, read_only=True):
+        for path, fd, read_only in back:
+            if fd is not None and _inside(path, folder) and not _bind_back(fd, path, read_only=read_only):
                 failed.append(f"{path} (could not bind it back: {_error()})")
-        if not any(_inside(path, folder) for path in [keep, *(path for path, _ in visible)]):
+        if not any(fd is not None and _inside(path, folder) for path, fd, _ in back):
             # nothing bound back in it: read-only too (no file named like a cgroup's can be made there)
             _mount(None, folder, None, MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_RDONLY, None)
-    writable = [(path, _open_dir(path)) for path in view.get("writable", []) if os.path.isdir(path)]
+    if view.get("private_shm") and os.path.isdir("/dev/shm"):
+        if _mount(b"tmpfs", "/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, b"size=256m,mode=1777"):
+            done.append("/dev/shm its own")
+        else:
+            failed.append(f"/dev/shm its own ({_error()})")
     for folder in view.get("read_only", []):
+        if not os.path.isdir(folder):
+            continue   # under a hidden folder, and not bound back: out of sight, which is more than read-only
         if not (_mount(folder.encode(), folder, None, MS_BIND | MS_REC, None)
                 and _mount(None, folder, None, MS_BIND | MS_REMOUNT | MS_RDONLY, None)):
             failed.append(f"{folder} read-only ({_error()})")
@@ -154,7 +189,7 @@ def apply(view: dict | None) -> str:
     sealed, not_sealed = _seal(keep, keep_fd, writable)
     done += sealed
     failed += not_sealed
-    for fd in [keep_fd] + [fd for _, fd in writable + visible]:
+    for fd in [keep_fd] + [fd for _, fd in writable + visible + project]:
         if fd is not None:
             os.close(fd)
     record = "; ".join(done) or "nothing changed"
@@ -222,10 +257,22 @@ def _open_dir(path: str) -> int | None:
         return None
 
 
-def _bind_back(fd: int, path: str, read_only: bool) -> bool:
-    """Bind the folder held open as `fd` at `path` again (creating the mount point in a tmpfs)."""
+def _open_file(path: str) -> int | None:
     try:
-        os.makedirs(path, exist_ok=True)
+        return os.open(path, os.O_PATH)
+    except OSError:
+        return None
+
+
+def _bind_back(fd: int, path: str, read_only: bool) -> bool:
+    """Bind the folder (or file) held open as `fd` at `path` again (creating the mount point in a tmpfs)."""
+    try:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            os.makedirs(path, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            if not os.path.exists(path):
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o444))
     except OSError:
         pass
     if not _mount(f"/proc/self/fd/{fd}".encode(), path, None, MS_BIND | MS_REC, None):

@@ -227,7 +227,7 @@ class Worker:
             return None
         harness = spec.get("harness") or {}
         return mounts.candidate_view(self.scratch, caches, spec.get("visible", []),
-                                   [harness.get("candidate"), harness.get("problem")])
+                                     [harness.get("candidate"), harness.get("problem")], self.mode)
 
     def _fork(self, spec_path: str, control_r: int, status_w: int, env: dict[str, str]):
         """The worker, forked by the zygote; its output comes through a pipe of ours."""
