@@ -40,6 +40,7 @@ from __future__ import annotations
 import ctypes
 import os
 import stat
+import sys
 
 from kanalyze import keys
 from kanalyze.dynamic.sandbox import cgroups, rundir
@@ -80,8 +81,9 @@ def plan(scratch: str, run_directory: str, key_directory: str, writable: list[st
     return {"keep": real(scratch), "hide": [*temporary, real(run_directory), *other_runs(run_directory),
                                             real(key_directory), *results, *cgroups.mount_roots()],
             "visible": sorted({real(path) for path in visible if path}),
-            "project": sorted(_in_sight(path, [*temporary, real(run_directory)])
-                              for path in project if path and os.path.isfile(path)),
+            "project": sorted({_in_sight(path, [*temporary, real(run_directory)])
+                               for path in project if path and os.path.isfile(path)}
+                              | set(runtime_folders([*temporary, real(run_directory)]))),
             "read_only": [path for i, path in enumerate(read_only) if path != "/" and path not in read_only[:i]],
             "writable": sorted({real(path) for path in writable if path}),
             "private_shm": private_shm}
@@ -100,6 +102,19 @@ def candidate_view(scratch: str, caches: dict[str, str], visible: list[str], pat
             pass
     return plan(scratch, rundir.run_directory(), keys.key_directory(), writable, visible, [os.getcwd(), *paths],
                 private_shm=mode == "cpu")
+
+
+def runtime_folders(hidden: list[str]) -> list[str]:
+    """The folders the worker runs from, wherever they are (a clone and its virtual environment
+    in /tmp, as CI makes them): Python's own, every `sys.path` entry (kanalyze, torch, Triton)
+    and the PATH and LD_LIBRARY_PATH folders (compilers, libraries); bound back read-only where
+    a hidden folder holds them, unless one holds a hidden folder itself (`/tmp` on a path)."""
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # kanalyze/
+    found = [package, sys.prefix, sys.exec_prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+             *sys.path, *os.environ.get("PATH", "").split(os.pathsep),
+             *os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)]
+    folders = {os.path.realpath(entry) for entry in found if entry and os.path.isabs(entry) and os.path.isdir(entry)}
+    return sorted(folder for folder in folders if not any(_inside(root, folder) for root in hidden))
 
 
 def _in_sight(path: str, hidden: list[str]) -> str:
