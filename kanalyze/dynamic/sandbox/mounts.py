@@ -81,7 +81,9 @@ def plan(scratch: str, run_directory: str, key_directory: str, writable: list[st
     return {"keep": real(scratch), "hide": [*temporary, real(run_directory), *other_runs(run_directory),
                                             real(key_directory), *results, *cgroups.mount_roots()],
             "visible": sorted({real(path) for path in visible if path}),
-            "project": sorted({_in_sight(path, [*temporary, real(run_directory)])
+            # bound back read-only where a hidden folder holds them: the candidate's and its
+            # problem's folders, and those the worker runs from
+            "shown": sorted({_in_sight(path, [*temporary, real(run_directory)])
                                for path in project if path and os.path.isfile(path)}
                               | set(runtime_folders([*temporary, real(run_directory)]))),
             "read_only": [path for i, path in enumerate(read_only) if path != "/" and path not in read_only[:i]],
@@ -163,11 +165,11 @@ def apply(view: dict | None) -> str:
     keep = view["keep"]
     keep_fd = _open_dir(keep)
     visible = [(path, _open_dir(path)) for path in view.get("visible", []) if os.path.isdir(path)]
-    project = [(path, _open_dir(path) if os.path.isdir(path) else _open_file(path))
-               for path in view.get("project", []) if os.path.exists(path)]
+    shown = [(path, _open_dir(path) if os.path.isdir(path) else _open_file(path))
+             for path in view.get("shown", []) if os.path.exists(path)]
     writable = [(path, _open_dir(path)) for path in view.get("writable", []) if os.path.isdir(path)]
-    # What a hidden folder gets back in place, in this order (a scratch folder inside the project's folder stays writable).
-    back = [(path, fd, True) for path, fd in project] + [(path, fd, True) for path, fd in visible] + \
+    # What a hidden folder gets back in place, in this order (a scratch folder inside a shown one stays writable).
+    back = [(path, fd, True) for path, fd in shown] + [(path, fd, True) for path, fd in visible] + \
         [(path, fd, False) for path, fd in writable] + [(keep, keep_fd, False)]
     for folder in view.get("hide", []):
         if not os.path.isdir(folder):
@@ -204,7 +206,7 @@ def apply(view: dict | None) -> str:
     sealed, not_sealed = _seal(keep, keep_fd, writable)
     done += sealed
     failed += not_sealed
-    for fd in [keep_fd] + [fd for _, fd in writable + visible + project]:
+    for fd in [keep_fd] + [fd for _, fd in writable + visible + shown]:
         if fd is not None:
             os.close(fd)
     record = "; ".join(done) or "nothing changed"
