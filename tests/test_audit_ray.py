@@ -278,3 +278,59 @@ def test_a_cuda_audit_on_a_cluster_without_a_gpu_stops_with_a_usage_error(cluste
     done = _ray_audit(manifest, tmp_path / "out", cluster, "--device", "cuda")      # the last --device wins
     assert done.returncode == 2 and "the Ray cluster has no GPU" in done.stderr, done.stderr[-3000:]
     assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+PACKING = r'''
+import json, os, sys, time
+import ray
+from kanalyze.audit.ray_executor import RayExecutor
+
+LOG = sys.argv[1]
+
+def pair(payload, seconds, version):
+    """Stands in for a pair: says when it ran and on which GPU; the first run of "short" runs
+    out of device memory, as a pair beside others may."""
+    import os, platform, time
+    name = payload["spec"]["name"]
+    started = time.time()
+    time.sleep(1.5)
+    marker = os.path.join(os.path.dirname(LOG), "short-ran-once")
+    result = {"status": "done", "verdicts": {}}
+    if name == "short" and not os.path.exists(marker):
+        open(marker, "w").close()
+        result["reason"] = "the reference crashed: torch.OutOfMemoryError: CUDA out of memory"
+    with open(LOG, "a") as handle:
+        handle.write(json.dumps({"name": name, "start": started, "end": time.time(),
+                                 "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\n")
+    return {"kanalyze": version, "node": platform.node(), "witnesses": {}, "result": result}
+
+ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+jobs = [(name, {"name": name, "device": "cuda"}) for name in ("a", "b", "short", "c")]
+lines = [(job[0], result.get("retried")) for job, result in RayExecutor(per_gpu=2, task=pair).run(jobs)]
+ray.shutdown()
+print(json.dumps(lines))
+'''
+
+
+def test_a_cuda_audit_through_ray_runs_jobs_pairs_on_each_gpu_and_a_short_one_again_alone(tmp_path) -> None:
+    """`--jobs 2 --executor ray --device cuda`: Ray runs two pairs at once on a GPU (a GPU the
+    test's Ray declares: the tasks stand in for pairs and run no CUDA); a pair that ran out of
+    memory beside another runs again on the whole GPU, beside nothing, and its line says so."""
+    _need_ray()
+    log = tmp_path / "runs.jsonl"
+    done = subprocess.run([sys.executable, "-c", PACKING, str(log)], capture_output=True, text=True, cwd=ROOT,
+                          timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert sorted(lines) == ["a", "b", "c", "short"]                    # each pair once
+    assert lines["short"] and lines["short"].startswith("ran again alone") and "CUDA out of memory" in lines["short"]
+    assert not any(lines[name] for name in ("a", "b", "c")), lines
+    runs = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(runs) == 5 and all(run["gpus"] == "0" for run in runs), runs
+
+    def overlapping(run) -> list[str]:
+        return [o["name"] for o in runs if o is not run and o["start"] < run["end"] and run["start"] < o["end"]]
+
+    assert any(overlapping(run) for run in runs), runs           # two at once on the one GPU
+    again = [run for run in runs if run["name"] == "short"][-1]
+    assert overlapping(again) == [], runs                         # the retry had the GPU alone

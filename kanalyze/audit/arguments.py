@@ -30,10 +30,12 @@ def add_audit_parser(sub, gates_type, selectors_type) -> None:
     audit.add_argument("--ir", action="store_true",
                        help="also compile each candidate's kernels and check the compiled code (check --ir)")
     audit.add_argument("--jobs", type=int, default=1,
-                       help="pairs at once, each in its own process (default: 1; the local executor's)")
+                       help="pairs at once, each in its own process (default: 1); with --executor ray and "
+                            "--device cuda, pairs at once on each GPU of the cluster")
     audit.add_argument("--executor", choices=("local", "ray"), default="local",
                        help="local: child processes here (default); ray: one Ray task a pair, on a cluster "
-                            "(pip install 'kanalyze[ray]'), as many at once as it has CPUs (GPUs with cuda)")
+                            "(pip install 'kanalyze[ray]'), as many at once as it has CPUs (with cuda: "
+                            "--jobs on each GPU)")
     audit.add_argument("--address", metavar="ADDR",
                        help="the Ray cluster (host:port, ray://host:port); default: $RAY_ADDRESS, the cluster "
                             "last started on this machine, or a new local Ray")

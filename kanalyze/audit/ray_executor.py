@@ -21,10 +21,14 @@ come back as bytes, and the driver writes them into OUTPUT/witnesses.  A witness
 is signed with the key of the user the Ray worker runs as: on another machine,
 `kanalyze replay` it with `--trust`, or copy the key (kanalyze/keys.py).
 
-Each task asks for one CPU, and one GPU when the audit's device is cuda (Ray then
-sets CUDA_VISIBLE_DEVICES for it).  At most twice as many tasks as the cluster
-has of those are submitted at a time, so that a large corpus is not all in
-Ray's object store at once.
+Each task asks for one CPU, and a GPU when the audit's device is cuda (Ray then
+sets CUDA_VISIBLE_DEVICES for it): a whole one, or with `per_gpu` (the audit's
+`--jobs`) that share of one, so that Ray runs `per_gpu` pairs at once on each GPU
+(most pairs leave a GPU nearly idle).  A pair that ran short of memory or disk beside
+others (executor.starved) runs again at once on a whole GPU, where Ray places no
+other pair, and its line says so (`retried`), as the local executor's does.  At most
+twice as many tasks as the cluster has slots (CPUs, or GPUs times `per_gpu`) are
+submitted at a time, so that a large corpus is not all in Ray's object store at once.
 
 What stops the audit instead of giving a line (ExecutorError, exit 2): no Ray
 cluster at the address, a cuda audit on a cluster without a GPU, and a worker
@@ -44,13 +48,14 @@ import tempfile
 from typing import Iterable, Iterator
 
 from kanalyze import __version__
-from kanalyze.audit.executor import ExecutorError, LocalExecutor
+from kanalyze.audit.executor import ExecutorError, LocalExecutor, starved
 
 INSTALL = "pip install 'kanalyze[ray]'"
 
 
 class RayExecutor:
-    def __init__(self, address: str | None = None, seconds: float = 600.0) -> None:
+    def __init__(self, address: str | None = None, seconds: float = 600.0, per_gpu: int = 1,
+                 task=None) -> None:
         try:
             import ray
         except ImportError as exc:
@@ -58,6 +63,8 @@ class RayExecutor:
         self._ray = ray
         self.address = address          # None: $RAY_ADDRESS, the cluster last started here, or a new local Ray
         self.seconds = seconds
+        self.per_gpu = max(1, per_gpu)   # pairs at once on one GPU (a cuda audit)
+        self._task = task or run_shipped  # what a Ray task runs (tests swap in one that records)
 
     def run(self, jobs: Iterable[tuple[str, dict]]) -> Iterator[tuple[tuple[str, dict], dict]]:
         queue = list(jobs)
@@ -66,25 +73,36 @@ class RayExecutor:
         ray = self._ray
         connected_here = self._connect()
         pending: dict = {}
+        short: dict[str, str] = {}   # pair id -> the shortage it ran into beside other pairs
         try:
-            task = ray.remote(run_shipped)
-            window = _window(ray, queue[0][1]["device"])
+            task = ray.remote(self._task)
+            cuda = queue[0][1]["device"] == "cuda"
+            window = _window(ray, queue[0][1]["device"]) * (self.per_gpu if cuda else 1)
             waiting = iter(queue)
+
+            def send(job, gpus: float) -> None:
+                reference = task.options(num_cpus=1, num_gpus=gpus).remote(ship(job[1]), self.seconds, __version__)
+                pending[reference] = job, gpus
 
             def submit() -> None:
                 for job in waiting:
-                    gpus = 1 if job[1]["device"] == "cuda" else 0
-                    reference = task.options(num_cpus=1, num_gpus=gpus).remote(ship(job[1]), self.seconds,
-                                                                               __version__)
-                    pending[reference] = job
+                    send(job, 1 / self.per_gpu if job[1]["device"] == "cuda" else 0)
                     if len(pending) >= window:
                         return
 
             submit()
             while pending:
                 (reference,), _ = ray.wait(list(pending), num_returns=1)
-                job = pending.pop(reference)
+                job, gpus = pending.pop(reference)
                 result = self._result(reference, job[1])
+                shortage = starved(result) if 0 < gpus < 1 else None
+                if shortage:   # alone on a GPU now: Ray places no share of it beside a whole one
+                    short[job[0]] = shortage
+                    send(job, 1)
+                    continue
+                if job[0] in short:
+                    result = {**result, "retried": f"ran again alone: beside other pairs it ran short "
+                                                   f"({short[job[0]]})"}
                 submit()
                 yield job, result
         finally:

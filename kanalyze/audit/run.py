@@ -44,7 +44,7 @@ def make_executor(options: AuditOptions):
     if options.executor_kind == "ray":
         from kanalyze.audit.ray_executor import RayExecutor
 
-        return RayExecutor(options.address, options.pair_seconds)
+        return RayExecutor(options.address, options.pair_seconds, per_gpu=options.jobs)
     if options.address is not None:
         raise ExecutorError("--address is a Ray cluster's address: it goes with --executor ray")
     return LocalExecutor(options.jobs, options.pair_seconds)
