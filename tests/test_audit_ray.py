@@ -304,7 +304,8 @@ def pair(payload, seconds, version):
                                  "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\n")
     return {"kanalyze": version, "node": platform.node(), "witnesses": {}, "result": result}
 
-ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
+         _temp_dir=sys.argv[2])
 jobs = [(name, {"name": name, "device": "cuda"}) for name in ("a", "b", "short", "c")]
 lines = [(job[0], result.get("retried")) for job, result in RayExecutor(per_gpu=2, task=pair).run(jobs)]
 ray.shutdown()
@@ -318,8 +319,13 @@ def test_a_cuda_audit_through_ray_runs_jobs_pairs_on_each_gpu_and_a_short_one_ag
     memory beside another runs again on the whole GPU, beside nothing, and its line says so."""
     _need_ray()
     log = tmp_path / "runs.jsonl"
-    done = subprocess.run([sys.executable, "-c", PACKING, str(log)], capture_output=True, text=True, cwd=ROOT,
-                          timeout=240)
+    (tmp_path / "home").mkdir()
+    folder = tempfile.mkdtemp(prefix="kray-", dir="/tmp")        # short: Ray's socket paths live below it
+    try:   # a home of its own: the Ray it starts keeps its token there, not where the cluster tests' driver looks
+        done = subprocess.run([sys.executable, "-c", PACKING, str(log), folder], capture_output=True, text=True,
+                              cwd=ROOT, timeout=240, env={**os.environ, "HOME": str(tmp_path / "home")})
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = dict(json.loads(done.stdout.strip().splitlines()[-1]))
     assert sorted(lines) == ["a", "b", "c", "short"]                    # each pair once
