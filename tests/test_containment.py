@@ -348,6 +348,9 @@ def test_the_candidate_sees_no_file_of_kanalyzes_but_its_own_and_cannot_write_ho
     planted = [Path(folder) / f"planted-{os.getpid()}-{tmp_path.name}" for folder in ("/tmp", "/dev/shm")]
     for path in planted:   # what the user keeps there, or a later kanalyze run's reference outputs
         path.write_text("a secret of the user's")
+    libc = ctypes.CDLL(None, use_errno=True)
+    sysv_key = 0x6B000000 + os.getpid() % 0xFFFF      # a System V segment of the user's (IPC_CREAT | 0600)
+    segment = libc.shmget(sysv_key, 4096, 0o1000 | 0o600)
     (observed / "targets.json").write_text(json.dumps({"key_folder": str(tmp_path / "keys"),
                                                        "witness_folder": str(witnesses),
                                                        "planted": [str(path) for path in planted]}))
@@ -357,6 +360,8 @@ def test_the_candidate_sees_no_file_of_kanalyzes_but_its_own_and_cannot_write_ho
     finally:
         for path in planted:
             path.unlink()
+        if segment >= 0:
+            libc.shmctl(segment, 0, None)                 # IPC_RMID
     confinement = gate_run.environment["candidate_confinement"]
     if "hidden" not in confinement.get("files", ""):
         pytest.skip(f"no mount namespace of the worker's own here: {confinement.get('files')}")
@@ -382,6 +387,9 @@ def test_the_candidate_sees_no_file_of_kanalyzes_but_its_own_and_cannot_write_ho
     assert all(read.startswith("refused") for read in shared["read"].values()), shared
     assert not any(path.name in shared["listed"]["/tmp"] + shared["listed"]["/dev/shm"] for path in planted), shared
     assert "/tmp hidden" in confinement["files"] and "/dev/shm its own" in confinement["files"], confinement
+    # and an IPC namespace of its own: the user's System V segments are not in reach
+    assert segment >= 0 and confinement.get("ipc") == "namespace", (segment, confinement)
+    assert isinstance(shared["sysv_keys"], list) and sysv_key not in shared["sysv_keys"], shared
     assert {v.code: v.status for v in gate_run.verdicts}["MEM002"] == "refuted", gate_run.verdicts
 
 

@@ -42,6 +42,9 @@ def gaps(confinement: dict | None) -> list[str]:
     if isinstance(cgroup, str) and "no pids limit" in cgroup:
         missing.append("no task limit over the worker and its children (no pids controller): a candidate's "
                        "processes are bounded only by the user's own process limit")
+    if confinement.get("ipc") == "shared":
+        missing.append("no IPC namespace: System V shared memory and message queues of the user's other "
+                       "processes (other candidates run beside it) in reach")
     sockets = confinement.get("sockets")
     if isinstance(sockets, str) and sockets.startswith("not refused"):
         missing.append(f"sockets {sockets}: through ctypes, a candidate could connect to a socket named in "

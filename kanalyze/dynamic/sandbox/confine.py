@@ -101,7 +101,8 @@ def apply_limits(limits: dict) -> dict:
         except (ValueError, OSError):
             pass
     applied.update(namespaces.enter(network=limits.get("network_namespace", True),
-                                    own_pids=limits.get("pid_namespace", True), files=limits.get("files")))
+                                    own_pids=limits.get("pid_namespace", True), files=limits.get("files"),
+                                    own_ipc=limits.get("ipc_namespace", False)))
     applied["tools"] = f"by real path ({len(resolve_tools().real)} allowed)"
     applied["sockets"] = seccomp.deny_sockets()   # in the worker itself, the namespaces' init already apart
     return applied

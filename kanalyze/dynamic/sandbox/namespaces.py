@@ -47,6 +47,7 @@ import sys
 from kanalyze.dynamic.sandbox import mounts
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
@@ -116,14 +117,16 @@ def _unshare(attempts: list[int]) -> int | None:
     return None
 
 
-def enter(network: bool = True, own_pids: bool = True, files: dict | None = None) -> dict:
+def enter(network: bool = True, own_pids: bool = True, files: dict | None = None, own_ipc: bool = False) -> dict:
     """Put this (single-threaded) worker into namespaces of its own, and drop every capability
     (in every case: a worker of root's with no namespace holds none either); returns, in the
-    worker only, what held: `network` ("namespace" or "audit hook"), `pid_namespace` (True or
+    worker only, what held: `network` ("namespace" or "audit hook"), `ipc` (with `own_ipc`:
+    "namespace" or "shared"), `pid_namespace` (True or
     why not), `proc` ("own" or whose), `capabilities` ("none" or why kept) and `parent_proc`
     (can this worker open its parent's /proc files?).  The other processes this makes never
     return from here."""
     net = CLONE_NEWNET if network else 0
+    ipc = CLONE_NEWIPC if own_ipc else 0
     record: dict = {"network": "audit hook"}
     if not sys.platform.startswith("linux"):
         return {**record, "pid_namespace": "not Linux", "proc": "none", "capabilities": "not Linux"}
@@ -137,7 +140,9 @@ def enter(network: bool = True, own_pids: bool = True, files: dict | None = None
     try:
         _set_dumpable(True)   # inherited non-dumpable (the zygote), /proc/self/uid_map is not ours to write
         why = probe_pid_namespace()
-        flags = None if why else _unshare([CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | net,
+        flags = None if why else _unshare([CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | net | ipc,
+                                           CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | net,
+                                           CLONE_NEWPID | CLONE_NEWNS | net | ipc,
                                            CLONE_NEWPID | CLONE_NEWNS | net])
         if flags is None:
             why = why or f"unshare refused ({_error()})"
@@ -146,6 +151,8 @@ def enter(network: bool = True, own_pids: bool = True, files: dict | None = None
         flags, why = 0, f"unshare failed ({exc})"
     if flags & CLONE_NEWNET:
         record["network"] = "namespace"
+    if own_ipc:   # System V IPC and POSIX message queues: none of the user's other processes' in sight
+        record["ipc"] = "namespace" if flags & CLONE_NEWIPC else "shared"
     record["parent_proc"] = _parent_proc()
     if flags & CLONE_NEWPID:
         record.update(_start_init(files))   # returns in the worker, PID 2 of the new namespace
