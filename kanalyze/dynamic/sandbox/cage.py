@@ -48,7 +48,7 @@ class Cage:
                                 limits.process_margin)
         return cls(scratch, env, {"memory_bytes": None, "file_bytes": limits.file_bytes,
                                   "process_margin": limits.process_margin, "pid_namespace": True,
-                                  "ipc_namespace": mode == "cpu",
+                                  "ipc_namespace": mode == "cpu", "deny_sockets": mode == "cpu",
                                   "files": mounts.candidate_view(scratch, caches, [], [candidate, problem], mode),
                                   "cgroup": cgroup},
                    caches[extensions.ROOT_VARIABLE])

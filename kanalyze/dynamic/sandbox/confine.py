@@ -11,8 +11,9 @@
   every process the candidate starts ends with the worker), mount (its own
   /proc) and network (no interfaces), as far as the kernel lets this process
   make them;
-* no new socket, below Python too (seccomp.py: a socket named in the file system
-  would reach a tmux server, an agent or docker outside every namespace);
+* on the CPU, no new socket, below Python too (seccomp.py: a socket named in the file
+  system would reach a tmux server, an agent or docker outside every namespace; on a GPU
+  the CUDA driver needs sockets to start);
 * an audit hook refusing network sockets and new processes either way, except
   for the compiler tools Triton and torch's extension builder run on a GPU.
   Those are found once, when the worker starts: each name in `ALLOWED_TOOLS`
@@ -78,6 +79,10 @@ def _user_tasks() -> int:
     return count
 
 
+NO_FILTER_ON_A_GPU = ("not refused below the audit hook (on a GPU: the CUDA driver opens sockets when it "
+                      "starts, and cudaGetDeviceCount fails without them)")
+
+
 def apply_limits(limits: dict) -> dict:
     """Apply the limits; returns what was applied (it goes into every witness's environment)."""
     applied: dict = {}
@@ -104,7 +109,12 @@ def apply_limits(limits: dict) -> dict:
                                     own_pids=limits.get("pid_namespace", True), files=limits.get("files"),
                                     own_ipc=limits.get("ipc_namespace", False)))
     applied["tools"] = f"by real path ({len(resolve_tools().real)} allowed)"
-    applied["sockets"] = seccomp.deny_sockets()   # in the worker itself, the namespaces' init already apart
+    # In the worker itself, the namespaces' init already apart.  Not on a GPU: the CUDA driver
+    # opens sockets when it starts (with the filter, cudaGetDeviceCount fails: error 304).
+    if limits.get("deny_sockets"):
+        applied["sockets"] = seccomp.deny_sockets()
+    else:
+        applied["sockets"] = NO_FILTER_ON_A_GPU if "deny_sockets" in limits else "not refused below the audit hook"
     return applied
 
 
