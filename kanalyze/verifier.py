@@ -54,7 +54,8 @@ class Clause:
 
 @dataclass(frozen=True)
 class Allclose:
-    verdict: str     # PASS | FAIL | ERROR | TIMEOUT | CRASHED | SKIPPED (an invalid candidate: not run)
+    verdict: str     # PASS | FAIL | ERROR | TIMEOUT | CRASHED | UNAVAILABLE (the problem could not be run: no
+                     # word on the candidate) | SKIPPED (an invalid candidate: not run)
     detail: str
 
     @property
@@ -311,7 +312,9 @@ def _outcome(clauses: dict[str, Clause], allclose: Allclose, baseline: dict | No
     unconfirmed = [said(c) for c in clauses.values() if c.status == "unconfirmed"]
     if baseline and baseline.get("status") == "undecided" and not unconfirmed:
         unconfirmed = [f"baseline undecided: {baseline.get('summary')}"]
-    if not allclose.passed:
+    if allclose.verdict == "UNAVAILABLE":   # the check's own failure: no word on the candidate
+        unconfirmed.append(f"allclose UNAVAILABLE: {allclose.detail}")
+    elif not allclose.passed:
         return REJECTED, "; ".join([f"allclose {allclose.verdict}: {allclose.detail}", *confirmed])
     if confirmed:
         return VIOLATION, "; ".join(confirmed)

@@ -205,3 +205,25 @@ def test_the_check_builds_an_extension_where_the_gates_workers_build_it(tmp_path
     assert result["verdict"] == "PASS", result
     assert not list(Path(caches[extensions.ROOT_VARIABLE]).glob("custom_op-*"))
     assert list(Path(caches["TORCH_EXTENSIONS_DIR"]).glob("custom_op*")), "not built in torch's folder"
+
+
+def test_a_problem_the_check_cannot_run_is_unavailable_never_the_candidates_error(tmp_path) -> None:
+    """The device or the problem fails before the candidate is imported (here: a cuda check on a
+    machine without CUDA; on an H200 a CUDA driver that would not start gave the same): the
+    check says UNAVAILABLE with the cause, never ERROR, which KernelBench counts against the
+    candidate; and the candidate was never imported."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    candidate = tmp_path / "level1_problem6_says_it_ran.py"
+    candidate.write_text("import os\nopen(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'observed', "
+                         "'imported'), 'w').close()\n" + (KB / "candidates" / "level1_problem6_leaky_relu.py").read_text())
+    observed = observed_for(candidate)
+    result = allclose.check(PROBLEM, str(candidate), "cuda", 60.0)
+    assert result["verdict"] == "UNAVAILABLE", result
+    assert result["detail"].startswith("the check could not run the problem") and "CUDA" in result["detail"], result
+    assert not (observed / "imported").exists()
+    # the same candidate on a device the check can run: imported, and its marker written
+    assert allclose.check(PROBLEM, str(candidate), "cpu", 60.0)["verdict"] == "PASS"
+    assert (observed / "imported").exists()

@@ -72,6 +72,11 @@ def test_the_outcome_contract() -> None:
     assert _outcome({}, accept, died) == (
         "unconfirmed", "baseline undecided: the reference crashed: the worker exited with code 70")
     assert _outcome({}, accept, {"status": "passed", "summary": "within the calibrated bound"})[0] == "passed"
+    # KernelBench's check could not run the problem: no word on the candidate, never a rejection.
+    broken = Allclose("UNAVAILABLE", "the check could not run the problem: RuntimeError: CUDA error 304")
+    assert _outcome({"MEM001": refuted}, broken) == (
+        "unconfirmed", "allclose UNAVAILABLE: the check could not run the problem: RuntimeError: CUDA error 304")
+    assert _outcome({"MEM002": confirmed}, broken)[0] == "violation"
 
 
 pytest.importorskip("torch")

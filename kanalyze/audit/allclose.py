@@ -5,8 +5,10 @@ problem and the candidate, seeds, and runs five trials of
     check(problem, candidate, device, timeout) -> {"verdict", "detail", "contained", "seconds"}
 
 verdict: PASS (every trial close: KernelBench accepts), FAIL (a trial's values or
-shape differ), ERROR (the candidate raised: KernelBench rejects), TIMEOUT, or
-CRASHED (the process died without a verdict).  The run's own output goes nowhere
+shape differ), ERROR (the candidate raised: KernelBench rejects), TIMEOUT, CRASHED
+(the process died without a verdict), or UNAVAILABLE (the problem itself could not be
+run: its module, its reference model or the device failed before the candidate was
+imported; the check says nothing of the candidate then).  The run's own output goes nowhere
 (a candidate may print gigabytes).
 
 The process is confined as a candidate's worker is (sandbox/cage.py).  It is the
@@ -44,7 +46,7 @@ from kanalyze.audit.child import die_with_parent, kill_group
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BOOTSTRAP = (f"import sys; sys.path.insert(0, {_ROOT!r}); "
              "from kanalyze.audit.allclose import main; main(sys.argv[1:])")
-VERDICTS = ("PASS", "FAIL", "ERROR")
+VERDICTS = ("PASS", "FAIL", "ERROR", "UNAVAILABLE")
 MAX_VERDICT_BYTES = 64 * 1024     # what the parent reads of the verdict file (the candidate can write it)
 TRIALS = 5
 TOLERANCE = 1e-2
@@ -67,15 +69,19 @@ def _run(problem: str, candidate: str, device: str, out: str, phase=lambda name:
 
     import torch
 
-    problem_module = load(problem, "problem")
-    phase("importing")
-    try:
-        candidate_module = load(candidate, "candidate")
-        phase("imported")
+    try:   # the problem and the device first: their failure is the check's, not the candidate's
+        problem_module = load(problem, "problem")
         torch.manual_seed(42)
         init = problem_module.get_init_inputs()
         torch.manual_seed(42)
         reference = problem_module.Model(*init).to(device)
+        torch.empty(1, device=device)   # the device itself (a model without parameters never touches it)
+    except Exception as exc:
+        return verdict("UNAVAILABLE", f"the check could not run the problem: {type(exc).__name__}: {str(exc)[:300]}")
+    phase("importing")
+    try:
+        candidate_module = load(candidate, "candidate")
+        phase("imported")
         torch.manual_seed(42)
         model = candidate_module.ModelNew(*init).to(device)
         with torch.no_grad():

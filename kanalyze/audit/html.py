@@ -160,7 +160,7 @@ def _differential(page: Page, records: list[dict], summary: dict) -> str:
             continue
         verdict = (record.get("allclose") or {}).get("verdict") or f"none (pair {record.get('status')})"
         table.setdefault(str(verdict), [0, 0])[0 if confirmed_codes(record) else 1] += 1
-    order = ["PASS", "FAIL", "ERROR", "TIMEOUT", "CRASHED"]
+    order = ["PASS", "FAIL", "ERROR", "TIMEOUT", "CRASHED", "UNAVAILABLE"]
     rows = "".join(f"<tr><th>{page.text(v)}</th><td class=\"n\">{table[v][0]}</td><td class=\"n\">{table[v][1]}</td></tr>"
                    for v in sorted(table, key=lambda v: (order.index(v) if v in order else len(order), v)))
     differential = summary["differential"]
