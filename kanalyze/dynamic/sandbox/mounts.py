@@ -5,7 +5,7 @@ The parent plans it (`plan`, when it starts a candidate's worker) and the
 namespace's init applies it (`apply`, namespaces.py) before the worker proper
 is forked, while it still holds the capabilities of its user namespace:
 
-* the temporary folders, /tmp and the one kanalyze's run directories are made in
+* on the CPU, the temporary folders, /tmp and the one kanalyze's run directories are made in
   (`$TMPDIR`), are hidden under an empty tmpfs each, with the worker's own scratch
   folder bound back in place, the folders of inputs the reference worker saved for
   candidates bound back read-only, and the folders of the candidate and its problem
@@ -65,7 +65,7 @@ def hide_from_candidates(folder: str) -> None:
 
 
 def plan(scratch: str, run_directory: str, key_directory: str, writable: list[str],
-         visible: list[str], project: list[str] = (), private_shm: bool = False) -> dict:
+         visible: list[str], project: list[str] = (), private_shm: bool = False, private_tmp: bool = True) -> dict:
     """The view of a worker whose scratch folder is `scratch`; `visible` are folders of the run
     directory it reads (the inputs the reference worker saved for it), bound back read-only;
     `project` are paths of the checked project (the candidate, its problem, the working
@@ -77,7 +77,7 @@ def plan(scratch: str, run_directory: str, key_directory: str, writable: list[st
     needed = [real(path) for path in [scratch, *project] if path]
     results = [folder for folder in sorted(_results) if not any(_inside(path, folder) for path in needed)]
     temporary = sorted({real(folder) for folder in ("/tmp", os.path.dirname(real(run_directory)))
-                        if folder != "/" and os.path.isdir(folder)})
+                        if private_tmp and folder != "/" and os.path.isdir(folder)})
     return {"keep": real(scratch), "hide": [*temporary, real(run_directory), *other_runs(run_directory),
                                             real(key_directory), *results, *cgroups.mount_roots()],
             "visible": sorted({real(path) for path in visible if path}),
@@ -95,7 +95,10 @@ def candidate_view(scratch: str, caches: dict[str, str], visible: list[str], pat
     """The view of a candidate's process (a worker, or the allclose check's cage): `caches`
     writable (made now: a read-only home leaves no room to make them later), `visible` folders
     of the run directory read-only, the git work trees of `paths` (the candidate, its problem)
-    and of kanalyze's working directory read-only; a /dev/shm of its own on the CPU (`mode`)."""
+    and of kanalyze's working directory read-only; on the CPU (`mode`) a /tmp and a /dev/shm of its
+    own (on a GPU, where the CUDA driver has shown a need of the host's the sandbox did not
+    foresee, its /tmp is the host's, read-only, with kanalyze's run directories hidden, until the
+    private one has run there)."""
     writable = list(caches.values())
     for folder in writable:
         try:
@@ -103,7 +106,7 @@ def candidate_view(scratch: str, caches: dict[str, str], visible: list[str], pat
         except (OSError, TypeError):
             pass
     return plan(scratch, rundir.run_directory(), keys.key_directory(), writable, visible, [os.getcwd(), *paths],
-                private_shm=mode == "cpu")
+                private_shm=mode == "cpu", private_tmp=mode == "cpu")
 
 
 def runtime_folders(hidden: list[str]) -> list[str]:
