@@ -221,15 +221,11 @@ class _Status:
 
 def _import_seconds(candidate: str) -> float:
     """The candidate's import limit: the gates' (a CUDA C++ build at import: the gates' build time)."""
-    from kanalyze.dynamic.runner import BUILD_SECONDS, CUDA_CPP
+    from kanalyze.dynamic.runner import BUILD_SECONDS
+    from kanalyze.dynamic.sandbox import extensions
     from kanalyze.dynamic.sandbox.process import Limits
 
-    try:
-        with open(candidate, encoding="utf-8", errors="replace") as handle:
-            builds = bool(CUDA_CPP.search(handle.read()))
-    except OSError:
-        builds = False
-    return BUILD_SECONDS if builds else Limits().import_seconds
+    return BUILD_SECONDS if extensions.builds_at_import(candidate) else Limits().import_seconds
 
 
 def _gaps(record: dict | None) -> list[str]:
@@ -255,9 +251,8 @@ def main(argv: list[str]) -> None:
     importlib.import_module("torch")   # before the guards, as in a worker
     if spec.get("extensions_root"):   # the gates' builds of this candidate, shared
         extensions.keep_root(spec["extensions_root"])
-        with open(candidate, encoding="utf-8", errors="replace") as handle:
-            if extensions.USES_EXTENSIONS.search(handle.read()):
-                extensions.install()
+        if extensions.builds_at_import(candidate):
+            extensions.install()
     confine.install_guards()
 
     def phase(name: str) -> None:

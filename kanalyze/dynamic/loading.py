@@ -47,9 +47,8 @@ def load_problem(path: str, sizes: dict[str, int]) -> types.ModuleType:
 
 def load_candidate(path: str) -> types.ModuleType:
     extensions.keep_root()
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        if extensions.USES_EXTENSIONS.search(handle.read()):
-            extensions.install()
+    if extensions.builds_at_import(path):
+        extensions.install()
     name = _fresh_name("candidate")
     directory = os.path.dirname(os.path.abspath(path))
     if directory not in sys.path:

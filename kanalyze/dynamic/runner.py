@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import glob
 import os
-import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -25,7 +24,7 @@ from kanalyze.dynamic.gates.base import (CONFIRMED, REFUTED, UNCONFIRMED, Cannot
                                          value_failure, witness_arrays)
 from kanalyze.dynamic.harness import Harness
 from kanalyze.dynamic.results import Result
-from kanalyze.dynamic.sandbox import rundir
+from kanalyze.dynamic.sandbox import extensions, rundir
 from kanalyze.dynamic.sandbox.process import Limits, Outcome
 from kanalyze.dynamic.session import BASELINE, MAX_NUMEL, Session
 from kanalyze.dynamic.traces import value_dependent_paths
@@ -34,7 +33,6 @@ from kanalyze.dynamic.traces import value_dependent_paths
 # problem's own inputs fails them all for that one reason (reported once, as CMP001),
 # unless a static flag asked for the gate.
 VALUE_GATES = {"CMP003", "EXC001", "EXC002", "PRC001", "PRC002"}
-CUDA_CPP = re.compile(r"\bload_inline\b|\bcpp_extension\b")
 BUILD_SECONDS = 600.0   # a worker's start when it compiles a CUDA C++ extension
 
 
@@ -105,7 +103,7 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
     if harness.kind == "kernel":  # the gates of a kernel harness say where they run
         mode = next((gates[c].device for c in codes if gates[c].device), mode)
     with open(harness.candidate, encoding="utf-8", errors="replace") as handle:
-        cuda_cpp = bool(CUDA_CPP.search(handle.read()))
+        cuda_cpp = bool(extensions.USES_EXTENSIONS.search(handle.read()))
     no_room = rundir.free_space_problem()
     if no_room:
         return GateRun([Verdict(c, UNCONFIRMED, f"kanalyze could not run: {no_room}", gate=gates[c].name)

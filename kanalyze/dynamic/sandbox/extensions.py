@@ -148,6 +148,16 @@ def _wrap(original, function: str):
     return build
 
 
+def builds_at_import(path: str) -> bool:
+    """Whether the candidate at `path` builds a torch extension (CUDA C++) when imported; an
+    unreadable file builds none."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return bool(USES_EXTENSIONS.search(handle.read()))
+    except OSError:
+        return False
+
+
 def install() -> None:
     """Route `load_inline` and `load` through the shared cache (once per process)."""
     global _installed
