@@ -28,8 +28,9 @@ from pathlib import Path
 import pytest
 from observed import observed_for
 
+from kanalyze.dynamic.containment import gaps
 from kanalyze.dynamic.harness import Harness, find_harness
-from kanalyze.dynamic.runner import Options, run_gates
+from kanalyze.dynamic.runner import Options, cuda_present, run_gates
 from kanalyze.dynamic.sandbox.execute import CANDIDATE_SIDE_KEYS
 from kanalyze.dynamic.sandbox import mounts, zygote_client
 from kanalyze.dynamic.sandbox.process import (
@@ -69,7 +70,7 @@ def _zygote_pid() -> int | None:
     return zygote.process.pid if zygote is not None and not zygote.dead else None
 
 
-def _run(tmp_path: Path, name: str, **more) -> tuple[dict, Path]:
+def _run(tmp_path: Path, name: str, mode: str = "cpu", **more) -> tuple[dict, Path]:
     """Run MEM002 on a copy of the hostile candidate `name` (`more`: further targets for it):
     (its worker's confinement record, its observed/)."""
     copy = tmp_path / f"level1_problem6_{name}.py"
@@ -79,7 +80,7 @@ def _run(tmp_path: Path, name: str, **more) -> tuple[dict, Path]:
     (observed / "targets.json").write_text(json.dumps({k: v for k, v in targets.items() if v}))
     harness = find_harness(str(copy), kernelbench=str(KB))
     assert isinstance(harness, Harness), harness
-    gate_run = run_gates(harness, ["MEM002"], options=Options(mode="cpu", limits=Limits(case_seconds=60)))
+    gate_run = run_gates(harness, ["MEM002"], options=Options(mode=mode, limits=Limits(case_seconds=60)))
     verdicts = {v.code: v for v in gate_run.verdicts}
     # The candidate is a correct kernel: its run went on undisturbed by what it tried.
     assert verdicts["MEM002"].status == "refuted" and "CMP001" not in verdicts, gate_run.verdicts
@@ -136,7 +137,13 @@ def test_a_symlink_named_like_an_allowed_tool_is_refused(tmp_path, start) -> Non
     assert confinement.get("tools", "").startswith("by real path"), confinement
 
 
-def test_a_socket_named_in_the_file_system_cannot_be_reached(tmp_path, start) -> None:
+# On a GPU too (`pytest -m gpu`): the worker opens its device before the socket filter goes on.
+MODES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu,
+                                            pytest.mark.skipif(not cuda_present(), reason="needs a CUDA device")])]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_socket_named_in_the_file_system_cannot_be_reached(tmp_path, start, mode) -> None:
     """A tmux server's, an agent's or docker's socket: connected, a candidate would run commands
     outside the sandbox.  Python's socket module is refused by the audit hook, libc's socket()
     through ctypes by the seccomp filter (sandbox/seccomp.py); the listener sees no one."""
@@ -165,7 +172,7 @@ def test_a_socket_named_in_the_file_system_cannot_be_reached(tmp_path, start) ->
     server = threading.Thread(target=serve, daemon=True)
     server.start()
     try:
-        confinement, observed = _run(tmp_path, "unix_socket", socket=str(path))
+        confinement, observed = _run(tmp_path, "unix_socket", mode, socket=str(path))
     finally:
         stop.set()
         server.join(5)
@@ -325,7 +332,9 @@ def test_the_reference_worker_stays_where_it_can_read_the_candidates_device_arra
         worker.close()
 
 
-def test_the_candidate_sees_no_file_of_kanalyzes_but_its_own_and_cannot_write_home(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_the_candidate_sees_no_file_of_kanalyzes_but_its_own_and_cannot_write_home(tmp_path, monkeypatch,
+                                                                                   mode) -> None:
     """Its own mount namespace: kanalyze's run directory hidden (the reference's saved outputs and
     an earlier run's cached references were there to read), the signing key hidden, the home
     read-only.  The first run fills the process's reference cache; the second candidate looks."""
@@ -336,7 +345,7 @@ def test_the_candidate_sees_no_file_of_kanalyzes_but_its_own_and_cannot_write_ho
     keys.user_key(create=True)
     REFERENCES.clear()
     first = find_harness(str(KB / "candidates" / "level1_problem6_leaky_relu.py"), kernelbench=str(KB))
-    run_gates(first, ["MEM002"], options=Options(mode="cpu", limits=Limits(case_seconds=60)))
+    run_gates(first, ["MEM002"], options=Options(mode=mode, limits=Limits(case_seconds=60)))
     copy = tmp_path / "sniffer" / "level1_problem6_file_sniffer.py"
     copy.parent.mkdir()
     shutil.copy(KB / "hostile" / copy.name, copy)
@@ -356,7 +365,7 @@ def test_the_candidate_sees_no_file_of_kanalyzes_but_its_own_and_cannot_write_ho
                                                        "planted": [str(path) for path in planted]}))
     try:
         gate_run = run_gates(find_harness(str(copy), kernelbench=str(KB)), ["MEM002"],
-                             options=Options(mode="cpu", limits=Limits(case_seconds=60)))
+                             options=Options(mode=mode, limits=Limits(case_seconds=60)))
     finally:
         for path in planted:
             path.unlink()
@@ -382,11 +391,15 @@ def test_the_candidate_sees_no_file_of_kanalyzes_but_its_own_and_cannot_write_ho
     assert caches["own"].startswith("written") and "/triton/" in caches["own"], caches
     assert caches["default"].startswith("refused") and caches["sibling"].startswith("refused"), caches
     assert found["telltale_variables"] == [], found   # no variable named after kanalyze in its environment
-    # /tmp and /dev/shm of its own (CPU): nothing of the user's there is in sight, whenever it was made.
+    # A /tmp of its own, and on the CPU a /dev/shm too: nothing of the user's there is in sight,
+    # whenever it was made.  On a GPU /dev/shm is the host's (CUDA IPC needs it), and the run says so.
     shared = found["shared"]
-    assert all(read.startswith("refused") for read in shared["read"].values()), shared
-    assert not any(path.name in shared["listed"]["/tmp"] + shared["listed"]["/dev/shm"] for path in planted), shared
-    assert "/tmp hidden" in confinement["files"] and "/dev/shm its own" in confinement["files"], confinement
+    private = planted if mode == "cpu" else planted[:1]   # (planted: /tmp's, then /dev/shm's)
+    assert all(shared["read"][str(path)].startswith("refused") for path in private), shared
+    assert not any(path.name in shared["listed"][str(path.parent)] for path in private), shared
+    assert "/tmp hidden" in confinement["files"], confinement
+    assert ("/dev/shm its own" in confinement["files"]) == (mode == "cpu"), confinement
+    assert any("/dev/shm" in gap for gap in gaps(confinement)) == (mode != "cpu"), gaps(confinement)
     # and an IPC namespace of its own: the user's System V segments are not in reach
     assert segment >= 0 and confinement.get("ipc") == "namespace", (segment, confinement)
     assert isinstance(shared["sysv_keys"], list) and sysv_key not in shared["sysv_keys"], shared
@@ -412,7 +425,7 @@ def test_degraded_containment_is_named_once_per_run() -> None:
     from kanalyze.dynamic.containment import gaps, note
 
     held = {"network": "namespace", "pid_namespace": True, "proc": "own", "capabilities": "none",
-            "files": "/tmp/kanalyze-run-1 hidden; /home/u read-only"}
+            "files": "/tmp/kanalyze-run-1 hidden; /dev/shm its own; /home/u read-only"}
     assert gaps(held) == [] and note([held, held]) is None
     refused = {"network": "audit hook", "pid_namespace": "unshare refused (EPERM)", "proc": "the host's",
                "capabilities": "none", "files": "shared (no mount namespace)"}
@@ -426,6 +439,9 @@ def test_degraded_containment_is_named_once_per_run() -> None:
                                                   "for /opt (Permission denied)"}
     assert gaps(unsealed) == ["mounts left writable (/opt (Permission denied)): a candidate could write there, "
                               "into system folders too where kanalyze runs as root"]
+    host_shm = {**held, "files": held["files"].replace("/dev/shm its own; ", "")}   # a GPU run's
+    assert gaps(host_shm) == ["the host's /dev/shm (a GPU run: CUDA IPC needs it): POSIX shared memory of the "
+                              "user's other processes in reach"]
 
 
 def test_a_contained_run_says_nothing_about_containment(tmp_path, monkeypatch) -> None:

@@ -33,7 +33,7 @@ from kanalyze.dynamic.sandbox.process import Limits, Worker, new_scratch_root, p
 KB = Path(__file__).resolve().parent.parent / "fixtures" / "kernelbench"
 GRACE_SECONDS = 3.0
 HELD = {"network": "namespace", "pid_namespace": True, "proc": "own", "capabilities": "none",
-        "files": "/tmp/kanalyze-run-1 hidden; /sys/fs/cgroup hidden; /home/u read-only"}
+        "files": "/tmp/kanalyze-run-1 hidden; /sys/fs/cgroup hidden; /dev/shm its own; /home/u read-only"}
 
 
 # --- where no cgroup can be made: a reason, in words, everywhere -------------------------

@@ -52,9 +52,10 @@ TRIALS = 5
 TOLERANCE = 1e-2
 
 
-def _run(problem: str, candidate: str, device: str, out: str, phase=lambda name: None) -> None:
+def _run(problem: str, candidate: str, device: str, out: str, phase=lambda name: None, opened=lambda: None) -> None:
     """In the caged process: import both, seed as KernelBench does, compare.  `phase` is told
-    when the candidate's import begins and ends (the parent's import limit)."""
+    when the candidate's import begins and ends (the parent's import limit); `opened` is
+    called once the problem runs and the device is open, before the candidate's import."""
     import importlib.util
 
     def load(path: str, name: str):
@@ -76,6 +77,7 @@ def _run(problem: str, candidate: str, device: str, out: str, phase=lambda name:
         torch.manual_seed(42)
         reference = problem_module.Model(*init).to(device)
         torch.empty(1, device=device)   # the device itself (a model without parameters never touches it)
+        opened()
     except Exception as exc:
         return verdict("UNAVAILABLE", f"the check could not run the problem: {type(exc).__name__}: {str(exc)[:300]}")
     phase("importing")
@@ -178,7 +180,7 @@ def _ended(code: int) -> str:
 
 
 class _Status:
-    """The caged process's status pipe: its confinement record (a line written before any
+    """The caged process's status pipe: its confinement record (lines written before any
     candidate code), then `importing` and `imported` around the candidate's import.  The
     candidate can write there too while it imports: what it writes is read bounded, and the
     most it gains is to end its own import limit early (the check's time limit still holds)."""
@@ -210,13 +212,21 @@ class _Status:
         return "seen"
 
     def record(self) -> dict | None:
-        """What the process said of its confinement."""
+        """What the process said of its confinement: its first line, updated by the lines it
+        wrote before `importing` (the socket filter, on a GPU once the device is open)."""
         self._read(0)
-        try:
-            record = json.loads(self.lines()[0]) if self.lines() else None
-        except ValueError:
-            return None
-        return record if isinstance(record, dict) else None
+        lines = self.lines()
+        lines = lines[:lines.index(b"importing")] if b"importing" in lines else lines[:1]
+        record = None
+        for line in lines:
+            try:
+                said = json.loads(line)
+            except ValueError:
+                return None
+            if not isinstance(said, dict):
+                return None
+            record = {**(record or {}), **said}
+        return record
 
 
 def _import_seconds(candidate: str) -> float:
@@ -255,6 +265,12 @@ def main(argv: list[str]) -> None:
             extensions.install()
     confine.install_guards()
 
+    def opened() -> None:   # a GPU's driver has started: the socket filter, and what held, said
+        confined: dict = {}
+        confine.deny_sockets_now(spec["limits"], confined)
+        if confined:
+            os.write(status_fd, json.dumps(confined).encode() + b"\n")
+
     def phase(name: str) -> None:
         try:
             os.write(status_fd, name.encode() + b"\n")
@@ -263,7 +279,7 @@ def main(argv: list[str]) -> None:
         except OSError:   # the candidate closed it during its import: the parent's limit stands
             pass
 
-    _run(problem, candidate, device, os.path.abspath("verdict.json"), phase)
+    _run(problem, candidate, device, os.path.abspath("verdict.json"), phase, opened)
 
 
 def end_with(parent: int) -> None:

@@ -42,6 +42,9 @@ def gaps(confinement: dict | None) -> list[str]:
     if isinstance(cgroup, str) and "no pids limit" in cgroup:
         missing.append("no task limit over the worker and its children (no pids controller): a candidate's "
                        "processes are bounded only by the user's own process limit")
+    if "hidden" in files and "/dev/shm its own" not in files:
+        missing.append("the host's /dev/shm (a GPU run: CUDA IPC needs it): POSIX shared memory of the user's "
+                       "other processes in reach")
     if confinement.get("ipc") == "shared":
         missing.append("no IPC namespace: System V shared memory and message queues of the user's other "
                        "processes (other candidates run beside it) in reach")

@@ -8,11 +8,13 @@ must run the problem and the candidate in one process, as KernelBench does (pare
     cage.close()                                  # kills what is left in its cgroup, removes the scratch
 
 What the process gets is a candidate worker's containment (docs/worker-protocol.md): a
-cgroup over it and all it starts, rlimits, user, PID, mount and network namespaces, the
-view of the file system `mounts.candidate_view` plans (kanalyze's run directory, signing
-key and witness folders hidden, the home and the project read-only, only its scratch
-folder and its compile caches writable), and the audit hook refusing sockets and
-processes but the compilers.  Its
+cgroup over it and all it starts, rlimits, user, PID, mount, network and IPC namespaces,
+the view of the file system `mounts.candidate_view` plans (a /tmp of its own, on the CPU a
+/dev/shm too,
+kanalyze's run directory, signing key and witness folders hidden, the home and the project
+read-only, only its scratch folder and its compile caches writable), the socket filter (on
+a GPU once the device is open: the process calls `confine.deny_sockets_now`), and the audit
+hook refusing sockets and processes but the compilers.  Its
 memory bound is the machine's (`cgroups.memory_limit` for a GPU) on either device: the
 check runs the problem's own sizes, never scaled.  A CUDA C++ candidate's extension is
 built where the gates' workers build it (`extensions_root`, that candidate's own folder of
@@ -27,6 +29,7 @@ import tempfile
 from dataclasses import dataclass
 
 from kanalyze.dynamic.sandbox import cgroups, extensions, mounts, namespaces, rundir
+from kanalyze.dynamic.sandbox.confine import AFTER_DEVICE, NOW
 
 
 @dataclass
@@ -48,7 +51,7 @@ class Cage:
                                 limits.process_margin)
         return cls(scratch, env, {"memory_bytes": None, "file_bytes": limits.file_bytes,
                                   "process_margin": limits.process_margin, "pid_namespace": True,
-                                  "ipc_namespace": mode == "cpu", "deny_sockets": mode == "cpu",
+                                  "ipc_namespace": True, "deny_sockets": NOW if mode == "cpu" else AFTER_DEVICE,
                                   "files": mounts.candidate_view(scratch, caches, [], [candidate, problem], mode),
                                   "cgroup": cgroup},
                    caches[extensions.ROOT_VARIABLE])

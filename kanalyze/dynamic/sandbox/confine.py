@@ -11,9 +11,9 @@
   every process the candidate starts ends with the worker), mount (its own
   /proc) and network (no interfaces), as far as the kernel lets this process
   make them;
-* on the CPU, no new socket, below Python too (seccomp.py: a socket named in the file
-  system would reach a tmux server, an agent or docker outside every namespace; on a GPU
-  the CUDA driver needs sockets to start);
+* no new socket, below Python too (seccomp.py: a socket named in the file system would
+  reach a tmux server, an agent or docker outside every namespace); on a GPU only once
+  the device is open (`deny_sockets_now`), since the CUDA driver needs sockets to start;
 * an audit hook refusing network sockets and new processes either way, except
   for the compiler tools Triton and torch's extension builder run on a GPU.
   Those are found once, when the worker starts: each name in `ALLOWED_TOOLS`
@@ -79,8 +79,10 @@ def _user_tasks() -> int:
     return count
 
 
-NO_FILTER_ON_A_GPU = ("not refused below the audit hook (on a GPU: the CUDA driver opens sockets when it "
-                      "starts, and cudaGetDeviceCount fails without them)")
+# When a worker refuses new sockets (`limits["deny_sockets"]`): at once (the CPU), or once the
+# device is open (a GPU: the CUDA driver opens sockets when it starts, and cudaGetDeviceCount
+# fails with error 304 under the filter; once started it needs none).
+NOW, AFTER_DEVICE = "now", "once the device is open"
 
 
 def apply_limits(limits: dict) -> dict:
@@ -109,13 +111,21 @@ def apply_limits(limits: dict) -> dict:
                                     own_pids=limits.get("pid_namespace", True), files=limits.get("files"),
                                     own_ipc=limits.get("ipc_namespace", False)))
     applied["tools"] = f"by real path ({len(resolve_tools().real)} allowed)"
-    # In the worker itself, the namespaces' init already apart.  Not on a GPU: the CUDA driver
-    # opens sockets when it starts (with the filter, cudaGetDeviceCount fails: error 304).
-    if limits.get("deny_sockets"):
+    # In the worker itself, the namespaces' init already apart.
+    if limits.get("deny_sockets") == NOW:
         applied["sockets"] = seccomp.deny_sockets()
+    elif limits.get("deny_sockets") == AFTER_DEVICE:
+        applied["sockets"] = "not refused below the audit hook (the device did not open)"   # until it does
     else:
-        applied["sockets"] = NO_FILTER_ON_A_GPU if "deny_sockets" in limits else "not refused below the audit hook"
+        applied["sockets"] = "not refused below the audit hook"
     return applied
+
+
+def deny_sockets_now(limits: dict, applied: dict) -> None:
+    """The socket filter of a worker that waited for its device to open (`AFTER_DEVICE`): call
+    once the CUDA driver has started, before any candidate code; `applied` gets what held."""
+    if limits.get("deny_sockets") == AFTER_DEVICE:
+        applied["sockets"] = seccomp.deny_sockets()
 
 
 def confine_zygote() -> dict:

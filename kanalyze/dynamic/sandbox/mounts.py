@@ -5,7 +5,7 @@ The parent plans it (`plan`, when it starts a candidate's worker) and the
 namespace's init applies it (`apply`, namespaces.py) before the worker proper
 is forked, while it still holds the capabilities of its user namespace:
 
-* on the CPU, the temporary folders, /tmp and the one kanalyze's run directories are made in
+* the temporary folders, /tmp and the one kanalyze's run directories are made in
   (`$TMPDIR`), are hidden under an empty tmpfs each, with the worker's own scratch
   folder bound back in place, the folders of inputs the reference worker saved for
   candidates bound back read-only, and the folders of the candidate and its problem
@@ -16,8 +16,9 @@ is forked, while it still holds the capabilities of its user namespace:
   to read, nor anything else of the user's there;
 * kanalyze's run directory (and those of other kanalyze processes beside it) is hidden
   the same way wherever it is;
-* on the CPU, /dev/shm is an empty tmpfs of its own too (no channel to the candidates
-  run beside it); on a GPU it stays shared: CUDA IPC keeps its reference counts there;
+* on the CPU, /dev/shm is an empty tmpfs of its own too (no channel to the candidates run
+  beside it); on a GPU it stays the host's: the CUDA driver keeps what CUDA IPC needs there
+  (`cuda.shm.*`), and the reference worker cannot map a candidate's memory from a private one;
 * the folder of kanalyze's signing key is hidden the same way, and so are the
   witness folders of the run (`hide_from_candidates`: an earlier candidate's
   witness holds the reference's values at its failing elements), and the
@@ -29,7 +30,7 @@ is forked, while it still holds the capabilities of its user namespace:
   candidate, its problem and kanalyze's working directory (the project);
 * then every other mount is read-only (`_seal`: where kanalyze runs as root,
   a root candidate would otherwise write into /etc or /usr): only the scratch
-  folder, the caches and /dev/shm (CUDA IPC's reference counts) stay writable.
+  folder, the caches and /dev/shm stay writable.
 
 Each step that the kernel refuses is left out and said in the record
 (`files` in the worker's confinement); the worker runs either way.
@@ -65,7 +66,7 @@ def hide_from_candidates(folder: str) -> None:
 
 
 def plan(scratch: str, run_directory: str, key_directory: str, writable: list[str],
-         visible: list[str], project: list[str] = (), private_shm: bool = False, private_tmp: bool = True) -> dict:
+         visible: list[str], project: list[str] = (), private_shm: bool = True) -> dict:
     """The view of a worker whose scratch folder is `scratch`; `visible` are folders of the run
     directory it reads (the inputs the reference worker saved for it), bound back read-only;
     `project` are paths of the checked project (the candidate, its problem, the working
@@ -77,7 +78,7 @@ def plan(scratch: str, run_directory: str, key_directory: str, writable: list[st
     needed = [real(path) for path in [scratch, *project] if path]
     results = [folder for folder in sorted(_results) if not any(_inside(path, folder) for path in needed)]
     temporary = sorted({real(folder) for folder in ("/tmp", os.path.dirname(real(run_directory)))
-                        if private_tmp and folder != "/" and os.path.isdir(folder)})
+                        if folder != "/" and os.path.isdir(folder)})
     return {"keep": real(scratch), "hide": [*temporary, real(run_directory), *other_runs(run_directory),
                                             real(key_directory), *results, *cgroups.mount_roots()],
             "visible": sorted({real(path) for path in visible if path}),
@@ -95,10 +96,9 @@ def candidate_view(scratch: str, caches: dict[str, str], visible: list[str], pat
     """The view of a candidate's process (a worker, or the allclose check's cage): `caches`
     writable (made now: a read-only home leaves no room to make them later), `visible` folders
     of the run directory read-only, the git work trees of `paths` (the candidate, its problem)
-    and of kanalyze's working directory read-only; on the CPU (`mode`) a /tmp and a /dev/shm of its
-    own (on a GPU, where the CUDA driver has shown a need of the host's the sandbox did not
-    foresee, its /tmp is the host's, read-only, with kanalyze's run directories hidden, until the
-    private one has run there)."""
+    and of kanalyze's working directory read-only, a /tmp of its own, and on the CPU (`mode`) a
+    /dev/shm of its own (on a GPU the host's: CUDA IPC from a private one fails in the reading
+    process, "mapping of buffer object failed", measured on an H200)."""
     writable = list(caches.values())
     for folder in writable:
         try:
@@ -106,7 +106,7 @@ def candidate_view(scratch: str, caches: dict[str, str], visible: list[str], pat
         except (OSError, TypeError):
             pass
     return plan(scratch, rundir.run_directory(), keys.key_directory(), writable, visible, [os.getcwd(), *paths],
-                private_shm=mode == "cpu", private_tmp=mode == "cpu")
+                private_shm=mode == "cpu")
 
 
 def runtime_folders(hidden: list[str]) -> list[str]:
@@ -227,8 +227,7 @@ def _seal(keep: str, keep_fd: int | None, writable: list[tuple[str, int | None]]
     for path, fd in own:
         if fd is not None and path not in _mount_points() and not _bind_back(fd, path, read_only=False):
             failed.append(f"{path} (could not keep it writable: {_error()})")
-    # /dev/shm stays as it is: CUDA IPC's reference counts live there, where the reference
-    # worker (outside this namespace) opens the candidate's by name (device_share.py).
+    # /dev/shm stays writable: the worker's own, or on a GPU the host's (CUDA IPC needs it).
     kept = {path for path, _ in own} | {"/dev/shm"}
     refused = []
     for point in _mount_points():

@@ -62,13 +62,14 @@ class Limits:
         """The limits a worker applies to itself.  The reference worker runs the problem,
         not the candidate: its arrays (inputs near 2^31 elements, their float64 copies)
         are not held to the candidate's file-size limit, and it stays in kanalyze's PID
-        namespace, from which CUDA IPC reaches the candidate's (device_share.py).  A candidate's
-        worker on the CPU also gets an IPC namespace of its own (no CUDA IPC to keep working),
-        and every worker on the CPU the socket filter (seccomp.py; the CUDA driver needs sockets)."""
+        and IPC namespaces, from which CUDA IPC reaches the candidate's (device_share.py).
+        Every worker refuses new sockets, on a GPU once its device is open (confine.py)."""
+        from kanalyze.dynamic.sandbox.confine import AFTER_DEVICE, NOW
+
         return {"memory_bytes": self.memory_bytes if mode == "cpu" else None,
                 "file_bytes": self.file_bytes if role == "candidate" else None,
                 "process_margin": self.process_margin, "pid_namespace": role == "candidate",
-                "ipc_namespace": role == "candidate" and mode == "cpu", "deny_sockets": mode == "cpu"}
+                "ipc_namespace": role == "candidate", "deny_sockets": NOW if mode == "cpu" else AFTER_DEVICE}
 
 
 @dataclass

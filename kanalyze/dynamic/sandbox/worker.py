@@ -139,12 +139,16 @@ def _start(role, mode, spec, harness, status, control, hiding, env, policy, seco
     import torch
 
     from kanalyze.dynamic import loading, numerics
-    from kanalyze.dynamic.sandbox.confine import install_guards
+    from kanalyze.dynamic.sandbox.confine import deny_sockets_now, install_guards
     from kanalyze.dynamic.sandbox.execute import CandidateSide, describe_error
     from kanalyze.dynamic.sandbox.reference_side import ReferenceSide
 
     device = "cpu" if mode == "cpu" else "cuda"
     seconds["setup"] = round(time.perf_counter() - started, 3)
+    opening = time.perf_counter()   # the device's name opens its context: a GPU's start-up cost
+    device_name = torch.cuda.get_device_name(0) if mode == "cuda" else "Triton interpreter (CPU)"
+    seconds["device"] = round(time.perf_counter() - opening, 3)
+    deny_sockets_now(spec.get("limits", {}), confinement)   # a GPU's driver has started: no socket from here
     install_guards()
     import_error = None
     phase = phase_reporter(status) if hiding is None else hiding.around(phase_reporter(status))
@@ -163,9 +167,6 @@ def _start(role, mode, spec, harness, status, control, hiding, env, policy, seco
     else:
         side = ReferenceSide(harness, device, env.op_recorder)
     in_force = numerics.current()   # what the candidate's import left, if it changed anything
-    opening = time.perf_counter()   # the device's name opens its context: a GPU's start-up cost
-    device_name = torch.cuda.get_device_name(0) if mode == "cuda" else "Triton interpreter (CPU)"
-    seconds["device"] = round(time.perf_counter() - opening, 3)
     _send(status, event="ready", error=None, import_error=import_error, confinement=confinement,
           numerics={"policy": policy, **({"changed_by_import": in_force} if in_force != policy else {})},
           versions={"torch": torch.__version__, "triton": sys.modules["triton"].__version__, "device": device_name},
