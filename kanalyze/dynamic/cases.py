@@ -162,3 +162,26 @@ def perturbed_sizes(base: dict[str, int]) -> list[tuple[str, dict[str, int]]]:
             seen.add(key)
             out.append((f"{name}={new} ({label})", sizes))
     return out
+
+
+def model_seed(case: dict) -> int:
+    """The seed a case's model is built with (Case.model_seed)."""
+    seed = case.get("model_seed")
+    return case["seed"] if seed is None else seed
+
+
+def model_key(case: dict) -> str:
+    """What tells one built model from another: sizes, dtype and the model's seed.  Both sides
+    build a model once per key and restore its initial state before each case."""
+    return json.dumps([sorted(case["sizes"].items()), case.get("dtype"), model_seed(case)])
+
+
+def by_model(cases: list[dict], indices: list[int]) -> list[int]:
+    """`indices` in the order that builds each model once: grouped by model key, the groups in
+    the order they first appear (the baseline's first), each in case order.  A worker keeps
+    only its latest models (a problem's weights reach gigabytes), so cases of one model that
+    are run apart build it again."""
+    first: dict[str, int] = {}
+    for i in indices:
+        first.setdefault(model_key(cases[i]), len(first))
+    return sorted(indices, key=lambda i: first[model_key(cases[i])])

@@ -27,7 +27,7 @@ import os
 import secrets
 import time
 
-from kanalyze.dynamic.cases import Case
+from kanalyze.dynamic.cases import Case, by_model
 from kanalyze.dynamic.harness import Harness
 from kanalyze.dynamic.reference_cache import REFERENCES
 from kanalyze.dynamic.results import Result
@@ -161,7 +161,8 @@ class Session:
         reader = _Reader(self, self._judge)
         candidates_seconds = self._candidates(results, reader, base)
         failed = self._failed_baseline(results, base)
-        rest = [i for i in range(len(cases)) if i not in base]
+        as_dicts = [case.to_dict() for case in cases]
+        rest = by_model(as_dicts, [i for i in range(len(cases)) if i not in base])   # run in this order
         if failed:
             for i in rest:
                 skipped = Outcome("not-started", detail=f"skipped: {failed}", blame="candidate")
@@ -169,7 +170,9 @@ class Session:
                 if results[i].reference is _PENDING:
                     results[i].reference = skipped
         else:
-            self._references([key for key in missing if key not in first], reference_cases, by_key)
+            later = {key: n for n, key in enumerate(dict.fromkeys(cases[i].input_key for i in base + rest))}
+            self._references(sorted((key for key in missing if key not in first), key=later.__getitem__),
+                             reference_cases, by_key)
             reader.judge = self._judge
             for i in rest:
                 if cases[i].call is None:

@@ -17,6 +17,7 @@ import traceback
 import numpy as np
 import torch
 
+from kanalyze.dynamic.cases import model_key, model_seed  # noqa: F401  (the reference side imports them here)
 from kanalyze.dynamic.loading import build_candidate, load_matching_state, move
 from kanalyze.dynamic.results import FATAL_MARKERS
 from kanalyze.dynamic.sandbox.device_share import DeviceArrays, export, put
@@ -113,18 +114,6 @@ def lap(seconds: dict, step: str, since: float) -> float:
 def seed_all(seed: int) -> None:
     torch.manual_seed(seed)
     np.random.seed(seed % 2 ** 32)
-
-
-def model_seed(case: dict) -> int:
-    """The seed a case's model is built with (cases.Case.model_seed)."""
-    seed = case.get("model_seed")
-    return case["seed"] if seed is None else seed
-
-
-def model_key(case: dict) -> str:
-    """What tells one built model from another: sizes, dtype and the model's seed.  Both sides
-    build a model once per key and restore its initial state before each case."""
-    return json.dumps([sorted(case["sizes"].items()), case.get("dtype"), model_seed(case)])
 
 
 # ---------------------------------------------------------------- candidate
