@@ -58,10 +58,7 @@ class NonfiniteInjection(Gate):
                 wrong = (got != want) & agree
                 if not wrong.any():
                     continue
-                pairs = {}
-                for w, g in zip(want[wrong], got[wrong]):
-                    key = f"{CLASS_NAMES[w]} -> {CLASS_NAMES[g]}"
-                    pairs[key] = pairs.get(key, 0) + 1
+                pairs = _class_pairs(want[wrong], got[wrong])
                 first = tuple(int(x) for x in np.unravel_index(int(np.flatnonzero(wrong.reshape(-1))[0]), wrong.shape))
                 worst = max(pairs, key=pairs.get)
                 expected_name, observed_name = worst.split(" -> ")
@@ -91,3 +88,12 @@ class NonfiniteInjection(Gate):
             note += f"; {', '.join(unreached)} never reached the output"
         return self.verdict(REFUTED, f"non-finite classes match the reference with {', '.join(ran)} injected{note}",
                             cases, reference_disagreements=left_out)
+
+
+def _class_pairs(want: np.ndarray, got: np.ndarray) -> dict[str, int]:
+    """How many wrong elements went from each reference class to each candidate class, counted
+    by numpy (a wrong output at a problem's real size has millions of them)."""
+    kinds = len(CLASS_NAMES)
+    counts = np.bincount(want.astype(np.intp) * kinds + got.astype(np.intp), minlength=kinds * kinds)
+    return {f"{CLASS_NAMES[code // kinds]} -> {CLASS_NAMES[code % kinds]}": int(counts[code])
+            for code in np.flatnonzero(counts)}
