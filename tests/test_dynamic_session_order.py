@@ -48,6 +48,26 @@ def test_a_candidate_that_does_not_import_costs_one_reference(tmp_path: Path) ->
 def test_a_working_candidate_gets_every_case(tmp_path: Path) -> None:
     baseline, other = _execute(GOOD)
     assert baseline.candidate_ok and other.reference_ok and other.candidate_ok
+    # The baseline's float64 reference came once the candidate had run there, as the others'.
+    for result in (baseline, other):
+        assert result.expected64 and "output64_later" not in result.reference.meta, result.reference.meta
+
+
+def test_the_float64_reference_waits_for_the_candidates_baseline(tmp_path: Path) -> None:
+    """The baseline's float64 reference (at a problem's real size, seconds of a GPU's float64
+    convolution) is computed only once the candidate has run there: one that fails there never
+    waits for it, and a reference without it is not kept for later candidates of the problem."""
+    from kanalyze.dynamic.reference_cache import REFERENCES
+
+    REFERENCES.clear()
+    broken = tmp_path / "broken.py"
+    broken.write_text("import no_such_module_anywhere\n" + GOOD.read_text())
+    baseline, _ = _execute(broken)
+    assert baseline.reference.meta.get("output64_later") and "output64" not in baseline.reference.meta
+    assert REFERENCES.get(find_harness(str(broken), reference=str(PROBLEM)), "cpu", baseline.case.input_key,
+                          False) is None
+    baseline, _ = _execute(GOOD)   # the next candidate of the problem gets it whole
+    assert baseline.expected64 and "output64_later" not in baseline.reference.meta
 
 
 def test_the_verdicts_of_a_candidate_that_does_not_import(tmp_path: Path) -> None:

@@ -21,7 +21,6 @@ process before the candidate's worker is let go on to its next case.
 
 from __future__ import annotations
 
-import collections
 import math
 import os
 import secrets
@@ -30,18 +29,17 @@ import time
 from kanalyze.dynamic.cases import Case, by_model
 from kanalyze.dynamic.harness import Harness
 from kanalyze.dynamic.reference_cache import REFERENCES
+from kanalyze.dynamic.reference_jobs import Reader, float64_later, release
 from kanalyze.dynamic.results import Result
 from kanalyze.dynamic.sandbox import zygote_client
-from kanalyze.dynamic.sandbox.dispatch import READ_NOW_BYTES, run_cases
+from kanalyze.dynamic.sandbox.dispatch import run_cases
 from kanalyze.dynamic.sandbox.process import (Limits, Outcome, ProtocolViolation, Worker, WorkerGone,
                                               new_scratch_root, remove_scratch_root)
-from kanalyze.dynamic.sandbox.transport import ArrayFolder
 
 # The most input elements a case may have: on the CPU (Triton's interpreter) the size knobs are
 # scaled down to this; on a GPU (None) the problem's own sizes run, as the benchmark measured them.
 MAX_NUMEL = {"cpu": 2 ** 16, "cuda": None}
 BASELINE = "baseline"
-MAX_CASE_BYTES = 256 * 2 ** 30   # what the reference worker reads of one case's device arrays, at most
 
 
 # A kernel harness's cases have no reference run: the gate judges what the call did.
@@ -84,6 +82,7 @@ class Session:
         self.candidates: dict[str, Worker | None] = {"original": Worker("candidate", mode, shown, limits, self.root)}
         self._specs: dict[str, dict] = {}   # each variant's worker spec (its worker may end and be replaced)
         self._reference_cases = 0           # cases sent to the reference worker so far
+        self._reference_index: dict[str, int] = {}   # input key -> its case's index there
         if promoted_source is not None:
             folder = os.path.join(self.root, "promoted")
             os.makedirs(folder)
@@ -142,7 +141,9 @@ class Session:
         The baseline (the problem's own inputs) goes first through both sides: a candidate that
         fails there (it does not import, crashes, or runs out of time) blocks every gate
         (runner._judge), so the other cases are not computed at all; at a problem's real sizes
-        their references alone can take minutes."""
+        their references alone can take minutes.  The baseline's float64 reference too waits
+        until the candidate has run there (a float64 convolution on a GPU takes seconds); the
+        other cases run grouped by model, so that each side builds each model once."""
         reference_cases: dict[str, dict] = {}
         for case in cases:
             if case.call is not None:  # a kernel harness's call: nothing to compute first
@@ -154,13 +155,17 @@ class Session:
         missing = [key for key, outcome in by_key.items() if outcome is None]
         base = [i for i, case in enumerate(cases) if case.id == BASELINE]
         first = [key for key in missing if any(cases[i].input_key == key for i in base)]
+        for key in first:   # its float64 reference once the candidate has run there, not before
+            reference_cases[key]["float64_later"] = True
         self._judge = None
         self._references(first, reference_cases, by_key)
         results = [Result(case, NO_REFERENCE if case.call is not None else by_key.get(case.input_key) or _PENDING)
                    for case in cases]
-        reader = _Reader(self, self._judge)
+        reader = Reader(self, self._judge)
         candidates_seconds = self._candidates(results, reader, base)
         failed = self._failed_baseline(results, base)
+        if not failed:
+            self._float64_later(first, by_key)
         as_dicts = [case.to_dict() for case in cases]
         rest = by_model(as_dicts, [i for i in range(len(cases)) if i not in base])   # run in this order
         if failed:
@@ -184,9 +189,11 @@ class Session:
         self.seconds["candidate"] = round(self.seconds.get("candidate", 0.0) + candidates_seconds, 3)
         self.seconds["read_back"] = round(reader.seconds, 3)
         started = time.perf_counter()
-        computed = [key for key in missing if by_key.get(key) is not None]
+        # (a reference whose float64 never came, the candidate having failed first, is not kept)
+        computed = [key for key in missing if by_key.get(key) is not None
+                    and not by_key[key].meta.get("output64_later")]
         if computed:
-            released = _release(self._judge, self.limits)
+            released = release(self._judge, self.limits)
             if self._judge is not None and self._judge is not self._reference:
                 self._judge.close()
             for key in computed:
@@ -220,11 +227,42 @@ class Session:
             REFERENCES.put_ready(self.harness, self.mode, ready)
             for i, key in numbered:
                 by_key[key] = outcomes[i]
+                self._reference_index[key] = i
                 self._add_steps("reference", outcomes[i])
         self._took("reference", started)
         self.environment.update(_describe_ready(ready, "reference"))
 
-    def _candidates(self, results: list[Result], reader: "_Reader", indices: list[int]) -> float:
+    def _float64_later(self, keys: list[str], by_key: dict) -> None:
+        """The float64 references of the baseline, computed once the candidate has run there (a
+        candidate that fails there, as many generated ones do, never waits for them) and added
+        to their outcomes; where the worker cannot give one, the outcome says why."""
+        started = time.perf_counter()
+        later = {key: self._reference_index[key] for key in keys
+                 if by_key.get(key) is not None and by_key[key].meta.get("output64_later")}
+        worker = self._judge
+        if not later or worker is None:
+            return
+        found, why = float64_later(worker, list(later.values()), self.limits)
+        if worker.process.poll() is not None:   # it ended: the later references start another
+            worker.close()
+            self._judge = None
+            if self._reference is worker:
+                self._reference = None
+        for key, index in later.items():
+            part = found.get(str(index))
+            outcome = by_key[key]
+            meta = {k: v for k, v in outcome.meta.items() if k != "output64_later"}
+            if isinstance(part, dict):
+                meta.update({k: v for k, v in part.items() if k in ("output64", "output64_error")})
+                steps = part.get("seconds") if isinstance(part.get("seconds"), dict) else {}
+                meta["seconds"] = {**(meta.get("seconds") or {}), **steps}
+                self._add_steps("reference", Outcome("done", meta={"seconds": steps}))
+            else:
+                meta["output64_error"] = why
+            outcome.meta = meta
+        self._took("reference", started)
+
+    def _candidates(self, results: list[Result], reader: Reader, indices: list[int]) -> float:
         """Run the cases at `indices` through each variant's worker; returns the seconds it took,
         less the reading back."""
         started, read_before = time.perf_counter(), reader.seconds
@@ -279,23 +317,6 @@ class Session:
         remove_scratch_root(self.root)
 
 
-def _release(judge: Worker | None, limits: Limits) -> str | None:
-    """Ask the reference worker for the outputs it withheld while candidates ran; None when
-    they are saved, else why not (they are then lost with the worker)."""
-    if judge is None:
-        return "kanalyze's reference worker ended before it handed over the reference's outputs"
-    try:
-        judge.send({"kind": "release", "id": "release"})
-        while True:
-            event = judge.next_event(limits.case_seconds)
-            if event is None:
-                return "kanalyze's reference worker did not hand over the reference's outputs in time"
-            if event.get("event") == "job-done" and event.get("job") == "release":
-                return None
-    except (WorkerGone, ProtocolViolation) as exc:
-        return f"kanalyze's reference worker ended before it handed over the reference's outputs: {exc}"
-
-
 def _with_outputs(outcome: Outcome, released: str | None) -> Outcome:
     """The reference's outcome, or a crash when its withheld outputs were lost."""
     if released is None or outcome.status != "done" or not outcome.meta.get("withheld"):
@@ -325,54 +346,6 @@ def _durations(steps) -> list[tuple[str, float]]:
             and math.isfinite(value) and 0 <= value < 86400]
 
 
-
-
-class _Reader:
-    """Reads a candidate's case into this process as the case ends: what its worker shared on the
-    device, through the reference worker (which saves it for us); the rest from its files."""
-
-    def __init__(self, session: Session, judge: Worker | None) -> None:
-        self.session, self.judge = session, judge
-        self.count = 0
-        self.seconds = 0.0
-
-    def read(self, index: int, outcome: Outcome) -> Outcome:
-        started = time.perf_counter()
-        try:
-            return self._read(outcome)
-        finally:
-            self.seconds += time.perf_counter() - started
-
-    def _read(self, outcome: Outcome) -> Outcome:
-        shared = outcome.meta.pop("shared", None) if outcome.status == "done" else None
-        if not shared:
-            return outcome
-        self.count += 1
-        folder = os.path.join(self.session.root, f"shared-{self.count}")
-        error = self._ingest(shared, folder)
-        if error:
-            return Outcome("done", meta={**outcome.meta, "status": "internal", "error": error}, output=outcome.output)
-        arrays = ArrayFolder(folder)
-        if arrays.nbytes <= READ_NOW_BYTES:
-            arrays = arrays.load()
-        own = outcome.arrays if isinstance(outcome.arrays, collections.abc.Mapping) else ArrayFolder(outcome.arrays)
-        return Outcome("done", meta=outcome.meta, arrays=collections.ChainMap(arrays, own), output=outcome.output)
-
-    def _ingest(self, shared: dict, folder: str) -> str | None:
-        job_id = f"ingest-{self.count}"
-        try:
-            worker = self.judge or self.session.reference
-            worker.wait_ready()
-            worker.send({"kind": "ingest", "id": job_id, "tensors": shared, "out": folder,
-                         "max_bytes": MAX_CASE_BYTES})
-            while True:
-                event = worker.next_event(self.session.limits.case_seconds)
-                if event is None:
-                    return "kanalyze's reference worker did not read the candidate's device arrays in time"
-                if event.get("event") == "job-done" and event.get("job") == job_id:
-                    return event.get("error")
-        except (WorkerGone, ProtocolViolation) as exc:
-            return f"kanalyze's reference worker could not read the candidate's device arrays: {exc}"
 
 
 __all__ = ["BASELINE", "MAX_NUMEL", "NO_REFERENCE", "Session"]

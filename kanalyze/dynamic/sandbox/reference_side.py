@@ -53,6 +53,7 @@ class ReferenceSide:
         self._states: dict[str, str] = {}   # model key -> the folder its state was saved in
         self._withheld: dict[str, dict[str, np.ndarray]] = {}
         self._withheld_bytes = 0
+        self._later: dict[str, tuple] = {}   # case -> (model, inputs) whose float64 reference waits
 
     def problem(self, sizes: dict, dtype: str | None) -> Problem:
         key = json.dumps([sorted(sizes.items()), dtype])
@@ -134,7 +135,11 @@ class ReferenceSide:
         except BaseException as exc:
             return {"status": "rejected", "error": describe_error(exc), "traceback": traceback_tail(exc)}
         since = lap(seconds, "forward", since)
-        self._float64(model, values, result, arrays, "output64", "out64_")
+        if case.get("float64_later"):   # the baseline: only once the candidate has run there (float64_later)
+            self._later[out_base] = (model, values)
+            result["output64_later"] = True
+        else:
+            self._float64(model, values, result, arrays, "output64", "out64_")
         since = lap(seconds, "float64", since)
         if case.get("gradients"):
             from kanalyze.dynamic.gradients import reference_gradients
@@ -156,6 +161,24 @@ class ReferenceSide:
         result["withheld"] = self._withhold(out_base + ".arrays", arrays)
         lap(seconds, "save", since)
         return result
+
+    def float64_later(self, out_base: str) -> dict:
+        """The float64 reference of a case run with `float64_later`, added to its arrays; returns
+        what to add to its result (`output64`, or `output64_error` with why there is none)."""
+        if out_base not in self._later:
+            return {"output64_error": "kanalyze kept no model for this case's float64 reference"}
+        model, values = self._later.pop(out_base)
+        started = time.perf_counter()
+        part: dict = {}
+        arrays: dict[str, np.ndarray] = {}
+        self._float64(model, values, part, arrays, "output64", "out64_")
+        folder = out_base + ".arrays"
+        if folder in self._withheld:
+            self._withheld[folder].update(arrays)
+            self._withheld_bytes += sum(int(a.nbytes) for a in arrays.values())
+        else:   # saved at once (too large to withhold): the float64 arrays beside the others
+            save_arrays(folder, arrays)
+        return {**part, "seconds": {"float64": round(time.perf_counter() - started, 3)}}
 
     def _saved_state(self, key: str, state: dict, parent: str) -> str:
         """The folder holding the model's initial state (`stateN.npy`), saved on the first case

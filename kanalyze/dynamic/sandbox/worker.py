@@ -194,6 +194,11 @@ def _serve_jobs(role, control, status, side, harness, import_error, device_map, 
             side.release()
             _send(status, event="job-done", job=job.get("id"))
             continue
+        if job["kind"] == "float64" and role == "reference":   # the baseline's, once the candidate ran there
+            later = {str(index): side.float64_later(os.path.join(job["out"], f"case-{index}"))
+                     for index in job["indices"]}
+            _send(status, event="job-done", job=job.get("id"), results=later)
+            continue
         if job["kind"] == "ingest" and role == "reference":   # a candidate's device arrays (CUDA IPC)
             from kanalyze.dynamic.sandbox.device_share import save_shared
 

@@ -1,0 +1,120 @@
+"""What a session asks of the reference worker besides its cases (parent side; stdlib and numpy).
+
+The reference worker runs the problem, which is the benchmark's and trusted; it
+is also the session's judge of what crosses from the candidate's side.  Beside
+the cases (dispatch.run_cases) it answers three jobs, each with one `job-done`:
+
+* `ingest`: read what a candidate's worker shared on the device (CUDA IPC
+  descriptors) and save it for this process (`Reader`, as each case ends);
+* `float64`: the float64 references the baseline's cases were run without, once
+  the candidate has run there (`float64_later`);
+* `release`: save the outputs it withheld while candidates ran (`release`).
+
+A job that is not answered in a case's time, or a worker that ends, is said in
+words; nothing here is ever a verdict on the candidate.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+import time
+from typing import TYPE_CHECKING
+
+from kanalyze.dynamic.sandbox.dispatch import READ_NOW_BYTES
+from kanalyze.dynamic.sandbox.process import Limits, Outcome, ProtocolViolation, Worker, WorkerGone
+from kanalyze.dynamic.sandbox.transport import ArrayFolder
+
+if TYPE_CHECKING:
+    from kanalyze.dynamic.session import Session
+
+MAX_CASE_BYTES = 256 * 2 ** 30   # what the reference worker reads of one case's device arrays, at most
+_job_ids = itertools.count(1)
+
+
+class Unanswered(Exception):
+    """The reference worker did not answer a job: why, in words."""
+
+
+def ask(worker: Worker, job: dict, seconds: float) -> dict:
+    """Send `job` (its `id` is given here) and return the worker's `job-done` event for it."""
+    job = {**job, "id": f"{job['kind']}-{next(_job_ids)}"}
+    try:
+        worker.send(job)
+        while True:
+            event = worker.next_event(seconds)
+            if event is None:
+                raise Unanswered(f"it did not answer within {seconds:.0f} s")
+            if event.get("event") == "job-done" and event.get("job") == job["id"]:
+                return event
+    except (WorkerGone, ProtocolViolation) as exc:
+        raise Unanswered(f"it ended: {exc}") from exc
+
+
+def release(judge: Worker | None, limits: Limits) -> str | None:
+    """Ask the reference worker for the outputs it withheld while candidates ran; None when
+    they are saved, else why not (they are then lost with the worker)."""
+    if judge is None:
+        return "kanalyze's reference worker ended before it handed over the reference's outputs"
+    try:
+        ask(judge, {"kind": "release"}, limits.case_seconds)
+        return None
+    except Unanswered as exc:
+        return f"kanalyze's reference worker did not hand over the reference's outputs: {exc}"
+
+
+def float64_later(worker: Worker, indices: list[int], limits: Limits) -> tuple[dict, str]:
+    """({case index: what to add to its outcome}, why there is nothing where nothing came) for the
+    cases at `indices`, run with `float64_later`.  A worker that does not answer in time is killed."""
+    try:
+        answer = ask(worker, {"kind": "float64", "indices": indices, "out": worker.scratch}, limits.case_seconds)
+    except Unanswered as exc:
+        worker.kill()
+        return {}, f"kanalyze's reference worker gave no float64 reference: {exc}"
+    found = answer.get("results")
+    return (found if isinstance(found, dict) else {}), "kanalyze's reference worker gave no float64 reference"
+
+
+class Reader:
+    """Reads a candidate's case into this process as the case ends: what its worker shared on the
+    device, through the reference worker (which saves it for us); the rest from its files."""
+
+    def __init__(self, session: "Session", judge: Worker | None) -> None:
+        self.session, self.judge = session, judge
+        self.count = 0
+        self.seconds = 0.0
+
+    def read(self, index: int, outcome: Outcome) -> Outcome:
+        started = time.perf_counter()
+        try:
+            return self._read(outcome)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def _read(self, outcome: Outcome) -> Outcome:
+        shared = outcome.meta.pop("shared", None) if outcome.status == "done" else None
+        if not shared:
+            return outcome
+        self.count += 1
+        folder = os.path.join(self.session.root, f"shared-{self.count}")
+        error = self._ingest(shared, folder)
+        if error:
+            return Outcome("done", meta={**outcome.meta, "status": "internal", "error": error}, output=outcome.output)
+        arrays = ArrayFolder(folder)
+        if arrays.nbytes <= READ_NOW_BYTES:
+            arrays = arrays.load()
+        own = outcome.arrays if isinstance(outcome.arrays, collections.abc.Mapping) else ArrayFolder(outcome.arrays)
+        return Outcome("done", meta=outcome.meta, arrays=collections.ChainMap(arrays, own), output=outcome.output)
+
+    def _ingest(self, shared: dict, folder: str) -> str | None:
+        try:
+            worker = self.judge or self.session.reference
+            worker.wait_ready()
+            answer = ask(worker, {"kind": "ingest", "tensors": shared, "out": folder, "max_bytes": MAX_CASE_BYTES},
+                         self.session.limits.case_seconds)
+            return answer.get("error")
+        except (WorkerGone, ProtocolViolation) as exc:   # (from its start)
+            return f"kanalyze's reference worker could not read the candidate's device arrays: {exc}"
+        except Unanswered as exc:
+            return f"kanalyze's reference worker could not read the candidate's device arrays: {exc}"
