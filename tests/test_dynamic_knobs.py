@@ -6,7 +6,7 @@ import ast
 import textwrap
 
 from kanalyze.dynamic.cases import keeping_whole, scaled_knobs
-from kanalyze.dynamic.knobs import constant_int, read_knobs, set_knobs
+from kanalyze.dynamic.knobs import built_from_init_inputs, constant_int, read_knobs, set_knobs
 
 PROBLEM = textwrap.dedent("""
     batch_size = 8192 * 2
@@ -61,3 +61,57 @@ def test_new_values_keep_the_structure_the_problem_built() -> None:
         assert torch.equal(new_lower, torch.tril(new_lower)) and not torch.equal(new_lower, lower)
         assert torch.equal(new_symmetric, new_symmetric.T) and not torch.equal(new_symmetric, symmetric)
         assert torch.equal(new_masked == 0, masked == 0)
+
+
+# --- which sizes a problem's model is built from ---------------------------------------
+
+HEADER = "import torch\nimport torch.nn as nn\nbatch_size = 128\ndim = 4096\nhidden = dim * 4\n"
+TAIL = "\ndef get_inputs():\n    return [torch.rand(batch_size, dim)]\n\ndef get_init_inputs():\n    return [dim]\n"
+
+
+def _built_from_init_inputs(model: str) -> bool:
+    tree = ast.parse(HEADER + textwrap.dedent(model) + TAIL)
+    return built_from_init_inputs(tree, read_knobs(tree))
+
+
+def test_a_model_built_from_its_init_inputs_alone_serves_every_batch_size() -> None:
+    # `dim` here is __init__'s parameter, not the module's size: one model for every batch size
+    assert _built_from_init_inputs("""
+        class Model(nn.Module):
+            def __init__(self, dim: int = 1):
+                super().__init__()
+                self.linear = nn.Linear(dim, dim)
+                self.batch_size = [batch_size for batch_size in (1, 2)]   # a comprehension's own name
+
+            def forward(self, x):
+                dim = x.shape[-1]
+                return self.linear(x).view(-1, dim)
+    """)
+
+
+def test_a_model_that_reads_a_size_of_the_module_is_kept_per_sizes() -> None:
+    reads = {
+        "in __init__": "def __init__(self, d):\n        super().__init__()\n        self.h = torch.zeros(batch_size, d)\n",
+        "in forward": "def forward(self, x):\n        return x.view(batch_size, -1)\n",
+        "a name computed from a size": "def __init__(self, d):\n        super().__init__()\n        self.n = hidden\n",
+        "in the class body": "width = dim\n",
+        "a default argument": "def __init__(self, d=dim):\n        super().__init__()\n",
+    }
+    for where, body in reads.items():
+        assert not _built_from_init_inputs("class Model(nn.Module):\n    " + body.replace("\n", "\n    ")), where
+    helper = """
+        def make(d):
+            return nn.Linear(d, batch_size)
+
+        class Block(nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.net = make(d)
+
+        class Model(nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.block = Block(d)
+    """
+    assert not _built_from_init_inputs(helper), "through a class and a function it names"
+    assert not _built_from_init_inputs("Model = None\n"), "no Model class: kept per sizes"

@@ -20,7 +20,7 @@ from kanalyze.dynamic.cases import Case
 from kanalyze.dynamic.gates.base import REFUTED
 from kanalyze.dynamic.harness import find_harness
 from kanalyze.dynamic.runner import Options, run_gates
-from kanalyze.dynamic.sandbox.execute import CandidateSide, model_key
+from kanalyze.dynamic.sandbox.execute import CandidateSide, model_key, reference_model_key
 from kanalyze.dynamic.sandbox.reference_side import ReferenceSide
 from tests.observed import observed_for
 
@@ -111,3 +111,41 @@ def test_a_run_builds_the_candidate_model_once(tmp_path: Path) -> None:
     assert verdict.status == REFUTED, verdict.summary
     assert len(verdict.cases) >= 6
     assert len(list(observed.glob("built-*"))) == 1
+
+
+def test_a_changed_batch_size_keeps_the_model_of_a_problem_built_from_its_init_inputs(tmp_path: Path) -> None:
+    """CMP003 changes each size in turn: where the problem's model reads its sizes only through
+    `get_init_inputs` (knobs.built_from_init_inputs), a new batch size keeps the weights."""
+    side = ReferenceSide({"kind": "kernelbench", "problem": str(PROBLEM)}, "cpu", lambda: None)
+    runs = {name: side.run(_case(seed, **sizes), str(tmp_path / f"case-{name}"), str(tmp_path / f"inputs-{name}"))
+            for seed, (name, sizes) in enumerate({"base": {}, "batch": {"batch_size": 33},
+                                                  "features": {"in_features": 65}}.items())}
+    assert all(r["status"] == "ok" for r in runs.values()), runs
+    assert runs["base"]["model_key"] == runs["batch"]["model_key"] != runs["features"]["model_key"]
+    inodes = {os.stat(tmp_path / f"inputs-{name}" / "state0.npy").st_ino for name in ("base", "batch")}
+    assert len(inodes) == 1, "one state, saved once, for both batch sizes"
+
+    sized = tmp_path / "sized.py"   # its model reads the module's batch size: kept per sizes
+    sized.write_text(PROBLEM.read_text().replace("super().__init__()", "super().__init__()\n        self.rows = batch_size"))
+    assert "self.rows = batch_size" in sized.read_text()
+    side = ReferenceSide({"kind": "kernelbench", "problem": str(sized)}, "cpu", lambda: None)
+    keys = [side.run(_case(seed, batch_size=size), str(tmp_path / f"s{seed}"), str(tmp_path / f"si{seed}"))["model_key"]
+            for seed, size in enumerate((32, 33))]
+    assert keys[0] != keys[1]
+
+
+def test_the_candidate_keeps_its_model_while_the_references_key_stays() -> None:
+    """The candidate's worker keys its model as the reference worker keyed the case's: two batch
+    sizes of a problem built from its init inputs share one build."""
+    _Counted.builds = 0
+    side = CandidateSide({"kind": "kernelbench"}, "cpu", _Module(), env=None)
+    state = {"linear.weight": torch.ones(4, 4), "linear.bias": torch.zeros(4)}
+    reference = {"model_key": model_key(_case(0), [4])}
+    for seed in (1, 2):
+        case = _case(seed, batch_size=30 + seed)
+        key = reference_model_key(case, reference)
+        if side.built is not None and side.built[0] != key:
+            side.built = None
+        side._model(key, case, [4], state if side.built is None else {})
+    assert _Counted.builds == 1
+    assert reference_model_key(_case(3), {}) == model_key(_case(3)), "an older reference: keyed by sizes"

@@ -170,10 +170,23 @@ def model_seed(case: dict) -> int:
     return case["seed"] if seed is None else seed
 
 
-def model_key(case: dict) -> str:
-    """What tells one built model from another: sizes, dtype and the model's seed.  Both sides
-    build a model once per key and restore its initial state before each case."""
-    return json.dumps([sorted(case["sizes"].items()), case.get("dtype"), model_seed(case)])
+def model_key(case: dict, init_inputs: list | None = None) -> str:
+    """What tells one built model from another: what it is built from (its init inputs, where
+    they are given: a problem whose model reads its sizes only through them; else every size),
+    the dtype and the model's seed.  Both sides build a model once per key and restore its
+    initial state before each case; the reference worker says which key each case has."""
+    if init_inputs is not None and _plain(init_inputs):
+        built_from: list = ["init inputs", init_inputs]
+    else:
+        built_from = sorted(case["sizes"].items())
+    return json.dumps([built_from, case.get("dtype"), model_seed(case)])
+
+
+def _plain(value) -> bool:
+    """Numbers, strings and lists of them: what a key can hold exactly (no tensors)."""
+    if isinstance(value, (list, tuple)):
+        return all(_plain(item) for item in value)
+    return value is None or type(value) in (int, float, bool, str)
 
 
 def by_model(cases: list[dict], indices: list[int]) -> list[int]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import operator
+from collections.abc import Iterable
 
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
            ast.Mod: operator.mod, ast.Pow: operator.pow, ast.LShift: operator.lshift, ast.RShift: operator.rshift}
@@ -67,3 +68,88 @@ def set_knobs(tree: ast.Module, sizes: dict[str, int]) -> None:
         found = assignment(node)
         if found is not None and found[0] in sizes and constant_int(found[1]) is not None:
             node.value = ast.copy_location(ast.Constant(int(sizes[found[0]])), found[1])
+
+
+def built_from_init_inputs(tree: ast.Module, knobs: Iterable[str]) -> bool:
+    """Whether the problem's `Model` depends on its sizes only through `get_init_inputs`: no name
+    whose value follows a knob (the knobs, and module-level names computed from them) is read
+    anywhere in its class, `forward` included (a kept model's methods read the globals of the
+    module it was built in), nor in the module's functions and classes it names.  Then one model
+    serves every size with the same init inputs (a batch size changed, the weights the same)."""
+    sized = set(knobs)
+    changed = True
+    while changed:   # module-level names computed from sizes follow them
+        changed = False
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)):
+                continue
+            stored = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            if stored - sized and _read(node) & sized:
+                sized |= stored
+                changed = True
+    defined = {node.name: node for node in tree.body
+               if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    if not isinstance(defined.get("Model"), ast.ClassDef):
+        return False
+    todo, seen = [defined["Model"]], {"Model"}
+    while todo:
+        names = _read(todo.pop())
+        if names & sized:
+            return False
+        for name in sorted(names & defined.keys() - seen):
+            seen.add(name)
+            todo.append(defined[name])
+    return True
+
+
+def _read(node: ast.AST, local: frozenset = frozenset()) -> set[str]:
+    """The names `node` reads from the module's globals: a function's parameters and the names
+    it assigns are its own, a method does not see its class's names, a comprehension's targets
+    are its own.  Where unsure, a name counts as read (the caller is then cautious)."""
+    if isinstance(node, ast.Name):
+        return {node.id} - local if isinstance(node.ctx, ast.Load) else set()
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        args = node.args
+        outer = [*args.defaults, *(d for d in args.kw_defaults if d is not None),
+                 *getattr(node, "decorator_list", []), *(a.annotation for a in _arguments(args) if a.annotation)]
+        found = set().union(*(_read(item, local) for item in outer))
+        body = node.body if isinstance(node.body, list) else [node.body]
+        declared = {name for stmt in body for n in ast.walk(stmt) if isinstance(n, ast.Global) for name in n.names}
+        own = ({a.arg for a in _arguments(args)} | _stored(body)) - declared
+        return found | set().union(*(_read(stmt, local | own) for stmt in body))
+    if isinstance(node, ast.ClassDef):
+        found = set().union(*(_read(item, local) for item in [*node.bases, *node.keywords, *node.decorator_list]))
+        names = local | _stored(node.body)
+        for stmt in node.body:   # methods see the module's names, not the class's
+            inner = local if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) else names
+            found |= _read(stmt, inner)
+        return found
+    if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+        targets = {n.id for g in node.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
+        return set().union(*(_read(child, local | targets) for child in ast.iter_child_nodes(node)))
+    return set().union(set(), *(_read(child, local) for child in ast.iter_child_nodes(node)))
+
+
+def _arguments(args: ast.arguments) -> list[ast.arg]:
+    return [*args.posonlyargs, *args.args, *args.kwonlyargs, *(a for a in (args.vararg, args.kwarg) if a)]
+
+
+def _stored(body: list[ast.stmt]) -> set[str]:
+    """The names a block assigns (its own nested scopes apart, their names included)."""
+    found: set[str] = set()
+    todo: list[ast.AST] = list(body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            found.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+            continue
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            found |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            found.add(node.name)
+        elif isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return found

@@ -18,7 +18,7 @@ import types
 
 import torch
 
-from kanalyze.dynamic.knobs import set_knobs
+from kanalyze.dynamic.knobs import built_from_init_inputs, read_knobs, set_knobs
 from kanalyze.dynamic.sandbox import extensions
 
 _counter = 0
@@ -30,9 +30,12 @@ def _fresh_name(stem: str) -> str:
     return f"kanalyze_{stem}_{_counter}"
 
 
-def load_problem(path: str, sizes: dict[str, int]) -> types.ModuleType:
+def load_problem(path: str, sizes: dict[str, int]) -> tuple[types.ModuleType, bool]:
+    """The problem's module run with `sizes` for its knobs, and whether its `Model` reads a size
+    other than through its init inputs (knobs.built_from_init_inputs)."""
     source = open(path, encoding="utf-8").read()
     tree = ast.parse(source, filename=path)
+    sized_model = not built_from_init_inputs(tree, read_knobs(tree))
     set_knobs(tree, sizes)
     name = _fresh_name("problem")
     module = types.ModuleType(name)
@@ -42,7 +45,7 @@ def load_problem(path: str, sizes: dict[str, int]) -> types.ModuleType:
     if directory not in sys.path:
         sys.path.append(directory)
     exec(compile(tree, module.__file__, "exec"), module.__dict__)
-    return module
+    return module, sized_model
 
 
 def load_candidate(path: str) -> types.ModuleType:
@@ -72,7 +75,10 @@ class Problem:
 
     def __init__(self, harness: dict, sizes: dict[str, int], dtype: str | None) -> None:
         self.kind = harness["kind"]
-        self.module = load_problem(harness["problem"], sizes)
+        self.module, sized_model = load_problem(harness["problem"], sizes)
+        # Whether its model depends on the sizes other than through its init inputs: then a model
+        # is kept per sizes, else per init inputs (cases.model_key).
+        self.sized_model = self.kind == "contract" or sized_model
         self.dtype = getattr(torch, dtype) if dtype else None
 
     def init_inputs(self) -> list:

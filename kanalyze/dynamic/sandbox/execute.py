@@ -116,6 +116,13 @@ def seed_all(seed: int) -> None:
     np.random.seed(seed % 2 ** 32)
 
 
+def reference_model_key(case: dict, reference: dict) -> str:
+    """The key of the model the reference worker built for this case (it knows whether its
+    problem's model reads the sizes: cases.model_key); the sizes' key where it did not say."""
+    key = reference.get("model_key")
+    return key if isinstance(key, str) else model_key(case)
+
+
 # ---------------------------------------------------------------- candidate
 
 class CandidateSide:
@@ -140,7 +147,7 @@ class CandidateSide:
         seconds: dict[str, float] = {}   # where the case's time went, step by step
         result: dict = {"status": "ok", "runs": [], "seconds": seconds}
         since = time.perf_counter()
-        key = model_key(case)
+        key = reference_model_key(case, reference)
         if self.built is not None and self.built[0] != key:
             self.built = None   # another size or dtype: that model's gigabytes go first
         try:

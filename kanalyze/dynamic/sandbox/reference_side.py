@@ -3,9 +3,11 @@
 For each case the problem's model and inputs at the case's sizes, the
 reference's output in the working dtype and in float64, and what the
 candidate is given (inputs and the model's state).  The model is built once
-per sizes, dtype and model seed (execute.model_key; on the CPU, as KernelBench
-builds it, so that a candidate built from the same seed gets the same
-weights) and its initial state is restored before each case; its state is
+per sizes, dtype and model seed (cases.model_key; once per init inputs where the
+problem's model reads its sizes only through them, so that a changed batch size
+keeps the weights; on the CPU, as KernelBench builds it, so that a candidate
+built from the same seed gets the same weights) and its initial state is
+restored before each case; its state is
 saved once per model and hard-linked into each case's inputs (a model's
 weights can be gigabytes).  The inputs are made where they are used
 (`get_inputs` under the device: a GPU draws gigabytes in milliseconds).
@@ -62,16 +64,17 @@ class ReferenceSide:
         return self._problems[key]
 
     def model(self, problem: Problem, case: dict):
-        """(model on the device, init inputs) for the case's sizes, dtype and seed; built once,
-        its initial parameters and buffers restored for every later case."""
-        key = model_key(case)
+        """(model on the device, init inputs, its key) for the case's sizes, dtype and seed; built
+        once per key (cases.model_key: per init inputs where the problem's model reads its sizes
+        only through them), its initial parameters and buffers restored for every later case."""
+        seed_all(model_seed(case))
+        init_inputs = problem.init_inputs()
+        key = model_key(case, None if problem.sized_model else init_inputs)
         if key not in self._models:
             if len(self._models) >= KEPT_MODELS:   # a problem's weights can be gigabytes: keep the latest
                 del self._models[next(iter(self._models))]
                 if self.device == "cuda":
                     torch.cuda.empty_cache()
-            seed_all(model_seed(case))
-            init_inputs = problem.init_inputs()
             seed_all(model_seed(case))
             model = move(problem.model(init_inputs), self.device)
             state = ({k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -80,7 +83,7 @@ class ReferenceSide:
         model, init_inputs, state = self._models[key]
         if state:
             model.load_state_dict(state)
-        return model, init_inputs
+        return model, init_inputs, key
 
     def inputs(self, problem: Problem, case: dict, seed: int) -> list:
         """The problem's own `get_inputs`, drawn on the device (on the CPU where it cannot be)."""
@@ -105,7 +108,7 @@ class ReferenceSide:
         since = time.perf_counter()
         try:
             problem = self.problem(case["sizes"], case.get("dtype"))
-            model, init_inputs = self.model(problem, case)
+            model, init_inputs, key = self.model(problem, case)
             since = lap(seconds, "model", since)
             values = self.inputs(problem, case, case["seed"] + 1)
             since = lap(seconds, "inputs", since)
@@ -119,7 +122,8 @@ class ReferenceSide:
             state = model.state_dict()
             result["state"] = list(state)
             result["state_dtypes"] = [dtype_name(t.dtype) for t in state.values()]
-            state_folder = self._saved_state(model_key(case), state, os.path.dirname(inputs_folder))
+            state_folder = self._saved_state(key, state, os.path.dirname(inputs_folder))
+        result["model_key"] = key   # the candidate's worker keeps its model as long as this stays
         since = lap(seconds, "encode", since)
         recorder = self.recorder_factory() if case.get("record_ops") else None
         reductions = ReductionRecorder()
