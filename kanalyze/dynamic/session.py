@@ -141,9 +141,10 @@ class Session:
         The baseline (the problem's own inputs) goes first through both sides: a candidate that
         fails there (it does not import, crashes, or runs out of time) blocks every gate
         (runner._judge), so the other cases are not computed at all; at a problem's real sizes
-        their references alone can take minutes.  The baseline's float64 reference too waits
-        until the candidate has run there (a float64 convolution on a GPU takes seconds); the
-        other cases run grouped by model, so that each side builds each model once."""
+        their references alone can take minutes.  On the first run of its problem in this
+        process, the baseline's float64 reference too waits until the candidate has run there (a
+        float64 convolution on a GPU takes seconds); a reference left without it is not kept.
+        The other cases run grouped by model, so that each side builds each model once."""
         reference_cases: dict[str, dict] = {}
         for case in cases:
             if case.call is not None:  # a kernel harness's call: nothing to compute first
@@ -155,7 +156,10 @@ class Session:
         missing = [key for key, outcome in by_key.items() if outcome is None]
         base = [i for i, case in enumerate(cases) if case.id == BASELINE]
         first = [key for key in missing if any(cases[i].input_key == key for i in base)]
-        for key in first:   # its float64 reference once the candidate has run there, not before
+        # On the first run of its problem in this process, the baseline's float64 reference waits
+        # for the candidate.  A later run computes it at once, to keep: the Verifier's and a
+        # many-kernel check's later candidates of the problem then need no reference.
+        for key in first if not REFERENCES.ready(self.harness, self.mode) else []:
             reference_cases[key]["float64_later"] = True
         self._judge = None
         self._references(first, reference_cases, by_key)

@@ -245,6 +245,7 @@ class ReferenceSide:
             save_arrays(folder, arrays)
         self._withheld.clear()
         self._withheld_bytes = 0
+        self._later.clear()   # a float64 reference never asked for: its candidate failed first
 
 
 def _link_files(folder: str, into: str) -> None:
