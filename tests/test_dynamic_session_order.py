@@ -84,3 +84,19 @@ def test_the_verdicts_of_a_candidate_that_does_not_import(tmp_path: Path) -> Non
     for code in ("EXC001", "CMP003"):
         assert verdicts[code].status == UNCONFIRMED
         assert "fails on the problem's own inputs" in verdicts[code].summary, verdicts[code].summary
+
+
+def test_prc002_plans_from_the_shapes_of_the_baselines_outputs(tmp_path: Path) -> None:
+    """PRC002 lengthens the knobs a reduction runs over: those that are no dimension of the
+    reference's output.  It plans once the baseline has run, from the shapes of the reference's
+    outputs there (no pass of the problem on the meta device beforehand)."""
+    problem = tmp_path / "level1" / "4_row_mean.py"
+    problem.parent.mkdir()
+    problem.write_text((KB / "level1" / "4_mean_fp16.py").read_text().replace("batch_size = 16", "batch_size = 64"))
+    candidate = tmp_path / "level1_problem4_mean_fp32_acc.py"
+    candidate.write_text((KB / "candidates" / "level1_problem4_mean_fp32_acc.py").read_text())
+    run = run_gates(find_harness(str(candidate), reference=str(problem)), ["PRC002"], {}, Options(mode="cpu"))
+    cases = {case.id for verdict in run.verdicts for case in verdict.cases}
+    assert any(case.startswith("PRC002/dim=") for case in cases), cases        # the row's length: reduced
+    assert not any(case.startswith("PRC002/batch_size=") for case in cases), cases   # a dimension of the output
+    assert {v.code: v.status for v in run.verdicts}["PRC002"] == "refuted", run.verdicts

@@ -205,23 +205,6 @@ def test_a_zygote_begun_early_serves_the_first_worker(probe_spec, scratch) -> No
         worker.close()
 
 
-def test_a_run_whose_gates_include_prc002_asks_its_zygote_to_warm_the_meta_device(scratch, monkeypatch) -> None:
-    """PRC002's size plan uses the meta device, whose first use costs seconds (torch._dynamo's
-    import): a run that surely runs PRC002 (`--gates all`, or PRC002 named) asks the zygote it
-    begins to warm it; others do not, on a GPU (on the CPU every zygote warms it)."""
-    from kanalyze.dynamic.sandbox.process import gates_need_meta, prestart_zygote
-
-    assert gates_need_meta("all") and gates_need_meta(["CMP001", "PRC002"])
-    assert not gates_need_meta(["CMP001"]) and not gates_need_meta("targeted") and not gates_need_meta(None)
-    started, real = [], zygote_client.launcher
-    monkeypatch.setattr(zygote_client, "launcher", lambda code, args: started.append(args) or real(code, args))
-    for warm in (True, False):
-        zygote_client.shutdown_all()
-        prestart_zygote("cpu", wait=False, warm_meta=warm)
-        assert ("meta" in started[-1]) == warm, started      # the zygote's own arguments (zygote.main)
-    zygote_client.shutdown_all()
-
-
 def test_a_zygote_begun_and_never_used_ends_at_once(scratch) -> None:
     """A run whose static pass flags nothing never waits for the zygote it began: shutting it
     down mid-import kills it rather than waiting for its imports to finish."""

@@ -168,11 +168,11 @@ def run_pair(spec: dict) -> dict:
 
 
 def _begin_workers(spec: dict) -> None:
-    """The gates' zygote starts now: its imports of torch and triton (and the meta device's
-    first use, where PRC002 surely runs) overlap the static pass, as `check --dynamic`'s do."""
-    from kanalyze.dynamic.sandbox.process import gates_need_meta, prestart_zygote
+    """The gates' zygote starts now: its imports of torch and triton overlap the static pass,
+    as `check --dynamic`'s do."""
+    from kanalyze.dynamic.sandbox.process import prestart_zygote
 
-    prestart_zygote(spec["device"], wait=False, warm_meta=gates_need_meta(spec["gates"]))
+    prestart_zygote(spec["device"], wait=False)
 
 
 def main(spec_path: str, out_path: str) -> int:

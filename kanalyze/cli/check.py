@@ -212,10 +212,10 @@ def _begin_workers(args: argparse.Namespace, config) -> None:
     if not (args.reference or args.kernelbench or config.raw.get("harness")):
         return
     from kanalyze.dynamic.runner import resolve_mode
-    from kanalyze.dynamic.sandbox.process import gates_need_meta, prestart_zygote
+    from kanalyze.dynamic.sandbox.process import prestart_zygote
 
     try:
-        prestart_zygote(resolve_mode(args.device), wait=False, warm_meta=gates_need_meta(args.gates))
+        prestart_zygote(resolve_mode(args.device), wait=False)
     except ValueError:   # an unknown device: said where the gates start
         pass
 

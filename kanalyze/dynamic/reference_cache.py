@@ -77,13 +77,13 @@ class ReferenceCache:
 
     # ------------------------------------------------------------ plans
 
-    def plan(self, harness: Harness, mode: str, max_numel: int) -> tuple[dict, list | None] | None:
+    def plan(self, harness: Harness, mode: str, max_numel: int) -> dict | None:
         with self._lock:
             return self._plans.get((self._problem(harness, mode), max_numel))
 
-    def put_plan(self, harness: Harness, mode: str, max_numel: int, sizes: dict, shapes: list | None) -> None:
+    def put_plan(self, harness: Harness, mode: str, max_numel: int, sizes: dict) -> None:
         with self._lock:
-            self._plans[(self._problem(harness, mode), max_numel)] = (dict(sizes), shapes)
+            self._plans[(self._problem(harness, mode), max_numel)] = dict(sizes)
 
     # ------------------------------------------------------------ outcomes
 

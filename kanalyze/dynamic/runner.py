@@ -131,22 +131,34 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
         elif harness.kind == "kernel":
             sizes = {}
         else:
-            # Only PRC002 reads the reference's output shapes (which knobs a reduction runs over).
-            sizes = session.plan_sizes(options.max_numel or MAX_NUMEL[mode], output_shapes="PRC002" in codes)
+            sizes = session.plan_sizes(options.max_numel or MAX_NUMEL[mode])
         contexts = {code: GateContext(harness, sizes, mode, flags.get(code, []), options.seed, promotion,
-                                      session.output_shapes, cuda_cpp) for code in codes}
+                                      None, cuda_cpp) for code in codes}
+
+        def planned(code: str) -> list[Case]:
+            return [c for c in gates[code].plan(contexts[code]) if c.variant == "original" or promotion]
+
+        more = None
         if cases is None:
-            plan = {code: [c for c in gates[code].plan(contexts[code]) if c.variant == "original" or promotion]
-                    for code in codes}
+            # A gate that reads the reference's output shapes (PRC002: which knobs a reduction
+            # runs over) plans once the baseline has run, from its outputs' shapes.
+            later = [code for code in codes if gates[code].needs_output_shapes and harness.kind != "kernel"]
+            plan = {code: planned(code) for code in codes if code not in later}
             # Called twice, as a benchmark calls it: the second call is the steady state whose
             # trace the other cases' are held to (traces.py), beyond a first call's lazy set-up.
             baseline = Case(BASELINE, "", dict(sizes), seed=options.seed, runs=[Run(), Run()],
                             dtype=harness.dtypes[0] if harness.dtypes else None, model_seed=options.seed)
             all_cases = [baseline] if harness.kind != "kernel" else []
-            all_cases += [c for code in codes for c in plan[code]]
+            all_cases += [c for code in codes if code in plan for c in plan[code]]
+            if later:
+                def more(baseline_results: list[Result]) -> list[Case]:
+                    shapes = output_shapes(baseline_results)
+                    for code in later:
+                        contexts[code].output_shapes = shapes
+                    return [c for code in later for c in planned(code)]
         else:
             all_cases = [c for c in cases if c.variant == "original" or promotion]
-        results = session.execute(all_cases)
+        results = session.execute(all_cases, more)
         judging = time.perf_counter()
         verdicts, baseline_outcome = _judge(results, codes, contexts, gates, replay=cases is not None,
                                             flags_by_code=flags)
@@ -155,6 +167,16 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
     finally:
         session.close()
     return GateRun(verdicts, environment, sizes, time.perf_counter() - started, baseline_outcome)
+
+
+def output_shapes(baseline_results: list[Result]) -> list | None:
+    """The shapes of the reference's outputs on the problem's own inputs, as its worker saw them."""
+    for result in baseline_results:
+        output = result.reference.meta.get("output") if result.reference_ok else None
+        shapes = output.get("shapes") if isinstance(output, dict) else None
+        if isinstance(shapes, list) and all(isinstance(s, list) for s in shapes):
+            return shapes
+    return None
 
 
 def _judge(results: list[Result], codes, contexts, gates, replay: bool,

@@ -99,7 +99,6 @@ class Session:
         zygote = zygote_client.started_since(mode, since)   # started for this session: its share of `start`
         for step, value in (zygote or {}).items():
             self.seconds[f"zygote.{step}"] = value
-        self.output_shapes: list | None = None   # the reference's, at the planned sizes
 
     @property
     def reference(self) -> Worker:
@@ -107,36 +106,35 @@ class Session:
             self._reference = Worker("reference", self.mode, self.spec, self.limits, self.root)
         return self._reference
 
-    def plan_sizes(self, max_numel: int | None, output_shapes: bool = True) -> dict[str, int]:
-        """The knobs scaled down until the inputs hold at most `max_numel` elements (None: as they are);
-        `output_shapes`: also the reference's output shapes at those sizes (`self.output_shapes`)."""
+    def plan_sizes(self, max_numel: int | None) -> dict[str, int]:
+        """The knobs scaled down until the inputs hold at most `max_numel` elements (None: as they are)."""
         started = time.perf_counter()
         try:
-            return self._plan_sizes(max_numel, output_shapes)
+            return self._plan_sizes(max_numel)
         finally:
             self._took("plan", started)
 
-    def _plan_sizes(self, max_numel: int | None, output_shapes: bool) -> dict[str, int]:
+    def _plan_sizes(self, max_numel: int | None) -> dict[str, int]:
         known = REFERENCES.plan(self.harness, self.mode, max_numel)
-        if known is not None and (known[1] is not None or not output_shapes):
-            self.output_shapes = known[1]
-            return dict(known[0])
+        if known is not None:
+            return dict(known)
         knobs = dict(self.harness.knobs)
         try:
             self.reference.wait_ready()
-            self.reference.send({"kind": "plan", "knobs": knobs, "max_numel": max_numel, "shapes": output_shapes,
+            self.reference.send({"kind": "plan", "knobs": knobs, "max_numel": max_numel,
                                  "dtype": self.harness.dtypes[0] if self.harness.dtypes else None})
             event = self.reference.next_event(self.limits.case_seconds)
         except (WorkerGone, ProtocolViolation):
             return knobs
         if not event or event.get("event") != "plan":
             return knobs
-        self.output_shapes = event.get("output_shapes")
-        REFERENCES.put_plan(self.harness, self.mode, max_numel, event.get("sizes", knobs), self.output_shapes)
+        REFERENCES.put_plan(self.harness, self.mode, max_numel, event.get("sizes", knobs))
         return event.get("sizes", knobs)
 
-    def execute(self, cases: list[Case]) -> list[Result]:
-        """Reference, then candidates, for every case; one Result per case, in order.
+    def execute(self, cases: list[Case], more=None) -> list[Result]:
+        """Reference, then candidates, for every case; one Result per case, in order, then one
+        per case that `more(baseline results)` adds once the baseline has passed through both
+        sides (the gates that plan from the reference's output shapes: runner.py).
 
         The baseline (the problem's own inputs) goes first through both sides: a candidate that
         fails there (it does not import, crashes, or runs out of time) blocks every gate
@@ -145,15 +143,11 @@ class Session:
         process, the baseline's float64 reference too waits until the candidate has run there (a
         float64 convolution on a GPU takes seconds); a reference left without it is not kept.
         The other cases run grouped by model, so that each side builds each model once."""
+        cases = list(cases)
         reference_cases: dict[str, dict] = {}
-        for case in cases:
-            if case.call is not None:  # a kernel harness's call: nothing to compute first
-                continue
-            entry = reference_cases.setdefault(case.input_key, {**case.to_dict(), "record_ops": False})
-            entry["record_ops"] = entry["record_ops"] or case.record_ops
-        by_key = {key: REFERENCES.get(self.harness, self.mode, key, entry["record_ops"])
-                  for key, entry in reference_cases.items()}
-        missing = [key for key, outcome in by_key.items() if outcome is None]
+        by_key: dict[str, Outcome | None] = {}
+        missing: list[str] = []
+        self._add_references(cases, reference_cases, by_key, missing)
         base = [i for i, case in enumerate(cases) if case.id == BASELINE]
         first = [key for key in missing if any(cases[i].input_key == key for i in base)]
         # On the first run of its problem in this process, the baseline's float64 reference waits
@@ -170,6 +164,10 @@ class Session:
         failed = self._failed_baseline(results, base)
         if not failed:
             self._float64_later(first, by_key)
+            added = list(more([results[i] for i in base])) if more is not None else []
+            cases += added
+            results += [Result(case, NO_REFERENCE if case.call is not None else _PENDING) for case in added]
+            self._add_references(added, reference_cases, by_key, missing)
         as_dicts = [case.to_dict() for case in cases]
         rest = by_model(as_dicts, [i for i in range(len(cases)) if i not in base])   # run in this order
         if failed:
@@ -213,6 +211,24 @@ class Session:
                 self.seconds[f"{role}_ready"] = ready
         self.environment["seconds"] = dict(self.seconds)
         return results
+
+    def _add_references(self, cases: list[Case], reference_cases: dict[str, dict], by_key: dict,
+                        missing: list[str]) -> None:
+        """The reference computations `cases` need, one per input set not met before: each found
+        in this process's cache (`by_key`) or added to `missing`."""
+        new = []
+        for case in cases:
+            if case.call is not None:  # a kernel harness's call: nothing to compute first
+                continue
+            if case.input_key not in reference_cases:
+                reference_cases[case.input_key] = {**case.to_dict(), "record_ops": False}
+                new.append(case.input_key)
+            entry = reference_cases[case.input_key]
+            entry["record_ops"] = entry["record_ops"] or case.record_ops
+        for key in new:
+            by_key[key] = REFERENCES.get(self.harness, self.mode, key, reference_cases[key]["record_ops"])
+            if by_key[key] is None:
+                missing.append(key)
 
     def _references(self, keys: list[str], reference_cases: dict[str, dict], by_key: dict) -> None:
         """Compute the references of `keys` in the reference worker (kept: it is the judge that

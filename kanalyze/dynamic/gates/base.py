@@ -68,6 +68,9 @@ class Gate:
     # interpreter and its bounds checks; "cuda": a GPU).
     kernel_harness: ClassVar[bool] = False
     device: ClassVar[str | None] = None
+    # A gate whose plan reads the reference's output shapes (`GateContext.output_shapes`) is
+    # planned once the baseline has run, from the shapes of the reference's own outputs.
+    needs_output_shapes: ClassVar[bool] = False
 
     def plan(self, ctx: GateContext) -> list[Case]:
         raise NotImplementedError

@@ -75,6 +75,7 @@ class LongReduction(Gate):
     code = "PRC002"
     name = "prc002-long-reduction-and-promotion"
     summary = "long reductions with a large common mean vs float64; fp32-promotion differential"
+    needs_output_shapes = True   # which knobs a reduction runs over
 
     def plan(self, ctx: GateContext):
         cases = []

@@ -87,11 +87,12 @@ def encode_output(value, prefix: str, arrays: dict) -> dict:
 
 
 def encode_leaves(structure: str, leaves: list, prefix: str, arrays: dict) -> dict:
-    dtypes, nbytes = [], []
+    dtypes, nbytes, shapes = [], [], []
     for i, leaf in enumerate(leaves):
         nbytes.append(put(arrays, f"{prefix}{i}", leaf))
         dtypes.append(dtype_name(leaf.dtype))
-    return {"structure": structure, "dtypes": dtypes, "prefix": prefix, "nbytes": nbytes}
+        shapes.append(list(leaf.shape))
+    return {"structure": structure, "dtypes": dtypes, "prefix": prefix, "nbytes": nbytes, "shapes": shapes}
 
 
 # The reference's arrays that the candidate's worker is given: inputs and the model's state.

@@ -349,28 +349,21 @@ class Worker:
         self._drain.join(timeout=2)
 
 
-def prestart_zygote(mode: str, limits: Limits | None = None, wait: bool = True, warm_meta: bool = False) -> str:
+def prestart_zygote(mode: str, limits: Limits | None = None, wait: bool = True) -> str:
     """Start this process's zygote for `mode` now rather than on the first worker's request
     (a long-lived caller, or a benchmark that keeps the one-time start out of its timings).
     Returns how workers will start: "zygote" or "fresh process (why)".  `wait=False` returns
     at once: the zygote's imports overlap what the caller does next (`check --dynamic`'s static
-    pass), and the first worker waits for them (or says why there is no zygote).  `warm_meta`:
-    the gates include PRC002, whose size plan uses the meta device (zygote.py)."""
+    pass), and the first worker waits for them (or says why there is no zygote)."""
     scratch = rundir.scratch("tmp")
     try:
         zygote_client.start(mode, scrubbed_environment(scratch, mode),
-                            (limits or Limits()).start_seconds if wait else None, warm_meta)
+                            (limits or Limits()).start_seconds if wait else None)
         return "zygote"
     except zygote_client.ZygoteUnavailable as exc:
         return f"fresh process ({exc})"
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-def gates_need_meta(gates) -> bool:
-    """Whether the gates asked for ("all", a list of codes; "targeted" or None: the flagged ones,
-    not known yet) surely include PRC002, whose size plan uses the meta device."""
-    return gates == "all" or (isinstance(gates, list) and "PRC002" in gates)
 
 
 KNOWN_EVENTS = {"ready", "plan", "case", "fatal", "job-done", "phase"}

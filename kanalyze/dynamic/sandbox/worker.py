@@ -187,8 +187,7 @@ def _serve_jobs(role, control, status, side, harness, import_error, device_map, 
     for line in control:
         job = json.loads(line)
         if job["kind"] == "plan":
-            sizes, shapes = _plan(job, harness, device_map, case_sizes)
-            _send(status, event="plan", sizes=sizes, output_shapes=shapes)
+            _send(status, event="plan", sizes=_plan(job, harness, device_map, case_sizes))
             continue
         if job["kind"] == "release":   # the reference's withheld outputs, now that no candidate runs
             side.release()
@@ -232,44 +231,30 @@ def _serve_jobs(role, control, status, side, harness, import_error, device_map, 
     return 0
 
 
-def _plan(job: dict, harness: dict, device_map, case_sizes) -> tuple[dict, list | None]:
-    """Scale the knobs down until the inputs hold at most `max_numel` elements (None: keep them).
-
-    Returns the sizes and the reference's output shapes at those sizes (None
-    where they cannot be had cheaply, or were not asked for: `shapes`).  Both
-    come from meta tensors: nothing is allocated or computed.
-    """
+def _plan(job: dict, harness: dict, device_map, case_sizes) -> dict:
+    """The knobs scaled down until the inputs hold at most `max_numel` elements (None: the
+    problem's own sizes, as on a GPU).  The inputs' sizes come from meta tensors: nothing is
+    allocated or computed."""
     import torch
 
     from kanalyze.dynamic.loading import Problem
-    from kanalyze.dynamic.sandbox.transport import flatten_value
 
-    def on_meta(work):
+    def numel_of(sizes):
         try:
             if device_map is not None:
                 device_map.target = "meta"
             with torch.device("meta"), torch.no_grad():
-                return work()
+                values = Problem(harness, sizes, job.get("dtype")).inputs()
         except BaseException:
             return None
         finally:
             if device_map is not None:
                 device_map.target = "cpu"
-
-    def numel_of(sizes):
-        values = on_meta(lambda: Problem(harness, sizes, job.get("dtype")).inputs())
-        return None if values is None else sum(v.numel() for v in values if isinstance(v, torch.Tensor))
-
-    def output_shapes(sizes):
-        problem = Problem(harness, sizes, job.get("dtype"))
-        output = problem.model(problem.init_inputs())(*problem.inputs())
-        return [list(leaf.shape) for leaf in flatten_value(output)[1]]
+        return sum(v.numel() for v in values if isinstance(v, torch.Tensor))
 
     if job["max_numel"] is None:   # a GPU: the problem's own sizes
-        sizes = dict(job["knobs"])
-    else:
-        sizes = case_sizes.scale_down(job["knobs"], numel_of, job["max_numel"])
-    return sizes, on_meta(lambda: output_shapes(sizes)) if job.get("shapes", True) else None
+        return dict(job["knobs"])
+    return case_sizes.scale_down(job["knobs"], numel_of, job["max_numel"])
 
 
 disguise.rename_own_code(globals())   # its frames are below the candidate's: neutral from the start

@@ -58,20 +58,19 @@ def _send(sock: socket.socket, **message) -> None:
     sock.send(json.dumps(message).encode())
 
 
-def _import_worker_modules(mode: str, warm_meta: bool = False) -> dict:
+def _import_worker_modules(mode: str) -> dict:
     """The imports every worker shares, and on the CPU what torch imports lazily on first
     use that a worker would otherwise pay for each time (the reference worker's size plan
-    scales the knobs on the meta device, whose first use imports torch._dynamo: 1.5-2.5 s;
-    on a GPU the problem's own sizes run and the meta device is used only for PRC002's
-    output shapes, so the zygote warms it there only when asked: `warm_meta`, a run whose
-    gates include PRC002).  Nothing here may initialise CUDA or start a thread."""
+    scales the knobs on the meta device, whose first use of some operations imports
+    torch._dynamo: 1.5-2.5 s; on a GPU the problem's own sizes run, and nothing uses the
+    meta device).  Nothing here may initialise CUDA or start a thread."""
     from kanalyze.dynamic.sandbox.worker import import_modules
 
     started = time.perf_counter()
     import_modules(mode)
     torch, triton = sys.modules["torch"], sys.modules["triton"]
     imported = time.perf_counter()
-    if mode == "cpu" or warm_meta:
+    if mode == "cpu":
         import torch._dynamo  # noqa: F401
 
         with torch.device("meta"):
@@ -172,13 +171,13 @@ def _kill_all(children: set[int]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    mode, sock_fd, warm_meta = argv[0], int(argv[1]), argv[2:3] == ["meta"]
+    mode, sock_fd = argv[0], int(argv[1])
     sock = socket.socket(fileno=sock_fd)
     from kanalyze.dynamic.sandbox.confine import confine_zygote
 
     try:
         confinement = confine_zygote()
-        versions, seconds = _import_worker_modules(mode, warm_meta)
+        versions, seconds = _import_worker_modules(mode)
     except BaseException as exc:
         _send(sock, event="ready", error=f"{type(exc).__name__}: {exc}")
         return 3

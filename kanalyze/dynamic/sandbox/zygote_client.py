@@ -126,9 +126,8 @@ def _running(pid: int) -> bool:
 class Zygote:
     """One zygote process and the socket to it."""
 
-    def __init__(self, mode: str, env: dict[str, str], warm_meta: bool = False) -> None:
-        """Start the zygote's process; `await_ready` waits for its imports (and, with
-        `warm_meta`, the meta device's first use: zygote.py)."""
+    def __init__(self, mode: str, env: dict[str, str]) -> None:
+        """Start the zygote's process; `await_ready` waits for its imports (zygote.py)."""
         self.mode, self.imported_with = mode, _imported_with(env)
         self.ready = False
         self.home = rundir.scratch(f"zygote-{mode}-")
@@ -141,7 +140,7 @@ class Zygote:
         self._exits: dict[int, int] = {}
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.started_at = time.monotonic()
-        command, code = launcher(BOOTSTRAP, [mode, str(theirs.fileno())] + (["meta"] if warm_meta else []))
+        command, code = launcher(BOOTSTRAP, [mode, str(theirs.fileno())])
         try:
             with open(self.log, "wb") as log:
                 self.process = subprocess.Popen(
@@ -281,9 +280,8 @@ _deaths: dict[str, int] = {}
 _unavailable: dict[str, str] = {}
 
 
-def _zygote_for(mode: str, env: dict[str, str], start_seconds: float | None, warm_meta: bool = False) -> Zygote:
-    """The zygote for `mode`, started if need be (`warm_meta`: zygote.py) and, unless
-    `start_seconds` is None, ready."""
+def _zygote_for(mode: str, env: dict[str, str], start_seconds: float | None) -> Zygote:
+    """The zygote for `mode`, started if need be and, unless `start_seconds` is None, ready."""
     with _lock:
         zygote = _zygotes.get(mode)
         if zygote is not None and (zygote.dead or zygote.imported_with != _imported_with(env)):
@@ -299,7 +297,7 @@ def _zygote_for(mode: str, env: dict[str, str], start_seconds: float | None, war
                 _unavailable[mode] = f"the {mode} zygote died {MAX_DEATHS} times"
                 raise ZygoteUnavailable(_unavailable[mode])
             try:
-                zygote = Zygote(mode, env, warm_meta)
+                zygote = Zygote(mode, env)
             except (ZygoteUnavailable, OSError, ValueError) as exc:
                 _unavailable[mode] = str(exc)
                 raise ZygoteUnavailable(str(exc)) from exc
@@ -314,12 +312,12 @@ def _zygote_for(mode: str, env: dict[str, str], start_seconds: float | None, war
         return zygote
 
 
-def start(mode: str, env: dict[str, str], start_seconds: float | None, warm_meta: bool = False) -> None:
+def start(mode: str, env: dict[str, str], start_seconds: float | None) -> None:
     """Make sure the zygote for `mode` runs, ready within `start_seconds` (None: started, not
     waited for; the first worker's request waits for its imports); raises ZygoteUnavailable
-    if there can be none.  `warm_meta` applies to a zygote started here, not to one running."""
+    if there can be none."""
     _check_enabled()
-    _zygote_for(mode, env, start_seconds, warm_meta)
+    _zygote_for(mode, env, start_seconds)
 
 
 def fork_worker(mode: str, request: dict, fds: list[int], stdout, env: dict[str, str],
