@@ -37,7 +37,9 @@ class BrowserError(Exception):
 
 
 class Browser:
-    def __init__(self, executable: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(self, executable: str | None = None, timeout: float = 30.0, start_timeout: float = 180.0) -> None:
+        """`timeout`: each command's answer; `start_timeout`: the first, while Chromium starts (on a
+        2-core machine running the test suite beside it, a fresh profile took over 30 s)."""
         self.executable = executable or self.find()
         if self.executable is None:
             raise BrowserError("no Chromium found (looked for " + ", ".join(EXECUTABLES) + " and $KANALYZE_CHROMIUM)")
@@ -64,7 +66,8 @@ class Browser:
         os.close(commands_read)
         os.close(replies_write)
         try:
-            target = self.send("Target.createTarget", {"url": "about:blank"}, session=False)["targetId"]
+            target = self.send("Target.createTarget", {"url": "about:blank"}, session=False,
+                               timeout=start_timeout)["targetId"]
             self._session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True},
                                       session=False)["sessionId"]
             for domain in ("Page", "Runtime", "Log"):
@@ -86,7 +89,8 @@ class Browser:
         while b"\0" not in self._buffer:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self._replies], [], [], left)[0]:
-                raise BrowserError(f"Chromium did not answer within {self.timeout:g} s")
+                raise BrowserError(f"Chromium did not answer in time ({self.timeout:g} s a command, longer for "
+                                   f"the first): {self._stderr_tail()}")
             chunk = os.read(self._replies, 1 << 16)
             if not chunk:
                 raise BrowserError(f"Chromium closed the pipe: {self._stderr_tail()}")
@@ -109,13 +113,14 @@ class Browser:
             entry = params["entry"]
             self.errors.append(f"log ({entry.get('source')}): {entry.get('text')} {entry.get('url', '')}".strip())
 
-    def send(self, method: str, params: dict | None = None, session: bool = True) -> dict:
+    def send(self, method: str, params: dict | None = None, session: bool = True,
+             timeout: float | None = None) -> dict:
         self._next_id += 1
         message = {"id": self._next_id, "method": method, "params": params or {}}
         if session and self._session:
             message["sessionId"] = self._session
         os.write(self._commands, json.dumps(message).encode() + b"\0")
-        deadline = time.monotonic() + self.timeout
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while True:
             reply = self._read_message(deadline)
             if reply.get("id") == self._next_id:
