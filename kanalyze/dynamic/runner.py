@@ -138,11 +138,17 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
         def planned(code: str) -> list[Case]:
             return [c for c in gates[code].plan(contexts[code]) if c.variant == "original" or promotion]
 
-        more = None
+        # A gate that reads the reference's output shapes (PRC002: which knobs a reduction runs
+        # over) plans once the baseline has run, from its outputs' shapes.
+        later = [code for code in codes if gates[code].needs_output_shapes and harness.kind != "kernel"]
+
+        def planned_later(baseline_results: list[Result]) -> list[Case]:
+            shapes = output_shapes(baseline_results)
+            for code in later:
+                contexts[code].output_shapes = shapes
+            return [c for code in later for c in planned(code)]
+
         if cases is None:
-            # A gate that reads the reference's output shapes (PRC002: which knobs a reduction
-            # runs over) plans once the baseline has run, from its outputs' shapes.
-            later = [code for code in codes if gates[code].needs_output_shapes and harness.kind != "kernel"]
             plan = {code: planned(code) for code in codes if code not in later}
             # Called twice, as a benchmark calls it: the second call is the steady state whose
             # trace the other cases' are held to (traces.py), beyond a first call's lazy set-up.
@@ -150,15 +156,9 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
                             dtype=harness.dtypes[0] if harness.dtypes else None, model_seed=options.seed)
             all_cases = [baseline] if harness.kind != "kernel" else []
             all_cases += [c for code in codes if code in plan for c in plan[code]]
-            if later:
-                def more(baseline_results: list[Result]) -> list[Case]:
-                    shapes = output_shapes(baseline_results)
-                    for code in later:
-                        contexts[code].output_shapes = shapes
-                    return [c for code in later for c in planned(code)]
         else:
             all_cases = [c for c in cases if c.variant == "original" or promotion]
-        results = session.execute(all_cases, more)
+        results = session.execute(all_cases, planned_later if later and cases is None else None)
         judging = time.perf_counter()
         verdicts, baseline_outcome = _judge(results, codes, contexts, gates, replay=cases is not None,
                                             flags_by_code=flags)

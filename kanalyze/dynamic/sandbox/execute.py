@@ -17,7 +17,7 @@ import traceback
 import numpy as np
 import torch
 
-from kanalyze.dynamic.cases import model_key, model_seed  # noqa: F401  (the reference side imports them here)
+from kanalyze.dynamic.cases import model_key, model_seed
 from kanalyze.dynamic.loading import build_candidate, load_matching_state, move
 from kanalyze.dynamic.results import FATAL_MARKERS
 from kanalyze.dynamic.sandbox.device_share import DeviceArrays, export, put

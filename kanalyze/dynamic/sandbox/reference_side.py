@@ -36,11 +36,11 @@ import numpy as np
 import torch
 
 from kanalyze.dynamic import inputs as input_values
+from kanalyze.dynamic.cases import model_key, model_seed
 from kanalyze.dynamic.loading import Problem, move
 from kanalyze.dynamic.reductions import ReductionRecorder
 from kanalyze.dynamic.sandbox.execute import (CANDIDATE_SIDE_KEYS, REPEAT_SEED_OFFSET, describe_error, encode_list,
-                                              encode_output, lap, model_key, model_seed, seed_all, synchronize,
-                                              traceback_tail)
+                                              encode_output, lap, seed_all, synchronize, traceback_tail)
 from kanalyze.dynamic.sandbox.transport import dtype_name, save_arrays, tensor_to_numpy
 
 WITHHOLD_BYTES = 8 * 2 ** 30   # reference outputs kept in memory until release; more is saved at once
