@@ -227,3 +227,23 @@ def test_a_problem_the_check_cannot_run_is_unavailable_never_the_candidates_erro
     # the same candidate on a device the check can run: imported, and its marker written
     assert allclose.check(PROBLEM, str(candidate), "cpu", 60.0)["verdict"] == "PASS"
     assert (observed / "imported").exists()
+
+
+def test_the_confinement_record_is_what_the_check_wrote_before_the_candidates_import() -> None:
+    """On a GPU the caged process says its socket filter once the device is open, on a line of
+    its own after its record; what it writes after `importing` is the candidate's, and never
+    part of the record."""
+    from kanalyze.audit.allclose import _Status
+
+    read_end, write_end = os.pipe()
+    lines = [json.dumps({"network": "namespace", "sockets": "not refused below the audit hook (the device did "
+                                                            "not open)"}),
+             json.dumps({"sockets": "socket() refused to every thread (seccomp)"}),
+             "importing", json.dumps({"sockets": "forged by the candidate"}), "imported"]
+    os.write(write_end, ("\n".join(lines) + "\n").encode())
+    os.close(write_end)
+    try:
+        record = _Status(read_end).record()
+    finally:
+        os.close(read_end)
+    assert record == {"network": "namespace", "sockets": "socket() refused to every thread (seccomp)"}, record
