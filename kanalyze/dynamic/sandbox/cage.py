@@ -9,12 +9,12 @@ must run the problem and the candidate in one process, as KernelBench does (pare
 
 What the process gets is a candidate worker's containment (docs/worker-protocol.md): a
 cgroup over it and all it starts, rlimits, user, PID, mount, network and IPC namespaces,
-the view of the file system `mounts.candidate_view` plans (a /tmp of its own, on the CPU a
-/dev/shm too,
-kanalyze's run directory, signing key and witness folders hidden, the home and the project
-read-only, only its scratch folder and its compile caches writable), the socket filter (on
-a GPU once the device is open: the process calls `confine.deny_sockets_now`), and the audit
-hook refusing sockets and processes but the compilers.  Its
+the view of the file system `mounts.candidate_view` plans (a /tmp of its own, and on the
+CPU a /dev/shm; kanalyze's run directory, signing key and witness folders hidden, the home
+and the project read-only, only its scratch folder and its compile caches writable), the
+socket filter (on a GPU once the device is open: the process calls
+`confine.deny_sockets_now`), and the audit hook refusing sockets and processes but the
+compilers.  Its
 memory bound is the machine's (`cgroups.memory_limit` for a GPU) on either device: the
 check runs the problem's own sizes, never scaled.  A CUDA C++ candidate's extension is
 built where the gates' workers build it (`extensions_root`, that candidate's own folder of
