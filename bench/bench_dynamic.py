@@ -83,7 +83,7 @@ def _evaluate(problem_path: str, candidate_path: str, knobs: dict, device: str, 
 
     from kanalyze.dynamic.loading import load_candidate, load_problem
 
-    problem = load_problem(problem_path, knobs)
+    problem, _ = load_problem(problem_path, knobs)
     candidate = load_candidate(candidate_path)
     torch.manual_seed(42)
     init = problem.get_init_inputs()
