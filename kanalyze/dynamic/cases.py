@@ -194,7 +194,8 @@ def by_model(cases: list[dict], indices: list[int]) -> list[int]:
     the order they first appear (the baseline's first), each in case order.  A worker keeps
     only its latest models (a problem's weights reach gigabytes), so cases of one model that
     are run apart build it again."""
+    keys = {i: model_key(cases[i]) for i in indices}
     first: dict[str, int] = {}
     for i in indices:
-        first.setdefault(model_key(cases[i]), len(first))
-    return sorted(indices, key=lambda i: first[model_key(cases[i])])
+        first.setdefault(keys[i], len(first))
+    return sorted(indices, key=lambda i: first[keys[i]])

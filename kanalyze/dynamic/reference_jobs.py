@@ -114,7 +114,5 @@ class Reader:
             answer = ask(worker, {"kind": "ingest", "tensors": shared, "out": folder, "max_bytes": MAX_CASE_BYTES},
                          self.session.limits.case_seconds)
             return answer.get("error")
-        except (WorkerGone, ProtocolViolation) as exc:   # (from its start)
-            return f"kanalyze's reference worker could not read the candidate's device arrays: {exc}"
-        except Unanswered as exc:
+        except (WorkerGone, ProtocolViolation, Unanswered) as exc:   # (the first two: from its start)
             return f"kanalyze's reference worker could not read the candidate's device arrays: {exc}"

@@ -102,8 +102,7 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
     codes = [c for c in codes if c in gates]
     if harness.kind == "kernel":  # the gates of a kernel harness say where they run
         mode = next((gates[c].device for c in codes if gates[c].device), mode)
-    with open(harness.candidate, encoding="utf-8", errors="replace") as handle:
-        cuda_cpp = bool(extensions.USES_EXTENSIONS.search(handle.read()))
+    cuda_cpp = extensions.builds_at_import(harness.candidate)
     no_room = rundir.free_space_problem()
     if no_room:
         return GateRun([Verdict(c, UNCONFIRMED, f"kanalyze could not run: {no_room}", gate=gates[c].name)

@@ -7,9 +7,10 @@ mount namespace, read-only mounts included: a tmux or screen server's socket in 
 an ssh or gpg agent's, the session bus, docker's.  Connected there, a candidate runs
 commands as the user, outside every namespace kanalyze made.
 
-On a GPU it is not installed: the CUDA driver opens sockets when it starts, and with the
-filter `cudaGetDeviceCount` fails (error 304, "OS call failed"; seen on an H200), so
-there the audit hook is the only guard and the run says so (containment.gaps).
+On a GPU it is installed once the device is open (confine.deny_sockets_now): the CUDA
+driver opens sockets when it starts, and with the filter in place before that
+`cudaGetDeviceCount` fails (error 304, "OS call failed"; seen on an H200); once started
+it needs none.
 
 `deny_sockets()` installs a seccomp filter on every thread of the process (and all it
 starts inherits it; no process can lift it): the `socket` system call fails with
