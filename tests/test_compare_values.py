@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from kanalyze.dynamic import compare
-from kanalyze.dynamic.sandbox.transport import Leaf
+from kanalyze.dynamic.sandbox.transport import Leaf, as_float64
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "bench_judge.py"
 spec = importlib.util.spec_from_file_location("bench_judge", BENCH)
@@ -74,3 +74,24 @@ def test_check_values_leaves_the_arrays_it_reads_alone() -> None:
     assert not check.ok and check.max_error == np.inf and check.index == (7,)
     for array, before in zip((observed, working, exact), kept):
         assert np.array_equal(array, before, equal_nan=True)   # float64 arrays are not upcast: never written
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64", "int32"])
+def test_classes_read_in_the_stored_dtype_match_the_float64_route(dtype: str) -> None:
+    """EXC001 and CMP002 sort every element into finite / NaN / +Inf / −Inf; read in the stored
+    dtype (bfloat16 from its bits) they must agree with converting to float64 first."""
+    rng = np.random.default_rng(7)
+    values = rng.standard_normal(50_000) * 1e3
+    for special, every in ((np.nan, 7), (np.inf, 11), (-np.inf, 13)):
+        values[::every] = special
+    if dtype == "int32":
+        values = np.nan_to_num(values, nan=0.0, posinf=1.0, neginf=-1.0)
+    leaf = _leaf(values, dtype)
+    through_float64 = np.zeros(values.shape, dtype=np.int8)
+    wide = as_float64(leaf)
+    through_float64[np.isnan(wide)] = 1
+    through_float64[np.isposinf(wide)] = 2
+    through_float64[np.isneginf(wide)] = 3
+    got = compare.leaf_classes(leaf)
+    assert got.dtype == np.int8 and np.array_equal(got, through_float64)
+    assert (got == 1).any() == (dtype != "int32") and (got == 3).any() == (dtype != "int32")

@@ -100,3 +100,27 @@ def test_prc002_plans_from_the_shapes_of_the_baselines_outputs(tmp_path: Path) -
     assert any(case.startswith("PRC002/dim=") for case in cases), cases        # the row's length: reduced
     assert not any(case.startswith("PRC002/batch_size=") for case in cases), cases   # a dimension of the output
     assert {v.code: v.status for v in run.verdicts}["PRC002"] == "refuted", run.verdicts
+
+
+def test_the_candidate_runs_while_later_references_are_computed(tmp_path: Path) -> None:
+    """After the baseline, a second reference worker computes the other cases' references while
+    the candidate's worker runs each case whose reference has come (ahead.py): with a reference
+    that takes a while per case, the candidate's side gets them in more than one stretch, and
+    every case still gets both sides."""
+    slow = tmp_path / "slow_problem.py"
+    slow.write_text(PROBLEM.read_text().replace("import torch\n", "import time\nimport torch\n", 1)
+                    .replace("    def forward(self, x):\n", "    def forward(self, x):\n        time.sleep(0.4)\n", 1))
+    assert "time.sleep" in slow.read_text()
+    sizes = {"batch_size": 32, "in_features": 64, "out_features": 64}
+    cases = [Case(BASELINE, "", sizes, seed=0, model_seed=0)] + [
+        Case(f"CMP001/{d}", "CMP001", sizes, seed=11 + i, distribution=d, model_seed=0)
+        for i, d in enumerate(("normal", "uniform", "large"))]
+    session = Session(find_harness(str(GOOD), reference=str(slow)), "cpu", Limits())
+    try:
+        results = session.execute(cases)
+        stretches = session.environment["stretches"]
+    finally:
+        session.close()
+    assert all(r.reference_ok and r.candidate_ok for r in results), [r.case.id for r in results]
+    assert sum(stretches) == 3 and len(stretches) >= 2, stretches
+    assert "reference.ahead" in session.seconds

@@ -86,6 +86,43 @@ def test_a_refutation_that_lost_cases_to_kanalyze_is_unconfirmed() -> None:
     assert no_baseline is None
 
 
+def test_a_reference_worker_that_ended_is_kanalyzes_failure_never_a_rejected_size() -> None:
+    """CMP003 skips sizes the problem rejects; a reference worker that died or ran out of time at
+    a size (kanalyze's side: its memory, its disk) is not that, and its refutation has lost a case."""
+    cmp003 = gates_by_code()["CMP003"]
+    ran = Result(Case("CMP003/N=9 (+1)", "CMP003", {"N": 9}), REFERENCE_OK,
+                 Outcome("done", meta={"status": "ok", "runs": [{"status": "ok", "output": None}]}))
+    died = Result(Case("CMP003/N=16 (x2)", "CMP003", {"N": 16}),
+                  Outcome("crashed", detail="the worker exited with code 70", output="OSError: no space"))
+    assert "reference worker crashed" in died.kanalyze_failure() and "no space" in died.kanalyze_failure()
+    skipped = Result(Case("CMP003/N=7 (-1)", "CMP003", {"N": 7}),
+                     Outcome("not-started", detail="skipped: the candidate fails", blame="candidate"))
+    assert skipped.kanalyze_failure() is None   # the candidate's own failure on the baseline
+    gates = {**gates_by_code(), "CMP003": _AlwaysRefutes()}
+    gates["CMP003"].code = "CMP003"
+    [verdict], _ = _judge([ran, died], ["CMP003"], {"CMP003": None}, gates, False, {})
+    assert verdict.status == UNCONFIRMED and "did not run" in verdict.summary, verdict.summary
+    [alone], _ = _judge([died], ["CMP003"], {"CMP003": None}, {**gates_by_code(), "CMP003": cmp003}, False, {})
+    assert alone.status == UNCONFIRMED and "kanalyze could not run this gate" in alone.summary, alone.summary
+
+
+def test_a_failure_of_the_references_thread_is_every_case_s_kanalyze_failure(monkeypatch, tmp_path) -> None:
+    from kanalyze.dynamic import ahead
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the thread broke")
+
+    monkeypatch.setattr(ahead, "run_cases", broken)
+    second = ahead.SecondReference("cpu", {}, Limits(), str(tmp_path), str(tmp_path))
+    monkeypatch.setattr(second, "start", lambda: None)   # no worker: the job fails first
+    second.compute([(5, {}), (6, {})])
+    outcomes = second.outcomes([5])
+    assert sorted(outcomes) == [5, 6]
+    for outcome in outcomes.values():
+        assert outcome.status == "crashed" and "the thread broke" in outcome.detail
+        assert Result(Case("CMP003/x", "CMP003", {"N": 8}), outcome).kanalyze_failure()
+
+
 def test_only_the_worker_codes_events_pass() -> None:
     assert _parse_event(b'{"event": "case", "index": 3, "job": 1}')["index"] == 3
     for line in (b"hello", b'{"event": "answer"}', b"[1, 2]", b'"case"'):
@@ -276,7 +313,7 @@ def test_the_traceback_still_in_the_pipe_names_the_exception() -> None:
 def test_a_workers_account_of_its_time_is_bounded() -> None:
     """`gate_seconds` takes a worker's own step times only where they are plausible: a candidate's
     worker writing NaN, infinities, negative or huge values, or thousands of keys, changes nothing."""
-    from kanalyze.dynamic.session import _durations
+    from kanalyze.dynamic.accounts import durations as _durations
 
     said = {"model": 1.5, "runs": float("nan"), "finish": float("inf"), "x" * 50: 1.0, "neg": -1.0,
             "huge": 1e12, "flag": True, "text": "3"}

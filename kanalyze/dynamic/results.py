@@ -162,7 +162,12 @@ class Result:
     def kanalyze_failure(self) -> str | None:
         """Why kanalyze itself could not run this case, or None.  A worker that ended or
         ran out of time outside the candidate's code, or kanalyze's own code failing
-        inside the worker, is kanalyze's failure: it never confirms a clause."""
+        inside the worker, is kanalyze's failure: it never confirms a clause.  So is a reference
+        worker that ended or ran out of time (a problem that rejects a case's sizes says so in a
+        result: that is the reference's answer, not a failure)."""
+        reference = self.reference
+        if reference is not None and reference.status != "done" and reference.blame != "candidate":
+            return f"kanalyze's reference worker {reference.status}: {reference.detail}{_last_line(reference.output)}"
         outcome = self.candidate
         if outcome is None or outcome.status == "violation":
             return None

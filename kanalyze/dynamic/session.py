@@ -8,7 +8,10 @@ plans the sizes (on the CPU the size knobs are scaled down; on a GPU the
 problem's own sizes run) and then computes, once per distinct input set, the
 inputs, the reference output in the working dtype and in float64; the
 candidate workers run every case on those inputs (compile once, every gate in
-the same worker).
+the same worker).  The baseline goes first through both sides; the other
+cases' references are computed ahead by a second reference worker (ahead.py),
+started with the first, while the candidate's workers run the cases whose
+references have come: the two sides overlap.
 
 What crosses between them (docs/worker-protocol.md): the candidate's worker is
 given the reference's inputs and model state only; the reference's outputs stay
@@ -21,11 +24,12 @@ process before the candidate's worker is let go on to its next case.
 
 from __future__ import annotations
 
-import math
 import os
 import secrets
 import time
 
+from kanalyze.dynamic.accounts import describe_ready, durations
+from kanalyze.dynamic.ahead import SecondReference
 from kanalyze.dynamic.cases import Case, by_model
 from kanalyze.dynamic.harness import Harness
 from kanalyze.dynamic.reference_cache import REFERENCES
@@ -77,6 +81,7 @@ class Session:
         # The reference worker starts now (its imports overlap the candidate's) unless
         # earlier sessions of this process already know this problem's references.
         self._reference: Worker | None = None
+        self.ahead = SecondReference(mode, self.spec, limits, self.root, self.inputs)   # (ahead.py)
         if harness.kind != "kernel" and REFERENCES.plan(harness, mode, MAX_NUMEL[mode]) is None:
             self._reference = Worker("reference", mode, self.spec, limits, self.root)
         self.candidates: dict[str, Worker | None] = {"original": Worker("candidate", mode, shown, limits, self.root)}
@@ -156,6 +161,8 @@ class Session:
         for key in first if not REFERENCES.ready(self.harness, self.mode) else []:
             reference_cases[key]["float64_later"] = True
         self._judge = None
+        if self.harness.kind != "kernel" and (more is not None or any(key not in first for key in missing)):
+            self.ahead.start()   # its start overlaps the baseline's
         self._references(first, reference_cases, by_key)
         results = [Result(case, NO_REFERENCE if case.call is not None else by_key.get(case.input_key) or _PENDING)
                    for case in cases]
@@ -170,6 +177,7 @@ class Session:
             self._add_references(added, reference_cases, by_key, missing)
         as_dicts = [case.to_dict() for case in cases]
         rest = by_model(as_dicts, [i for i in range(len(cases)) if i not in base])   # run in this order
+        ahead_keys: set[str] = set()
         if failed:
             for i in rest:
                 skipped = Outcome("not-started", detail=f"skipped: {failed}", blame="candidate")
@@ -178,13 +186,10 @@ class Session:
                     results[i].reference = skipped
         else:
             later = {key: n for n, key in enumerate(dict.fromkeys(cases[i].input_key for i in base + rest))}
-            self._references(sorted((key for key in missing if key not in first), key=later.__getitem__),
-                             reference_cases, by_key)
+            keys = sorted((key for key in missing if key not in first), key=later.__getitem__)
+            ahead_keys = set(keys)
             reader.judge = self._judge
-            for i in rest:
-                if cases[i].call is None:
-                    results[i].reference = by_key[cases[i].input_key]
-            candidates_seconds += self._candidates(results, reader, rest)
+            candidates_seconds += self._rest(cases, results, rest, keys, reference_cases, by_key, reader)
         for worker in self.candidates.values():
             if worker is not None:
                 worker.close()
@@ -195,15 +200,21 @@ class Session:
         computed = [key for key in missing if by_key.get(key) is not None
                     and not by_key[key].meta.get("output64_later")]
         if computed:
-            released = release(self._judge, self.limits)
+            # Each reference worker hands over the outputs it withheld: the judge those of the
+            # baseline, the second those it computed ahead.
+            released = {False: release(self._judge, self.limits) if any(k not in ahead_keys for k in computed)
+                        else None,
+                        True: self.ahead.release() if any(k in ahead_keys for k in computed)
+                        else None}
             if self._judge is not None and self._judge is not self._reference:
                 self._judge.close()
             for key in computed:
                 by_key[key] = REFERENCES.put(self.harness, self.mode, key, reference_cases[key]["record_ops"],
-                                             _with_outputs(by_key[key], released))
+                                             _with_outputs(by_key[key], released[key in ahead_keys]))
             for result in results:
                 if result.case.call is None and by_key.get(result.case.input_key) is not None:
                     result.reference = by_key[result.case.input_key]
+        self.ahead.close()
         self._took("release", started)
         for role in ("reference", "candidate"):   # each worker's start, from this side
             ready = self.environment.get(f"{role}_start_seconds", {}).get("ready")
@@ -230,6 +241,44 @@ class Session:
             if by_key[key] is None:
                 missing.append(key)
 
+    def _rest(self, cases: list[Case], results: list[Result], rest: list[int], keys: list[str],
+              reference_cases: dict[str, dict], by_key: dict, reader: Reader) -> float:
+        """The cases after the baseline, in the order of `rest`: their references (`keys`, those
+        not known yet) computed ahead by the second reference worker while the candidate's
+        workers run, in order, each stretch of cases whose references have come.  Returns the
+        candidates' seconds, as `_candidates` does."""
+        numbered = {key: n for n, key in enumerate(keys, start=self._reference_cases)}
+        self._reference_cases += len(keys)
+        if keys:
+            self.ahead.compute([(numbered[key], reference_cases[key]) for key in keys])
+        seconds, todo, stretches = 0.0, list(rest), []
+        while todo:
+            key = cases[todo[0]].input_key
+            needed = cases[todo[0]].call is None and by_key.get(key) is None
+            ended = self.ahead.outcomes([numbered[key]] if needed else [])
+            stretch = []
+            for i in todo:
+                key = cases[i].input_key
+                if cases[i].call is None and by_key.get(key) is None:
+                    if numbered[key] not in ended:
+                        break
+                    by_key[key] = ended[numbered[key]]
+                    self._add_steps("reference", by_key[key])
+                if cases[i].call is None:
+                    results[i].reference = by_key[key]
+                stretch.append(i)
+            todo = todo[len(stretch):]
+            stretches.append(len(stretch))
+            seconds += self._candidates(results, reader, stretch)
+        # How many cases the candidate's side ran at a time: more than one stretch, and it ran
+        # while the references of later cases were being computed.
+        self.environment["stretches"] = stretches
+        if keys:
+            self.ahead.finish()
+            REFERENCES.put_ready(self.harness, self.mode, self.ahead.ready)
+            self.seconds["reference.ahead"] = round(self.ahead.seconds, 3)
+        return seconds
+
     def _references(self, keys: list[str], reference_cases: dict[str, dict], by_key: dict) -> None:
         """Compute the references of `keys` in the reference worker (kept: it is the judge that
         reads a candidate's device arrays, and withholds its outputs until `release`)."""
@@ -250,7 +299,7 @@ class Session:
                 self._reference_index[key] = i
                 self._add_steps("reference", outcomes[i])
         self._took("reference", started)
-        self.environment.update(_describe_ready(ready, "reference"))
+        self.environment.update(describe_ready(ready, "reference"))
 
     def _float64_later(self, keys: list[str], by_key: dict) -> None:
         """The float64 references of the baseline, computed once the candidate has run there (a
@@ -303,7 +352,7 @@ class Session:
                                                 on_case=reader.read)
             self.candidates[variant] = worker   # None where it ended: the next call starts another
             if variant == "original" and ready:
-                self.environment.update(_describe_ready(ready, "candidate"))
+                self.environment.update(describe_ready(ready, "candidate"))
             for i, outcome in outcomes.items():
                 results[i].candidate = outcome
                 self._add_steps("candidate", outcome)
@@ -323,7 +372,7 @@ class Session:
     def _add_steps(self, role: str, outcome: Outcome) -> None:
         """A worker's own account of a case's steps (`seconds` in its result), summed per step as
         `role.step`: descriptive only (a candidate's worker could say anything), never judged."""
-        for step, value in _durations(outcome.meta.get("seconds") if isinstance(outcome.meta, dict) else None):
+        for step, value in durations(outcome.meta.get("seconds") if isinstance(outcome.meta, dict) else None):
             name = f"{role}.{step}"
             self.seconds[name] = round(self.seconds.get(name, 0.0) + value, 3)
 
@@ -331,6 +380,7 @@ class Session:
         self.seconds[what] = round(self.seconds.get(what, 0.0) + time.perf_counter() - started - minus, 3)
 
     def close(self) -> None:
+        self.ahead.close()
         for worker in [self._reference, *self.candidates.values()]:
             if worker is not None:
                 worker.close()
@@ -342,30 +392,6 @@ def _with_outputs(outcome: Outcome, released: str | None) -> Outcome:
     if released is None or outcome.status != "done" or not outcome.meta.get("withheld"):
         return outcome
     return Outcome("crashed", detail=released, output=outcome.output)
-
-
-def _describe_ready(ready: dict, role: str) -> dict:
-    if not ready:
-        return {}
-    out = {"versions": ready.get("versions", {}), f"{role}_confinement": ready.get("confinement", {}),
-           f"{role}_numerics": ready.get("numerics", {})}
-    if role == "candidate" and ready.get("import_error"):
-        out["candidate_import_error"] = ready["import_error"]
-    if isinstance(ready.get("seconds"), dict):   # where the worker's start went (process.py, worker.py)
-        out[f"{role}_start_seconds"] = dict(_durations(ready["seconds"]))
-    return out
-
-
-def _durations(steps) -> list[tuple[str, float]]:
-    """A worker's account of its steps, as far as it is plausible: at most 32 short names with
-    finite, non-negative durations under a day (a candidate's worker could send anything)."""
-    if not isinstance(steps, dict):
-        return []
-    return [(step, float(value)) for step, value in list(steps.items())[:32]
-            if isinstance(step, str) and len(step) < 40 and type(value) in (int, float)
-            and math.isfinite(value) and 0 <= value < 86400]
-
-
 
 
 __all__ = ["BASELINE", "MAX_NUMEL", "NO_REFERENCE", "Session"]

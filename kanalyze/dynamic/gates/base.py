@@ -148,7 +148,11 @@ def value_failure(result: Result, run: RunView | None = None) -> tuple[str | Non
 
 
 def first_value(leaf: Leaf, index) -> float:
-    return float(as_float64(leaf)[tuple(index)]) if index is not None else float("nan")
+    """The leaf's value at `index`, exactly (only that element is converted: a leaf can hold
+    hundreds of millions)."""
+    if index is None:
+        return float("nan")
+    return float(as_float64(Leaf(np.asarray(leaf.array[tuple(index)]), leaf.dtype)).real)
 
 
 __all__ = ["CONFIRMED", "REFUTED", "UNCONFIRMED", "CannotJudge", "Case", "Gate", "GateContext", "Run", "Verdict",

@@ -21,7 +21,7 @@ import re
 
 import numpy as np
 
-from kanalyze.dynamic.compare import check_values, classes
+from kanalyze.dynamic.compare import check_values, leaf_classes
 from kanalyze.dynamic.gates.base import CONFIRMED, REFUTED, UNCONFIRMED, Gate, GateContext, Verdict, run_problem
 from kanalyze.dynamic.results import leaves
 from kanalyze.dynamic.sandbox.transport import as_float64
@@ -74,7 +74,7 @@ class GradientCheck(Gate):
             return self.verdict(CONFIRMED, f"the gradient of {label} is {got.describe()} where the "
                                 f"reference's is {want.describe()}", [result.case])
         key = _array_name(label)
-        masks = classes(as_float64(got)) != classes(as_float64(want64))
+        masks = leaf_classes(got) != leaf_classes(want64)
         if masks.any():
             first = [int(x) for x in np.unravel_index(int(np.flatnonzero(masks.reshape(-1))[0]), masks.shape)]
             return self.verdict(CONFIRMED, f"the gradient of {label} has non-finite values where float64 "

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from kanalyze.dynamic.compare import CLASS_NAMES, classes
-from kanalyze.dynamic.gates.base import REFUTED, UNCONFIRMED, Gate, GateContext, run_problem, witness_arrays
-from kanalyze.dynamic.sandbox.transport import as_float64
+from kanalyze.dynamic.compare import CLASS_NAMES, leaf_classes
+from kanalyze.dynamic.gates.base import (REFUTED, UNCONFIRMED, Gate, GateContext, first_value, run_problem,
+                                         witness_arrays)
 
 SPECIALS = ("nan", "+inf", "-inf")
 
@@ -51,8 +51,8 @@ class NonfiniteInjection(Gate):
             for i, (observed, expected, expected64) in enumerate(zip(run.outputs, result.expected, exact)):
                 if not expected.is_float:
                     continue
-                got, want = classes(as_float64(observed)), classes(as_float64(expected))
-                agree = want == classes(as_float64(expected64))   # where the reference itself is right
+                got, want = leaf_classes(observed), leaf_classes(expected)
+                agree = want == leaf_classes(expected64)   # where the reference itself is right
                 left_out[special] = left_out.get(special, 0) + int((~agree).sum())
                 reached = reached or bool((want[agree] != 0).any())
                 wrong = (got != want) & agree
@@ -71,8 +71,8 @@ class NonfiniteInjection(Gate):
                                 f"disagree were left out")
                 return self.confirmed(summary, result, arrays=witness_arrays(run.outputs, result.expected),
                                       special=special, mismatches=pairs, first_index=list(first),
-                                      observed=float(as_float64(observed)[first]),
-                                      expected=float(as_float64(expected)[first]),
+                                      observed=first_value(observed, first),
+                                      expected=first_value(expected, first),
                                       reference_disagreements=left_out[special])
             (ran if reached else unreached).append(special)
         cases = [r.case for r in results]

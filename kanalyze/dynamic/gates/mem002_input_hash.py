@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kanalyze.dynamic.gates.base import REFUTED, UNCONFIRMED, Gate, GateContext, run_problem
-from kanalyze.dynamic.sandbox.transport import as_float64, bits
+from kanalyze.dynamic.gates.base import REFUTED, UNCONFIRMED, Gate, GateContext, first_value, run_problem
+from kanalyze.dynamic.sandbox.transport import bits
 
 
 class InputHash(Gate):
@@ -34,7 +34,7 @@ class InputHash(Gate):
                     if changed.ndim else []
                 index = tuple(first)
                 summary = (f"input {i} ({b.describe()}) changed in {count} of {changed.size} elements "
-                           f"(first at index {first}: {as_float64(b)[index]:.4g} became {as_float64(a)[index]:.4g})")
+                           f"(first at index {first}: {first_value(b, index):.4g} became {first_value(a, index):.4g})")
                 return self.confirmed(summary, result, arrays={f"input{i}_before": b.array, f"input{i}_after": a.array},
                                       input=i, changed=count, first_index=first)
         return self.verdict(REFUTED, f"all {len(before)} input tensors unchanged after the run", [result.case])

@@ -209,7 +209,9 @@ def bits(leaf: Leaf) -> np.ndarray:
     """The leaf's raw bits, with every NaN made the same (payloads are not results)."""
     a = leaf.array
     if a.dtype.kind == "f":
-        a = np.where(np.isnan(a), np.array(np.nan, dtype=a.dtype), a)
+        nan = np.isnan(a)
+        if nan.any():   # (a copy only where there is a NaN to make the same)
+            a = np.where(nan, np.array(np.nan, dtype=a.dtype), a)
     if a.dtype.kind in "fc":
         return np.ascontiguousarray(a).view(f"u{a.dtype.itemsize}" if a.dtype.kind == "f" else "u1")
     return a
