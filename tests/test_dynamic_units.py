@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from kanalyze.dynamic import witness
-from kanalyze.dynamic.cases import Case, Run, perturbed_sizes, scale_down
+from kanalyze.dynamic.cases import Case, Run, _is_prime, perturbed_sizes, scale_down
 from kanalyze.dynamic.compare import bitwise_differences, calibrated_bound, check_values, classes
 from kanalyze.dynamic.gates import gates_by_code
 from kanalyze.dynamic.gates.base import Verdict
@@ -90,11 +90,19 @@ def test_scale_down_halves_the_largest_size_knob_and_keeps_structural_ones() -> 
 
 def test_perturbed_sizes_cover_each_knob_and_leave_flags_alone() -> None:
     tried = perturbed_sizes({"rows": 16, "dim": 1024, "axis": 1})
-    dims = [s["dim"] for label, s in tried if label.startswith("dim=")]
-    assert {1025, 1023, 1, 2048} <= set(dims)
-    assert any(d & (d - 1) for d in dims if d > 1)                 # a non-power-of-two
+    alone = [s for label, s in tried if not label.startswith("every size")]
+    assert {s["dim"] for s in alone if s["rows"] == 16} == {1025, 2048}   # one knob, the others as given
+    assert {s["rows"] for s in alone if s["dim"] == 1024} == {17, 32}
+    together = {label.split(" (")[0]: s for label, s in tried if label.startswith("every size")}
+    assert together["every size -1"] == {"rows": 15, "dim": 1023, "axis": 1}
+    assert together["every size 1"] == {"rows": 1, "dim": 1, "axis": 1}
+    assert all(_is_prime(together["every size prime"][k]) for k in ("rows", "dim"))
+    assert all(v & (v - 1) for k, v in together["every size non-power-of-two"].items() if k != "axis")
     assert all(s["axis"] == 1 for _, s in tried)                   # 0/1 knobs are axes and flags
-    assert len({json.dumps(sorted(s.items())) for _, s in tried}) == len(tried)
+    assert len({json.dumps(sorted(s.items())) for _, s in tried}) == len(tried) == 8
+    # One knob: the same six sizes, each named by the knob.
+    assert [label for label, _ in perturbed_sizes({"n": 8})] == [
+        "n=9 (+1)", "n=16 (x2)", "n=7 (-1)", "n=11 (prime)", "n=1 (1)", "n=13 (non-power-of-two)"]
 
 
 # ---------------------------------------------------------------- judging

@@ -142,25 +142,38 @@ def _next_prime(n: int) -> int:
 
 
 def perturbed_sizes(base: dict[str, int]) -> list[tuple[str, dict[str, int]]]:
-    """The sizes CMP003 tries, knob by knob: ±1, a prime, 1, a non-power-of-two, twice as large.
+    """The sizes CMP003 tries, as (label, sizes).
 
-    Knobs of value 0 or 1 are flags and axes, not sizes: they stay as they are.
+    Each size knob alone one past its value (its own remainder, every other size as the
+    benchmark has it, so that a path taken only when the others divide evenly still runs) and
+    twice as large; then every size knob at once one below its value, at a prime, at 1 and at a
+    non-power-of-two: the same question for every knob in one run each.  At a problem's real
+    size each new size costs both sides a model build and the candidate an autotuning, so the
+    questions that one run can ask of every knob are asked once.  Knobs of value 0 or 1 are flags
+    and axes, not sizes: they stay as they are.
     """
+    sizes = {name: value for name, value in base.items() if value >= 2}
     out: list[tuple[str, dict[str, int]]] = []
     seen = {json.dumps(sorted(base.items()))}
-    for name, value in base.items():
-        if value < 2:
-            continue
-        non_power_of_two = value + value // 2 + 1 if value & (value - 1) == 0 else value + 2
-        tries = [("+1", value + 1), ("-1", value - 1), ("prime", _next_prime(value + 2)),
-                 ("1", 1), ("non-power-of-two", non_power_of_two), ("x2", value * 2)]
-        for label, new in tries:
-            sizes = {**base, name: new}
-            key = json.dumps(sorted(sizes.items()))
-            if new < 1 or key in seen:
-                continue
+
+    def add(label: str, changed: dict[str, int]) -> None:
+        tried = {**base, **changed}
+        key = json.dumps(sorted(tried.items()))
+        if all(v >= 1 for v in changed.values()) and key not in seen:
             seen.add(key)
-            out.append((f"{name}={new} ({label})", sizes))
+            out.append((label, tried))
+
+    for name, value in sizes.items():
+        add(f"{name}={value + 1} (+1)", {name: value + 1})
+        add(f"{name}={value * 2} (x2)", {name: value * 2})
+    together = (("-1", lambda v: v - 1), ("prime", lambda v: _next_prime(v + 2)), ("1", lambda v: 1),
+                ("non-power-of-two", lambda v: v + v // 2 + 1 if v & (v - 1) == 0 else v + 2))
+    for label, change in together if len(sizes) > 1 else ():
+        changed = {name: change(value) for name, value in sizes.items()}
+        add(f"every size {label} ({', '.join(f'{k}={v}' for k, v in changed.items())})", changed)
+    for label, change in together if len(sizes) == 1 else ():   # one knob: the same, named by it
+        [(name, value)] = sizes.items()
+        add(f"{name}={change(value)} ({label})", {name: change(value)})
     return out
 
 

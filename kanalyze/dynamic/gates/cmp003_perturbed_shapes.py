@@ -1,9 +1,11 @@
 """CMP003 shape: the candidate works at sizes other than the benchmark's.
 
-Each size knob in turn: +1, −1, a prime, 1, a non-power-of-two, twice as
-large.  The first size at which the candidate gives wrong values (calibrated
-bound against float64), crashes, or reads or writes out of bounds (reported by
-the interpreter with the program id and offset) is the witness.  A size the
+Each size knob alone one past its value and twice as large, then every size
+knob at once one below, at a prime, at 1 and at a non-power-of-two
+(cases.perturbed_sizes).  The first size at which the candidate gives wrong
+values (calibrated bound against float64), crashes, or reads or writes out of
+bounds (reported by the interpreter with the program id and offset) is the
+witness.  A size the
 reference itself rejects (channels not divisible by groups, say) is skipped.
 
 `judge_sizes` is also the entry point for sizes found elsewhere (the z3 bounds
@@ -40,7 +42,7 @@ def size_outcome(result) -> tuple[str, str, dict]:
 class PerturbedShapes(Gate):
     code = "CMP003"
     name = "cmp003-perturbed-shapes"
-    summary = "rerun at perturbed sizes (±1, prime, 1, non-power-of-two, 2×)"
+    summary = "rerun at perturbed sizes (each knob +1 and 2×; all at once −1, prime, 1, non-power-of-two)"
 
     def plan(self, ctx: GateContext):
         return [ctx.case(self, label, sizes=sizes) for label, sizes in perturbed_sizes(ctx.sizes)[:MAX_CASES]]
