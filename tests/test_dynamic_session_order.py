@@ -102,15 +102,21 @@ def test_prc002_plans_from_the_shapes_of_the_baselines_outputs(tmp_path: Path) -
     assert {v.code: v.status for v in run.verdicts}["PRC002"] == "refuted", run.verdicts
 
 
+def _slow_problem(tmp_path: Path) -> Path:
+    """The problem with a reference that takes a while per case (0.4 s a call)."""
+    slow = tmp_path / "slow_problem.py"
+    slow.write_text(PROBLEM.read_text().replace("import torch\n", "import time\nimport torch\n", 1)
+                    .replace("    def forward(self, x):\n", "    def forward(self, x):\n        time.sleep(0.4)\n", 1))
+    assert "time.sleep" in slow.read_text()
+    return slow
+
+
 def test_the_candidate_runs_while_later_references_are_computed(tmp_path: Path) -> None:
     """After the baseline, a second reference worker computes the other cases' references while
     the candidate's worker runs each case whose reference has come (ahead.py): with a reference
     that takes a while per case, the candidate's side gets them in more than one stretch, and
     every case still gets both sides."""
-    slow = tmp_path / "slow_problem.py"
-    slow.write_text(PROBLEM.read_text().replace("import torch\n", "import time\nimport torch\n", 1)
-                    .replace("    def forward(self, x):\n", "    def forward(self, x):\n        time.sleep(0.4)\n", 1))
-    assert "time.sleep" in slow.read_text()
+    slow = _slow_problem(tmp_path)
     sizes = {"batch_size": 32, "in_features": 64, "out_features": 64}
     cases = [Case(BASELINE, "", sizes, seed=0, model_seed=0)] + [
         Case(f"CMP001/{d}", "CMP001", sizes, seed=11 + i, distribution=d, model_seed=0)
@@ -124,3 +130,26 @@ def test_the_candidate_runs_while_later_references_are_computed(tmp_path: Path) 
     assert all(r.reference_ok and r.candidate_ok for r in results), [r.case.id for r in results]
     assert sum(stretches) == 3 and len(stretches) >= 2, stretches
     assert "reference.ahead" in session.seconds
+
+
+def test_a_session_that_ends_early_stops_the_references_computed_ahead(tmp_path: Path) -> None:
+    """Closing the second reference worker while its thread still computes (a session ended by
+    an error of kanalyze's or an interrupt) kills it and starts no other: the cases it had not
+    reached are `not-started`, and the thread is gone."""
+    from kanalyze.dynamic.ahead import SecondReference
+
+    harness = find_harness(str(GOOD), reference=str(_slow_problem(tmp_path)))
+    session = Session(harness, "cpu", Limits())
+    sizes = {"batch_size": 32, "in_features": 64, "out_features": 64}
+    cases = [(100 + i, {**Case(f"CMP001/{i}", "CMP001", sizes, seed=20 + i, model_seed=0).to_dict(),
+                        "record_ops": False}) for i in range(8)]
+    second = SecondReference("cpu", session.spec, Limits(), session.root, session.inputs)
+    try:
+        second.compute(cases)
+        second.outcomes([100])          # the first has come: the others are on their way
+        outcomes = second.close()
+    finally:
+        session.close()
+    assert second.worker is None and second._job is None
+    assert outcomes[100].status == "done"
+    assert any(o.status == "not-started" for o in outcomes.values()), {i: o.status for i, o in outcomes.items()}

@@ -68,6 +68,11 @@ class Ahead:
             self._changed.wait_for(lambda: self._finished or all(i in self._ended for i in indices))
             return dict(self._ended)
 
+    @property
+    def done(self) -> bool:
+        with self._changed:
+            return self._finished
+
     def result(self) -> tuple:
         self._thread.join()
         if self._error is not None:
@@ -87,6 +92,7 @@ class SecondReference:
         self.seconds = 0.0        # how long it computed
         self._job: Ahead | None = None
         self._indices: list[int] = []
+        self._stop = threading.Event()
 
     def start(self) -> None:
         if self.worker is None:
@@ -97,9 +103,11 @@ class SecondReference:
         self.start()
         self._indices = [index for index, _ in cases]
         worker = self.worker
+        self._stop.clear()
         self._job = Ahead(lambda on_case: run_cases("reference", self.mode, self.spec, cases, self.limits, self.root,
                                                     first_worker=worker, keep=True, on_case=on_case,
-                                                    job_extra=lambda indices: {"inputs_out": self.inputs}))
+                                                    job_extra=lambda indices: {"inputs_out": self.inputs},
+                                                    stop=self._stop))
 
     def outcomes(self, waiting: list[int]) -> dict[int, Outcome]:
         """Once `waiting` have ended, every outcome that has come so far; if the job ends first,
@@ -125,10 +133,19 @@ class SecondReference:
         """As reference_jobs.release: None once its withheld outputs are saved, else why not."""
         return release(self.worker, self.limits)
 
-    def close(self) -> None:
+    def close(self) -> dict[int, Outcome]:
+        """End the worker; a job still running (the session ended early: an error of kanalyze's,
+        an interrupt) is stopped, its worker killed, before the thread is joined.  Returns the
+        job's outcomes (the cases it had not reached: `not-started`)."""
+        outcomes: dict[int, Outcome] = {}
         if self._job is not None:
-            self.finish()
+            if not self._job.done:
+                self._stop.set()
+                if self.worker is not None:
+                    self.worker.kill()   # the thread sees it end, and starts no other
+            outcomes = self.finish()
             self._job = None
         if self.worker is not None:
             self.worker.close()
             self.worker = None
+        return outcomes

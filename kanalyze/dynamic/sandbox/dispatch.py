@@ -21,13 +21,15 @@ _job_ids = itertools.count(1)
 
 def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], limits: Limits,
               scratch_root: str, job_extra=None, first_worker: Worker | None = None,
-              keep: bool = False, on_case=None) -> tuple[dict[int, Outcome], dict, Worker | None]:
+              keep: bool = False, on_case=None, stop=None) -> tuple[dict[int, Outcome], dict, Worker | None]:
     """Run every case through workers of `role`; one `Outcome` per case index.
 
     `job_extra(indices)` adds fields to the job (the candidate side's references).
     A candidate's worker waits after each case until its arrays are read into
     this process (`ack`), so that nothing it leaves running can change them later;
     `on_case(index, outcome)` reads what the worker shared on the device (runner.py).
+    `stop` (a threading.Event, for a caller on another thread: ahead.py) ends the run before
+    its next worker: the cases left are `not-started`.
     Returns the outcomes, the first worker's `ready` message (versions,
     confinement), and with `keep` the last worker if it is still alive (the
     caller closes it), else None.
@@ -38,6 +40,10 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
     ready: dict = {}
     worker = first_worker
     while pending:
+        if stop is not None and stop.is_set():
+            if worker is not None:
+                worker.close()
+            return _fill(outcomes, pending), ready, None
         worker = worker or Worker(role, mode, spec, limits, scratch_root)
         try:
             message = worker.wait_ready()
@@ -83,6 +89,10 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
                     if on_case is not None:
                         outcomes[index] = on_case(index, outcomes[index])
                     pending.remove(index)
+                    if stop is not None and stop.is_set() and pending:   # the caller is gone
+                        worker.kill()
+                        restart = True
+                        break
                     if role == "candidate":
                         try:
                             worker.send({"kind": "ack", "index": index})
