@@ -153,3 +153,21 @@ def test_a_session_that_ends_early_stops_the_references_computed_ahead(tmp_path:
     assert second.worker is None and second._job is None
     assert outcomes[100].status == "done"
     assert any(o.status == "not-started" for o in outcomes.values()), {i: o.status for i, o in outcomes.items()}
+
+
+def test_a_reference_worker_that_dies_at_one_size_costs_that_case_only(tmp_path: Path) -> None:
+    """The second reference worker ends at one of CMP003's sizes (here the problem's own code
+    exits there): that case is kanalyze's loss, so CMP003 cannot refute, and the sizes after it
+    run in a fresh worker; nothing is blamed on the candidate."""
+    dying = tmp_path / "dying_problem.py"
+    dying.write_text(PROBLEM.read_text().replace("import torch\n", "import os\nimport torch\n", 1).replace(
+        "    def forward(self, x):\n", "    def forward(self, x):\n        if x.shape[0] == 33:\n"
+                                      "            os._exit(3)\n", 1))
+    assert "os._exit(3)" in dying.read_text()
+    run = run_gates(find_harness(str(GOOD), reference=str(dying)), ["CMP003"], {},
+                    Options(mode="cpu", limits=Limits(case_seconds=60)))
+    [verdict] = [v for v in run.verdicts if v.code == "CMP003"]
+    assert verdict.status == UNCONFIRMED, verdict.summary
+    assert "1 of the gate's cases did not run" in verdict.summary and "reference worker" in verdict.summary
+    assert "correct at 9 perturbed sizes" in verdict.summary, verdict.summary   # the others, after it
+    assert "could not start" not in verdict.summary   # it had started: the problem's code exited

@@ -10,15 +10,17 @@ _SIGNALS = {"SIGKILL": "killed: out of memory?", "SIGSEGV": "segmentation fault"
             "SIGABRT": "aborted"}
 
 
-def describe(code: int | None, output: str, lost: bool = False) -> str:
-    """`code` as `subprocess` gives it (negative: the signal); `output` the worker's stdout/stderr tail."""
+def describe(code: int | None, output: str, lost: bool = False, started: bool = False) -> str:
+    """`code` as `subprocess` gives it (negative: the signal); `output` the worker's stdout/stderr tail;
+    `started`: the worker had said it was ready (code 3 then is not worker.py's: code that ran in
+    it exited so)."""
     if code is None:
         if lost:
             return "the worker ended; its exit status was lost with the zygote that forked it"
         return "the worker stopped answering"
     if code < 0:
         return f"the worker died of {signal_words(code)}"
-    why = _CODES.get(code)
+    why = _CODES.get(code) if not (started and code == 3) else None
     if code == 70:   # the traceback worker.py printed: its last line says which exception
         last = exception_line(output)
         lines = [line.strip() for line in output.splitlines() if line.strip()]

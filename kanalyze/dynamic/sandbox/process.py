@@ -318,7 +318,8 @@ class Worker:
             code = self.process.returncode
         # The traceback it printed as it ended may still be in the pipe: read it before naming the cause.
         self._drain.join(timeout=2)
-        return exits.describe(code, self.output(), lost=getattr(self.process, "lost", False))
+        return exits.describe(code, self.output(), lost=getattr(self.process, "lost", False),
+                              started=getattr(self, "ready", None) is not None)
 
     def kill(self) -> None:
         if self.process.poll() is None:
