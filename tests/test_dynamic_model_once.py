@@ -149,3 +149,30 @@ def test_the_candidate_keeps_its_model_while_the_references_key_stays() -> None:
         side._model(key, case, [4], state if side.built is None else {})
     assert _Counted.builds == 1
     assert reference_model_key(_case(3), {}) == model_key(_case(3)), "an older reference: keyed by sizes"
+
+
+def test_the_second_reference_worker_finds_the_models_state_saved(tmp_path: Path, monkeypatch) -> None:
+    """Both reference workers of a session (ahead.py) build the baseline's model; the state goes
+    to the candidate's folder once: the second finds it there, whole, and saves none."""
+    from kanalyze.dynamic.sandbox import reference_side
+
+    saved_states: list[str] = []
+    save = reference_side.save_arrays
+
+    def counted(folder, arrays):
+        if any(key.startswith("state") for key in arrays):
+            saved_states.append(folder)
+        return save(folder, arrays)
+
+    monkeypatch.setattr(reference_side, "save_arrays", counted)
+    first = ReferenceSide({"kind": "kernelbench", "problem": str(PROBLEM)}, "cpu", lambda: None)
+    second = ReferenceSide({"kind": "kernelbench", "problem": str(PROBLEM)}, "cpu", lambda: None)
+    inputs = tmp_path / "inputs"
+    a = first.run(_case(0), str(tmp_path / "a"), str(inputs / "case-0.inputs"))
+    b = second.run(_case(1), str(tmp_path / "b"), str(inputs / "case-1.inputs"))
+    assert len(saved_states) == 1, saved_states
+    assert a["status"] == b["status"] == "ok" and a["model_key"] == b["model_key"]
+    saved = [p for p in inputs.iterdir() if p.name.startswith("model-")]
+    assert len(saved) == 1 and not [p for p in inputs.iterdir() if p.name.startswith(".saving-")]
+    inodes = {os.stat(inputs / f"case-{i}.inputs" / "state0.npy").st_ino for i in (0, 1)}
+    assert inodes == {os.stat(saved[0] / "state0.npy").st_ino}

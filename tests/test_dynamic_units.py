@@ -275,3 +275,24 @@ def test_a_value_beyond_the_dtypes_range_is_not_the_candidates_error() -> None:
     wrong = Leaf(np.array([1.0, np.inf, 3.0], dtype=np.float16), "float16")
     check = check_values(wrong, working, Leaf(exact, "float64"))
     assert not check.ok and check.index == (2,)
+
+
+def test_tensor_to_numpy_gives_arrays_of_their_own() -> None:
+    """The array never shares memory with a tensor kanalyze may still change (a CPU tensor is
+    copied); one made for the occasion (non-contiguous here, from the device on a GPU) is not
+    copied twice: it holds the values of the tensor it came from."""
+    import torch
+
+    from kanalyze.dynamic.sandbox.transport import tensor_to_numpy
+
+    plain = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    array = tensor_to_numpy(plain)
+    plain += 100
+    assert array[0, 0] == 0 and array.flags.owndata
+    strided = torch.arange(12, dtype=torch.float32).reshape(3, 4).t()
+    array = tensor_to_numpy(strided)
+    assert array.shape == (4, 3) and array[1, 0] == 1 and array.flags.c_contiguous
+    strided += 100   # the array was made from a copy: the tensor's change is not in it
+    assert array[1, 0] == 1
+    half = tensor_to_numpy(torch.tensor([1.5, -2.0], dtype=torch.bfloat16))
+    assert half.dtype == np.uint16 and list(half) == [0x3FC0, 0xC000]

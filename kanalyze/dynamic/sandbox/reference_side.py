@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 import time
 from contextlib import nullcontext
 
@@ -186,12 +187,24 @@ class ReferenceSide:
 
     def _saved_state(self, key: str, state: dict, parent: str) -> str:
         """The folder holding the model's initial state (`stateN.npy`), saved on the first case
-        of its model and kept for the others."""
+        of its model and kept for the others.  One model, one name: the session's other
+        reference worker (ahead.py) finds a state already saved there (the same key is the same
+        model from the same seed) and saves none; a folder appears whole (renamed into place)."""
         folder = self._states.get(key)
         if folder is None or not os.path.isdir(folder):
             digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-            folder = os.path.join(parent, f"model-{digest}.state")   # one model, one name
-            save_arrays(folder, {f"state{i}": tensor_to_numpy(t) for i, t in enumerate(state.values())})
+            folder = os.path.join(parent, f"model-{digest}.state")
+            if not os.path.isdir(folder):
+                os.makedirs(parent, exist_ok=True)
+                partial = tempfile.mkdtemp(dir=parent, prefix=".saving-")
+                try:
+                    save_arrays(partial, {f"state{i}": tensor_to_numpy(t) for i, t in enumerate(state.values())})
+                    os.rename(partial, folder)
+                except OSError:
+                    if not os.path.isdir(folder):   # not saved by the other worker meanwhile: a real failure
+                        raise
+                finally:
+                    shutil.rmtree(partial, ignore_errors=True)
             self._states[key] = folder
         return folder
 

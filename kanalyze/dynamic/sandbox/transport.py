@@ -133,18 +133,21 @@ class ArrayFolder(Mapping):
 # ---------------------------------------------------------------- worker side (torch)
 
 def tensor_to_numpy(tensor: Any) -> np.ndarray:
-    """A torch tensor's values as a numpy array (raw bits where numpy lacks the dtype)."""
+    """A torch tensor's values as a numpy array of its own (raw bits where numpy lacks the dtype).
+    A tensor copied here anyway (from the device, or made contiguous) is not copied again: at a
+    problem's real size that second copy was gigabytes."""
     import torch
 
     t = tensor.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    t = t.contiguous()
+    own = t.device.type != "cpu" or not t.is_contiguous()   # the next line makes a new tensor
+    t = t.cpu().contiguous()
     name = dtype_name(t.dtype)
     if name in _RAW_BITS:
         view = torch.int16 if _RAW_BITS[name] is np.uint16 else torch.uint8
-        return t.view(view).numpy().view(_RAW_BITS[name]).copy()
-    return t.numpy().copy()
+        array = t.view(view).numpy().view(_RAW_BITS[name])
+    else:
+        array = t.numpy()
+    return array if own else array.copy()
 
 
 def numpy_to_tensor(array: np.ndarray, dtype: str, device: str = "cpu") -> Any:
