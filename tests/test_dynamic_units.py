@@ -296,3 +296,18 @@ def test_tensor_to_numpy_gives_arrays_of_their_own() -> None:
     assert array[1, 0] == 1
     half = tensor_to_numpy(torch.tensor([1.5, -2.0], dtype=torch.bfloat16))
     assert half.dtype == np.uint16 and list(half) == [0x3FC0, 0xC000]
+
+
+def test_the_reference_worker_may_use_more_memory_than_a_candidate_on_the_cpu() -> None:
+    """A problem's unscaled weights (KernelBench's MLP: a list of 16384-wide layers, no knob) and
+    their float64 copy need more than a candidate's 4 GiB: the reference worker, which runs the
+    benchmark's code only, may use half the machine's memory."""
+    import os
+
+    from kanalyze.dynamic.sandbox.process import Limits
+
+    limits = Limits()
+    machine = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert limits.for_worker("cpu", "candidate")["memory_bytes"] == limits.memory_bytes
+    assert limits.for_worker("cpu", "reference")["memory_bytes"] == max(limits.memory_bytes, machine // 2)
+    assert limits.for_worker("cuda", "reference")["memory_bytes"] is None

@@ -106,6 +106,35 @@ def test_a_reference_worker_that_ended_is_kanalyzes_failure_never_a_rejected_siz
     assert alone.status == UNCONFIRMED and "kanalyze could not run this gate" in alone.summary, alone.summary
 
 
+def test_a_shortage_is_the_runs_where_the_problem_needs_a_fair_share_of_the_memory() -> None:
+    """Memory and disk are shared with kanalyze's own workers (and, on the CPU, limited by it).
+    A candidate that ran out of memory where the problem itself holds an eighth or more of what
+    the run gives (KernelBench's MLP: 16384-wide layers against a 4 GiB limit) is undecided, at
+    the baseline and at a perturbed size; one that needs many times what the problem needs
+    (allocating without bound) ran short by its own doing; disk is always the run's."""
+    def reference(problem_bytes: int) -> Outcome:
+        return Outcome("done", meta={**REFERENCE_OK.meta, "problem_bytes": problem_bytes, "budget_bytes": 4 * 2 ** 30})
+
+    oom = Outcome("done", meta={"status": "ok", "runs": [{"status": "error", "error": (
+        "RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried to allocate 33554432 bytes")}]})
+    big = Result(Case(BASELINE, "", {"N": 8}), reference(2 ** 30), oom)
+    verdicts, baseline = _judge([big], ["CMP001", "MEM002"], {}, gates_by_code(), False, {})
+    verdicts = _by_code(verdicts)
+    assert baseline["status"] == "undecided" and "ran short of memory or disk" in baseline["summary"]
+    assert all(v.status == UNCONFIRMED for v in verdicts.values()), verdicts
+    small = Result(Case(BASELINE, "", {"N": 8}), reference(2 ** 20), oom)
+    verdicts, baseline = _judge([small], ["CMP001"], {}, gates_by_code(), False, {})
+    assert _by_code(verdicts)["CMP001"].status == CONFIRMED and baseline["status"] == "failed"
+    killed = Outcome("crashed", detail="the worker died of SIGKILL (killed: out of memory?)", blame="candidate")
+    sized = Case("CMP003/N=16 (x2)", "CMP003", {"N": 16})
+    assert "ran short" in Result(sized, reference(2 ** 30), killed).kanalyze_failure()
+    assert Result(sized, reference(2 ** 20), killed).kanalyze_failure() is None
+    full = Outcome("done", meta={"status": "error", "error": "OSError: [Errno 28] No space left on device"})
+    assert "No space left" in Result(sized, reference(2 ** 20), full).kanalyze_failure()
+    own = Outcome("crashed", detail="the worker died of SIGSEGV (segmentation fault)", blame="candidate")
+    assert Result(sized, reference(2 ** 30), own).kanalyze_failure() is None
+
+
 def test_a_failure_of_the_references_thread_is_every_case_s_kanalyze_failure(monkeypatch, tmp_path) -> None:
     from kanalyze.dynamic import ahead
 

@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Iterable, Iterator
 
 from kanalyze.audit.child import kill_group
+from kanalyze.dynamic.causes import shortage
 
 STDERR_TAIL = 2000
 
@@ -125,25 +126,17 @@ class LocalExecutor:
                     "reason": f"kanalyze's pair worker {how} without a result: {_tail(stderr_path) or 'no output'}"}
 
 
-# How a shortage of device memory, host memory or disk reads in a pair's result (torch's and
-# numpy's errors, numpy's memory maps included: "Not enough free space to write"; the worker's
-# exit by the kernel's OOM killer; rundir.py's NoRoom).
-SHORTAGES = ("OutOfMemoryError", "CUDA out of memory", "CUDA error: out of memory", "MemoryError",
-             "NoRoom", "No space left on device", "Not enough free space", "killed: out of memory?")
-
-
 def starved(result: dict) -> str | None:
     """The first shortage a pair's result names (its verdicts, its allclose check, its own
-    crash), or None.  A candidate's own out-of-memory counts too: beside other pairs it may
-    be theirs."""
+    crash: dynamic/causes.py), or None.  A candidate's own out-of-memory counts too: beside other
+    pairs it may be theirs."""
     texts = [result.get("reason") or "", (result.get("allclose") or {}).get("detail") or ""]
     texts += [v.get("summary") or "" for v in (result.get("verdicts") or {}).values()]   # a candidate's OOM too
     texts.append((result.get("baseline") or {}).get("summary") or "")   # with no gate flagged, the only word
     for text in texts:
-        for marker in SHORTAGES:
-            at = text.find(marker)
-            if at >= 0:
-                return text[max(0, at - 60): at + 140].strip()
+        found = shortage(text)
+        if found:
+            return found
     return None
 
 

@@ -14,6 +14,7 @@ from functools import cached_property
 
 
 from kanalyze.dynamic.cases import Case
+from kanalyze.dynamic.causes import the_runs_shortage
 from kanalyze.dynamic.sandbox.process import Outcome
 from kanalyze.dynamic.sandbox.transport import ArrayFolder, Leaf
 
@@ -171,6 +172,9 @@ class Result:
         outcome = self.candidate
         if outcome is None or outcome.status == "violation":
             return None
+        short = self.ran_short()
+        if short:   # memory or disk kanalyze's workers share with it, or kanalyze's own limit (causes.py)
+            return f"the run ran short of memory or disk, which the candidate shares with kanalyze's workers: {short}"
         tail = _last_line(outcome.output)
         if outcome.status != "done":
             if outcome.blame == "candidate":
@@ -181,6 +185,21 @@ class Result:
         if internal:
             return f"{internal[0].get('error')}{tail}"
         return None
+
+    def ran_short(self) -> str | None:
+        """Where the candidate's failure names a shortage of memory or disk that is the run's
+        (causes.py: the problem needs a fair share of what the run gives), or None."""
+        outcome = self.candidate
+        if outcome is None or outcome.status == "violation":
+            return None
+        if outcome.status != "done":
+            texts = [outcome.detail]
+        else:
+            runs = [run for run in outcome.meta.get("runs") or [] if isinstance(run, dict)]
+            texts = [str(outcome.meta.get("error") or "")] + [str(run.get("error") or "") for run in runs]
+        need = self.reference.meta.get("problem_bytes") if self.reference is not None else None
+        budget = self.reference.meta.get("budget_bytes") if self.reference is not None else None
+        return next((found for found in (the_runs_shortage(t, need, budget) for t in texts) if found), None)
 
     def violation(self) -> str | None:
         """How the candidate broke kanalyze's worker (INT001), or None: it wrote on the status

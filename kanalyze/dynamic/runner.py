@@ -230,13 +230,13 @@ def _judge(results: list[Result], codes, contexts, gates, replay: bool,
         ran = [r for r in results if r.case.gate == code]
         own = [r for r in ran if not r.kanalyze_failure()]
         lost = [r for r in ran if r.kanalyze_failure()]
-        if lost and not own:
+        if code == "CMP001" and any(v.code == "CMP001" for v in verdicts):
+            decided[code] = []   # the baseline's failure is CMP001's verdict: said once
+        elif blocked and (code != "CMP001" or not own):   # the cause, said once, before its effects
+            decided[code] = _undecided(gates[code], blocked, own or lost)
+        elif lost and not own:
             decided[code] = _undecided(gates[code], f"kanalyze could not run this gate: {lost[0].kanalyze_failure()}",
                                        lost)
-        elif code == "CMP001" and any(v.code == "CMP001" for v in verdicts):
-            decided[code] = []   # the baseline's failure is CMP001's verdict: said once
-        elif blocked and (code != "CMP001" or not own):
-            decided[code] = _undecided(gates[code], blocked, own)
         elif wrong and code in VALUE_GATES and not flags_by_code.get(code):
             decided[code] = _undecided(gates[code], wrong, own)
         elif not own:

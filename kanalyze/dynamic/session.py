@@ -180,7 +180,7 @@ class Session:
         ahead_keys: set[str] = set()
         if failed:
             for i in rest:
-                skipped = Outcome("not-started", detail=f"skipped: {failed}", blame="candidate")
+                skipped = Outcome("not-started", detail=f"skipped: {failed[0]}", blame=failed[1])
                 results[i].candidate = skipped
                 if results[i].reference is _PENDING:
                     results[i].reference = skipped
@@ -359,14 +359,20 @@ class Session:
         return time.perf_counter() - started - (reader.seconds - read_before)
 
     @staticmethod
-    def _failed_baseline(results: list[Result], base: list[int]) -> str | None:
-        """Why the candidate failed on the problem's own inputs (its own failure, not kanalyze's),
-        or None."""
+    def _failed_baseline(results: list[Result], base: list[int]) -> tuple[str, str] | None:
+        """(why, whose) when the candidate could not be run on the problem's own inputs: its own
+        failure ("candidate"), or it ran short of memory or disk ("kanalyze": every gate is then
+        undecided, runner._judge, and the other cases would run as short), else None."""
         for i in base:
             result = results[i]
-            if result.reference_ok and result.candidate is not None and result.candidate_failed():
+            if not result.reference_ok or result.candidate is None:
+                continue
+            if result.candidate_failed():
                 why = result.runs[0].failure() if result.runs else result.candidate_failure()
-                return f"the candidate fails on the problem's own inputs ({why[:300]})"
+                return f"the candidate fails on the problem's own inputs ({why[:300]})", "candidate"
+            if result.ran_short():
+                return (f"kanalyze could not run the candidate on the problem's own inputs "
+                        f"({result.kanalyze_failure()[:300]})", "kanalyze")
         return None
 
     def _add_steps(self, role: str, outcome: Outcome) -> None:

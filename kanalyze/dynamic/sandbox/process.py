@@ -63,13 +63,22 @@ class Limits:
         not the candidate: its arrays (inputs near 2^31 elements, their float64 copies)
         are not held to the candidate's file-size limit, and it stays in kanalyze's PID
         and IPC namespaces, from which CUDA IPC reaches the candidate's (device_share.py).
-        Every worker refuses new sockets, on a GPU once its device is open (confine.py)."""
+        Every worker refuses new sockets, on a GPU once its device is open (confine.py).  The
+        reference may use half the machine's memory on the CPU: a problem's unscaled weights (a
+        list of layer sizes is no knob) and their float64 copy can need more than 4 GiB."""
         from kanalyze.dynamic.sandbox.confine import AFTER_DEVICE, NOW
 
-        return {"memory_bytes": self.memory_bytes if mode == "cpu" else None,
+        memory = self.memory_bytes if role == "candidate" else _reference_memory(self.memory_bytes)
+        return {"memory_bytes": memory if mode == "cpu" else None, "candidate_memory_bytes": self.memory_bytes,
                 "file_bytes": self.file_bytes if role == "candidate" else None,
                 "process_margin": self.process_margin, "pid_namespace": role == "candidate",
                 "ipc_namespace": role == "candidate", "deny_sockets": NOW if mode == "cpu" else AFTER_DEVICE}
+
+
+def _reference_memory(candidate_bytes: int | None) -> int | None:
+    """The reference worker's limit on the CPU: a candidate's, or half the machine's memory."""
+    machine = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return None if candidate_bytes is None else max(candidate_bytes, machine // 2)
 
 
 @dataclass

@@ -49,8 +49,9 @@ KEPT_MODELS = 2                # models kept built (sizes, dtype, seed): most ca
 
 
 class ReferenceSide:
-    def __init__(self, harness: dict, device: str, recorder_factory) -> None:
+    def __init__(self, harness: dict, device: str, recorder_factory, budget_bytes: int | None = None) -> None:
         self.harness, self.device, self.recorder_factory = harness, device, recorder_factory
+        self.budget_bytes = budget_bytes   # what a candidate's worker is given of memory (worker.py)
         self._problems: dict[str, Problem] = {}
         self._models: dict[str, tuple] = {}
         self._states: dict[str, str] = {}   # model key -> the folder its state was saved in
@@ -125,6 +126,12 @@ class ReferenceSide:
             result["state_dtypes"] = [dtype_name(t.dtype) for t in state.values()]
             state_folder = self._saved_state(key, state, os.path.dirname(inputs_folder))
         result["model_key"] = key   # the candidate's worker keeps its model as long as this stays
+        # What the problem itself holds (its model, inputs and, below, outputs), beside what a
+        # candidate is given: a candidate's shortage of memory is weighed against both (causes.py).
+        held = sum(t.numel() * t.element_size() for t in (model.state_dict().values()
+                                                          if isinstance(model, torch.nn.Module) else ()))
+        held += sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+        result["budget_bytes"] = self.budget_bytes
         since = lap(seconds, "encode", since)
         recorder = self.recorder_factory() if case.get("record_ops") else None
         reductions = ReductionRecorder()
@@ -136,6 +143,7 @@ class ReferenceSide:
             result["reduction_length"] = reductions.longest
             synchronize(self.device)
             result["output"] = encode_output(out, "out", arrays)
+            result["problem_bytes"] = held + sum(result["output"]["nbytes"])
             del out
         except BaseException as exc:
             return {"status": "rejected", "error": describe_error(exc), "traceback": traceback_tail(exc)}
@@ -198,7 +206,8 @@ class ReferenceSide:
                 os.makedirs(parent, exist_ok=True)
                 partial = tempfile.mkdtemp(dir=parent, prefix=".saving-")
                 try:
-                    save_arrays(partial, {f"state{i}": tensor_to_numpy(t) for i, t in enumerate(state.values())})
+                    save_arrays(partial, {f"state{i}": tensor_to_numpy(t, shared=True)   # written at once
+                                          for i, t in enumerate(state.values())})
                     os.rename(partial, folder)
                 except OSError:
                     if not os.path.isdir(folder):   # not saved by the other worker meanwhile: a real failure

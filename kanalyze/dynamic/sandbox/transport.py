@@ -132,10 +132,11 @@ class ArrayFolder(Mapping):
 
 # ---------------------------------------------------------------- worker side (torch)
 
-def tensor_to_numpy(tensor: Any) -> np.ndarray:
+def tensor_to_numpy(tensor: Any, shared: bool = False) -> np.ndarray:
     """A torch tensor's values as a numpy array of its own (raw bits where numpy lacks the dtype).
     A tensor copied here anyway (from the device, or made contiguous) is not copied again: at a
-    problem's real size that second copy was gigabytes."""
+    problem's real size that second copy was gigabytes.  `shared`: the array may be a view of
+    the tensor's own memory, for a caller that writes it out before the tensor can change."""
     import torch
 
     t = tensor.detach()
@@ -147,7 +148,7 @@ def tensor_to_numpy(tensor: Any) -> np.ndarray:
         array = t.view(view).numpy().view(_RAW_BITS[name])
     else:
         array = t.numpy()
-    return array if own else array.copy()
+    return array if own or shared else array.copy()
 
 
 def numpy_to_tensor(array: np.ndarray, dtype: str, device: str = "cpu") -> Any:

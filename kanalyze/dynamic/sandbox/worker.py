@@ -165,7 +165,12 @@ def _start(role, mode, spec, harness, status, control, hiding, env, policy, seco
         side = CandidateSide(harness, device, None if import_error else module, env, phase,
                              device_share=spec.get("device_share", True))
     else:
-        side = ReferenceSide(harness, device, env.op_recorder)
+        # What a candidate's worker is given of memory: its limit on the CPU (the machine's without
+        # one), the device's on a GPU (causes.py weighs a candidate's shortage against it).
+        budget = (torch.cuda.get_device_properties(0).total_memory if mode == "cuda" else
+                  spec.get("limits", {}).get("candidate_memory_bytes")
+                  or os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        side = ReferenceSide(harness, device, env.op_recorder, budget)
     in_force = numerics.current()   # what the candidate's import left, if it changed anything
     _send(status, event="ready", error=None, import_error=import_error, confinement=confinement,
           numerics={"policy": policy, **({"changed_by_import": in_force} if in_force != policy else {})},
