@@ -119,7 +119,7 @@ class ReferenceSide:
         result["inputs"] = encode_list(values, "in", arrays)
         result["init_inputs"] = encode_list(init_inputs, "init", arrays)
         result["inputs_folder"] = inputs_folder = inputs_folder or out_base + ".inputs"
-        state_folder = None
+        state_folder, state = None, {}
         if isinstance(model, torch.nn.Module):
             state = model.state_dict()
             result["state"] = list(state)
@@ -128,9 +128,8 @@ class ReferenceSide:
         result["model_key"] = key   # the candidate's worker keeps its model as long as this stays
         # What the problem itself holds (its model, inputs and, below, outputs), beside what a
         # candidate is given: a candidate's shortage of memory is weighed against both (causes.py).
-        held = sum(t.numel() * t.element_size() for t in (model.state_dict().values()
-                                                          if isinstance(model, torch.nn.Module) else ()))
-        held += sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+        held = sum(t.numel() * t.element_size()
+                   for t in [*state.values(), *values] if isinstance(t, torch.Tensor))
         result["budget_bytes"] = self.budget_bytes
         since = lap(seconds, "encode", since)
         recorder = self.recorder_factory() if case.get("record_ops") else None
