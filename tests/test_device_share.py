@@ -133,3 +133,42 @@ def test_a_device_tensor_crosses_processes_and_a_lie_about_its_size_is_refused()
         child.stdin.write("\n")
         child.stdin.flush()
         child.wait(timeout=30)
+
+
+BUFFERS = textwrap.dedent("""
+    import json, sys
+    import torch
+    from kanalyze.dynamic.sandbox.device_share import export
+    x = torch.empty(1000, 1000, dtype=torch.float32, device="cuda")
+    flags = torch.empty(7, dtype=torch.bool, device="cuda")
+    print(json.dumps({"x": export(x), "flags": export(flags)}), flush=True)
+    sys.stdin.readline()   # filled by the other process
+    expected = torch.arange(10 ** 6, dtype=torch.float32, device="cuda").reshape(1000, 1000) / 3
+    print(json.dumps({"x": bool(torch.equal(x, expected)), "flags": flags.tolist()}), flush=True)
+""")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_present(), reason="needs a CUDA device")
+def test_inputs_are_written_into_buffers_another_process_allocated() -> None:
+    """A candidate's worker allocates its inputs' buffers and sends their handles; the reference
+    side writes into them (delivery.py): nothing of its own memory is mapped by the other."""
+    import torch
+
+    from kanalyze.dynamic.sandbox import device_share
+
+    child = subprocess.Popen([sys.executable, "-c", BUFFERS], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    try:
+        handles = json.loads(child.stdout.readline())
+        device_share.write(handles["x"], torch.arange(10 ** 6, dtype=torch.float32, device="cuda").reshape(1000, 1000) / 3)
+        device_share.write(handles["flags"], torch.tensor([True, False] * 3 + [True], device="cuda"))
+        with pytest.raises(device_share.Refused, match="a buffer of float32"):   # not the input it holds
+            device_share.write(handles["x"], torch.zeros(1000, 999, device="cuda"))
+        child.stdin.write("\n")
+        child.stdin.flush()
+        seen = json.loads(child.stdout.readline())
+        assert seen == {"x": True, "flags": [True, False] * 3 + [True]}
+    finally:
+        child.kill()
+        child.wait(timeout=30)

@@ -58,6 +58,8 @@ class Case:
             key.append("repeat")
         if self.gradients:          # ... and gradients for these
             key.append("gradients")
+        if self.return_inputs:      # ... and keeps the inputs, which kanalyze compares (MEM002)
+            key.append("inputs kept")
         return json.dumps(key, sort_keys=True)
 
     def to_dict(self) -> dict[str, Any]:

@@ -2,8 +2,11 @@
 
 The reference worker runs the problem, which is the benchmark's and trusted; it
 is also the session's judge of what crosses from the candidate's side.  Beside
-the cases (dispatch.run_cases) it answers three jobs, each with one `job-done`:
+the cases (dispatch.run_cases) it answers four jobs, each with one `job-done`:
 
+* `fill`: draw a case's inputs again as the candidate's case starts, and write them
+  into the device buffers the candidate's worker sent, or into a folder it is shown
+  (`Reader.deliver`; sandbox/delivery.py);
 * `ingest`: read what a candidate's worker shared on the device (CUDA IPC
   descriptors) and save it for this process (`Reader`, as each case ends);
 * `float64`: the float64 references the baseline's cases were run without, once
@@ -19,6 +22,7 @@ from __future__ import annotations
 import collections
 import itertools
 import os
+import shutil
 import time
 from typing import TYPE_CHECKING
 
@@ -84,13 +88,38 @@ class Reader:
         self.session, self.judge = session, judge
         self.count = 0
         self.seconds = 0.0
+        self._delivered: dict[int, str] = {}   # case index -> the folder its inputs were saved in
 
     def read(self, index: int, outcome: Outcome) -> Outcome:
         started = time.perf_counter()
+        shutil.rmtree(self._delivered.pop(index, ""), ignore_errors=True)   # read: no longer needed
         try:
             return self._read(outcome)
         finally:
             self.seconds += time.perf_counter() - started
+
+    def deliver(self, index: int, offered, handles) -> dict:
+        """The reply to a candidate's worker that asks for case `index`'s inputs (`offered` by its
+        reference): into the device buffers of `handles` (CUDA IPC), else into a fresh folder it
+        is shown; `error` when the reference worker cannot (kanalyze's failure)."""
+        if not isinstance(offered, dict):
+            return {"error": "kanalyze offered no inputs for this case"}
+        if handles is not None and not isinstance(handles, dict):
+            return {"error": "the candidate's worker sent no buffers kanalyze can read"}
+        folder = None
+        if handles is None:
+            self.count += 1
+            folder = self._delivered[index] = os.path.join(self.session.inputs, f"delivered-{self.count}")
+        try:
+            worker = self.judge or self.session.reference
+            worker.wait_ready()
+            answer = ask(worker, {"kind": "fill", "deliver": offered, "tensors": handles, "folder": folder},
+                         self.session.limits.case_seconds)
+        except (WorkerGone, ProtocolViolation, Unanswered) as exc:
+            return {"error": f"kanalyze's reference worker could not hand over the case's inputs: {exc}"}
+        if answer.get("error"):
+            return {"error": str(answer["error"])}
+        return {"folder": folder} if folder else {}
 
     def _read(self, outcome: Outcome) -> Outcome:
         shared = outcome.meta.pop("shared", None) if outcome.status == "done" else None

@@ -135,8 +135,11 @@ class Result:
 
     @cached_property
     def inputs(self) -> list[Leaf]:
+        """The reference's inputs where kanalyze kept them (MEM002 compares them; the others were
+        handed to the candidate's worker as its case started, sandbox/delivery.py, and a witness
+        regenerates them from the case's seed)."""
         return [Leaf(self.reference_arrays[i["key"]], i["dtype"]) for i in self.reference.meta.get("inputs", [])
-                if i["kind"] == "tensor"]
+                if i["kind"] == "tensor" and i["key"] in self.reference_arrays]
 
     # ------------------------------------------------------------ candidate
 

@@ -72,7 +72,13 @@ class Session:
         absolute = {**harness.to_dict(), "candidate": os.path.abspath(harness.candidate),
                     "problem": os.path.abspath(harness.problem)}
         # KANALYZE_DEVICE_SHARE=0: a candidate's outputs on a GPU go through files, not CUDA IPC.
-        self.spec = {"harness": absolute, "device_share": os.environ.get("KANALYZE_DEVICE_SHARE", "1") != "0"}
+        share = os.environ.get("KANALYZE_DEVICE_SHARE", "1") != "0"
+        # Inputs drawn again as the candidate's case starts (sandbox/delivery.py): on a GPU, where
+        # the reference worker reads the candidate's outputs anyway; KANALYZE_DELIVER_INPUTS=1|0
+        # says otherwise (on the CPU they are small, and a problem's cached references then
+        # serve later sessions with no reference worker at all).
+        deliver = os.environ.get("KANALYZE_DELIVER_INPUTS", "1" if mode == "cuda" and share else "0") != "0"
+        self.spec = {"harness": absolute, "device_share": share, "deliver_inputs": deliver}
         # What the reference worker saves for the candidates: the one folder of this session's
         # that a candidate's worker is shown (read-only), beside the cache's (mounts.py).
         self.inputs = os.path.join(self.root, "inputs")
@@ -349,7 +355,8 @@ class Session:
 
             outcomes, ready, worker = run_cases("candidate", self.mode, spec, runnable, self.limits, self.root,
                                                 job_extra=references, first_worker=worker, keep=True,
-                                                on_case=reader.read)
+                                                on_case=reader.read, on_inputs=lambda i, handles, results=results:
+                                                reader.deliver(i, results[i].reference.meta.get("deliver"), handles))
             self.candidates[variant] = worker   # None where it ended: the next call starts another
             if variant == "original" and ready:
                 self.environment.update(describe_ready(ready, "candidate"))

@@ -1,4 +1,8 @@
-"""A candidate's device tensors handed to the reference worker through CUDA IPC (imports torch).
+"""A candidate's device tensors and the reference worker, through CUDA IPC (imports torch).
+
+Both ways, the memory is the candidate's: its outputs are read from it (`read`), and its
+inputs are written into buffers it allocated (`write`, delivery.py).  No memory of the
+reference worker's is ever exported.
 
 On a GPU, what the candidate returned never goes through a file in the
 candidate's process: its worker copies each output into a tensor of its own
@@ -67,6 +71,24 @@ class Refused(ValueError):
 
 def read(descriptor) -> torch.Tensor:
     """A copy, in this process's memory on the device, of the tensor a descriptor names."""
+    return _mapped(descriptor).clone()
+
+
+def write(descriptor, value: torch.Tensor) -> None:
+    """Copy `value` into the tensor a descriptor names: a candidate's worker handing over a buffer
+    of its own for its inputs (sandbox/delivery.py).  Only the span of that one tensor is
+    written, inside the allocation the handle maps, and only where its dtype and shape are
+    `value`'s; the copy is complete on return."""
+    d = _checked(descriptor)
+    if d["dtype"] != dtype_name(value.dtype) or list(value.shape) != d["shape"]:
+        raise Refused(f"a buffer of {d['dtype']}{d['shape']} for a {dtype_name(value.dtype)}{list(value.shape)} input")
+    if value.numel():
+        _mapped(d).copy_(value)
+        torch.cuda.synchronize()
+
+
+def _mapped(descriptor) -> torch.Tensor:
+    """The tensor a descriptor names, mapped into this process (no copy)."""
     d = _checked(descriptor)
     item = torch.empty((), dtype=getattr(torch, d["dtype"])).element_size()
     numel = math.prod(d["shape"])
@@ -87,7 +109,7 @@ def read(descriptor) -> torch.Tensor:
                       f"({size} bytes)")
     view = torch.empty(0, dtype=getattr(torch, d["dtype"]), device=f"cuda:{d['device']}")
     view.set_(storage, d["offset"], d["shape"], _contiguous_strides(d["shape"]))
-    return view.clone()
+    return view
 
 
 def _checked(descriptor) -> dict:

@@ -21,13 +21,16 @@ _job_ids = itertools.count(1)
 
 def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], limits: Limits,
               scratch_root: str, job_extra=None, first_worker: Worker | None = None,
-              keep: bool = False, on_case=None, stop=None) -> tuple[dict[int, Outcome], dict, Worker | None]:
+              keep: bool = False, on_case=None, on_inputs=None,
+              stop=None) -> tuple[dict[int, Outcome], dict, Worker | None]:
     """Run every case through workers of `role`; one `Outcome` per case index.
 
     `job_extra(indices)` adds fields to the job (the candidate side's references).
     A candidate's worker waits after each case until its arrays are read into
     this process (`ack`), so that nothing it leaves running can change them later;
-    `on_case(index, outcome)` reads what the worker shared on the device (runner.py).
+    `on_case(index, outcome)` reads what the worker shared on the device (runner.py);
+    `on_inputs(index, handles)` answers a candidate's worker that asks for a case's inputs
+    as the case starts (delivery.py), with the reply to send it.
     `stop` (a threading.Event, for a caller on another thread: ahead.py) ends the run before
     its next worker: the cases left are `not-started`.
     Returns the outcomes, the first worker's `ready` message (versions,
@@ -98,6 +101,11 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
                             worker.send({"kind": "ack", "index": index})
                         except WorkerGone:
                             pass   # it ended after this case (a device fault): the next read says how
+                elif event.get("event") == "inputs":
+                    index = event.get("index")
+                    if role != "candidate" or on_inputs is None or index not in pending:
+                        raise ProtocolViolation(f"inputs asked for case {index!r}, which was not asked for")
+                    worker.send({"kind": "filled", "index": index, **on_inputs(index, event.get("tensors"))})
                 elif event.get("event") == "fatal":
                     restart = True
                     break

@@ -3,13 +3,15 @@
 Each side writes `case-N.json` (what happened) and `case-N.arrays/` (the
 arrays, transport.save_arrays) into the job's output folder; the parent reads
 both and decides.  The reference side (reference_side.py) saves what the
-candidate needs (inputs, the model's state) apart, in `case-N.inputs/`: that
-folder alone goes to the candidate's worker, never the reference's outputs.
-Nothing here judges a result.
+candidate needs of it (the model's state, inputs that a gate compares) apart, in
+`case-N.inputs/`: that folder alone goes to the candidate's worker, never the
+reference's outputs; the other inputs are drawn again and handed over when the
+candidate's case starts (delivery.py).  Nothing here judges a result.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import time
 import traceback
@@ -20,6 +22,7 @@ import torch
 from kanalyze.dynamic.cases import model_key, model_seed
 from kanalyze.dynamic.loading import build_candidate, load_matching_state, move
 from kanalyze.dynamic.results import FATAL_MARKERS
+from kanalyze.dynamic.sandbox import delivery
 from kanalyze.dynamic.sandbox.device_share import DeviceArrays, export, put
 from kanalyze.dynamic.sandbox.transport import dtype_name, flatten_value, numpy_to_tensor, save_arrays, tensor_to_numpy
 
@@ -38,12 +41,15 @@ def traceback_tail(exc: BaseException) -> str:
     return "".join(lines)[-3000:]
 
 
-def encode_list(values: list, prefix: str, arrays: dict) -> list[dict]:
+def encode_list(values: list, prefix: str, arrays: dict, keep: bool = True) -> list[dict]:
+    """How to rebuild `values` on the other side; their tensors go into `arrays` unless not `keep`
+    (inputs handed over when the candidate's case starts: delivery.py)."""
     described = []
     for i, value in enumerate(values):
         if isinstance(value, torch.Tensor):
             key = f"{prefix}{i}"
-            put(arrays, key, value)
+            if keep:
+                put(arrays, key, value)
             described.append({"kind": "tensor", "dtype": dtype_name(value.dtype), "key": key})
         else:
             try:
@@ -60,7 +66,9 @@ def decode_list(described: list[dict], arrays, device: str) -> list:
     out = []
     for item in described:
         if item["kind"] == "tensor":
-            out.append(numpy_to_tensor(arrays[item["key"]], item["dtype"], device))
+            value = arrays[item["key"]]   # a device tensor where it was handed over there (delivery.py)
+            out.append(value.to(device) if isinstance(value, torch.Tensor) else
+                       numpy_to_tensor(value, item["dtype"], device))
         elif item["kind"] == "value":
             out.append(item["value"])
         else:
@@ -139,6 +147,7 @@ class CandidateSide:
         self.exported: dict = {}   # the last case's device arrays, alive until the parent has read them
         self.calls = 0             # calls of the candidate in this worker (the first may set itself up)
         self.phase = phase
+        self.ask_inputs = None     # asks the parent for a case's inputs (worker.py; delivery.py)
         # (model key, model, the state restored before each case, whether it took the reference's)
         self.built: tuple | None = None
 
@@ -152,13 +161,19 @@ class CandidateSide:
         if self.built is not None and self.built[0] != key:
             self.built = None   # another size or dtype: that model's gigabytes go first
         try:
+            if reference.get("deliver"):   # the inputs come now, drawn again (delivery.py)
+                reference_arrays = collections.ChainMap(
+                    delivery.receive(reference["deliver"], self.device, self.device_share, self.ask_inputs),
+                    reference_arrays)
+                since = lap(seconds, "inputs", since)
             init_inputs = decode_list(reference["init_inputs"], reference_arrays, "cpu")
             base_inputs = decode_list(reference["inputs"], reference_arrays, self.device)
             state = {} if self.built is not None else {   # a kept model has its state
                 name: numpy_to_tensor(reference_arrays[f"state{i}"], dtype, self.device)
                 for i, (name, dtype) in enumerate(zip(reference.get("state", []), reference.get("state_dtypes", [])))}
         except BaseException as exc:  # kanalyze's own side: never the candidate's failure
-            result.update(status="internal", error=f"kanalyze could not prepare the inputs: {describe_error(exc)}",
+            why = str(exc) if isinstance(exc, delivery.Undelivered) else describe_error(exc)
+            result.update(status="internal", error=f"kanalyze could not prepare the inputs: {why}",
                           traceback=traceback_tail(exc))
             return result
         since = lap(seconds, "prepare", since)

@@ -376,7 +376,7 @@ def prestart_zygote(mode: str, limits: Limits | None = None, wait: bool = True) 
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-KNOWN_EVENTS = {"ready", "plan", "case", "fatal", "job-done", "phase"}
+KNOWN_EVENTS = {"ready", "plan", "case", "fatal", "job-done", "phase", "inputs"}
 
 
 def _parse_event(line: bytes) -> dict:

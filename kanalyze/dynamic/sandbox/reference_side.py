@@ -40,6 +40,7 @@ from kanalyze.dynamic import inputs as input_values
 from kanalyze.dynamic.cases import model_key, model_seed
 from kanalyze.dynamic.loading import Problem, move
 from kanalyze.dynamic.reductions import ReductionRecorder
+from kanalyze.dynamic.sandbox import delivery
 from kanalyze.dynamic.sandbox.execute import (CANDIDATE_SIDE_KEYS, REPEAT_SEED_OFFSET, describe_error, encode_list,
                                               encode_output, lap, seed_all, synchronize, traceback_tail)
 from kanalyze.dynamic.sandbox.transport import dtype_name, save_arrays, tensor_to_numpy
@@ -49,9 +50,11 @@ KEPT_MODELS = 2                # models kept built (sizes, dtype, seed): most ca
 
 
 class ReferenceSide:
-    def __init__(self, harness: dict, device: str, recorder_factory, budget_bytes: int | None = None) -> None:
+    def __init__(self, harness: dict, device: str, recorder_factory, budget_bytes: int | None = None,
+                 deliver: bool = False) -> None:
         self.harness, self.device, self.recorder_factory = harness, device, recorder_factory
         self.budget_bytes = budget_bytes   # what a candidate's worker is given of memory (worker.py)
+        self.deliver = deliver   # inputs drawn again when the candidate's case starts (delivery.py)
         self._problems: dict[str, Problem] = {}
         self._models: dict[str, tuple] = {}
         self._states: dict[str, str] = {}   # model key -> the folder its state was saved in
@@ -116,7 +119,15 @@ class ReferenceSide:
             since = lap(seconds, "inputs", since)
         except BaseException as exc:  # the problem rejects these sizes, or is broken
             return {"status": "rejected", "error": describe_error(exc), "traceback": traceback_tail(exc)}
-        result["inputs"] = encode_list(values, "in", arrays)
+        # The inputs are handed over when the candidate's case starts (delivery.py), except where
+        # a gate compares them in kanalyze (MEM002's `return_inputs`): those are saved below.
+        offered = delivery.offer(case) if self.deliver and not case.get("return_inputs") else None
+        result["inputs"] = encode_list(values, "in", arrays, keep=offered is None)
+        if offered is not None:
+            for i, value in enumerate(values):
+                if isinstance(value, torch.Tensor):
+                    delivery.describe(offered["arrays"], f"in{i}", value)
+            result["deliver"] = offered
         result["init_inputs"] = encode_list(init_inputs, "init", arrays)
         result["inputs_folder"] = inputs_folder = inputs_folder or out_base + ".inputs"
         state_folder, state = None, {}
@@ -162,7 +173,7 @@ class ReferenceSide:
                 result["gradients_error"] = describe_error(exc)
         if case.get("repeat_new_values"):
             try:
-                self._second_inputs(problem, model, case, result, arrays)
+                self._second_inputs(problem, model, case, result, arrays, offered)
             except BaseException as exc:
                 return {"status": "rejected", "error": f"second input set: {describe_error(exc)}",
                         "traceback": traceback_tail(exc)}
@@ -238,16 +249,56 @@ class ReferenceSide:
             if self.device == "cuda":
                 torch.cuda.empty_cache()
 
-    def _second_inputs(self, problem: Problem, model, case: dict, result: dict, arrays: dict) -> None:
+    def _second_inputs(self, problem: Problem, model, case: dict, result: dict, arrays: dict,
+                       offered: dict | None) -> None:
         """INT001's second call: new values of the same shapes (the problem's own `get_inputs`,
         another seed) and the reference's outputs for them, in the working dtype and float64."""
-        values = self.inputs(problem, {**case, "seed": case["seed"] + 1}, case["seed"] + 1 + REPEAT_SEED_OFFSET)
-        result["inputs2"] = encode_list(values, "second_in", arrays)
+        values = self._second_values(problem, case)
+        result["inputs2"] = encode_list(values, "second_in", arrays, keep=offered is None)
+        for i, value in enumerate(values):
+            if offered is not None and isinstance(value, torch.Tensor):
+                delivery.describe(offered["arrays"], f"second_in{i}", value)
         with torch.no_grad():
             out = model(*[v.clone() if isinstance(v, torch.Tensor) else v for v in values])
         synchronize(self.device)
         result["output2"] = encode_output(out, "second_out", arrays)
         self._float64(model, values, result, arrays, "output2_64", "second_out64_")
+
+    def _second_values(self, problem: Problem, case: dict) -> list:
+        return self.inputs(problem, {**case, "seed": case["seed"] + 1}, case["seed"] + 1 + REPEAT_SEED_OFFSET)
+
+    # ------------------------------------------------------------ inputs handed over (delivery.py)
+
+    def fill(self, offered: dict, handles: dict | None, folder: str | None) -> str | None:
+        """Draw a case's offered inputs again and hand them to the candidate's worker: into the
+        device buffers whose CUDA IPC `handles` it sent, else saved into `folder`.  None, or why
+        not (kanalyze's failure: the candidate's case cannot run)."""
+        from kanalyze.dynamic.sandbox.device_share import Refused, write
+
+        try:
+            case, wanted = offered["case"], offered["arrays"]
+            problem = self.problem(case["sizes"], case.get("dtype"))
+            drawn: dict = {}
+            if any(not key.startswith("second_") for key in wanted):
+                drawn.update((f"in{i}", v) for i, v in enumerate(self.inputs(problem, case, case["seed"] + 1)))
+            if any(key.startswith("second_") for key in wanted):
+                drawn.update((f"second_in{i}", v) for i, v in enumerate(self._second_values(problem, case)))
+            for key, spec in wanted.items():
+                if not isinstance(drawn.get(key), torch.Tensor) or delivery.digest(drawn[key]) != spec["digest"]:
+                    return (f"the problem's get_inputs drew other values for input {key} a second time under "
+                            f"the same seed: kanalyze cannot hand the candidate the reference's inputs")
+            if handles is None:
+                save_arrays(folder, {key: tensor_to_numpy(drawn[key], shared=True) for key in wanted})
+                return None
+            if not isinstance(handles, dict) or set(handles) != set(wanted):
+                return "the candidate's worker sent buffers for other inputs than the case's"
+            for key in wanted:
+                write(handles[key], drawn[key])
+            return None
+        except Refused as exc:
+            return f"kanalyze refused a buffer of the candidate's worker: {exc}"
+        except BaseException as exc:
+            return f"kanalyze could not draw the case's inputs again: {describe_error(exc)}"
 
     # ------------------------------------------------------------ withheld outputs
 

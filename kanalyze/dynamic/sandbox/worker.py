@@ -26,6 +26,7 @@ capture and cap.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -170,7 +171,7 @@ def _start(role, mode, spec, harness, status, control, hiding, env, policy, seco
         budget = (torch.cuda.get_device_properties(0).total_memory if mode == "cuda" else
                   spec.get("limits", {}).get("candidate_memory_bytes")
                   or os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-        side = ReferenceSide(harness, device, env.op_recorder, budget)
+        side = ReferenceSide(harness, device, env.op_recorder, budget, deliver=spec.get("deliver_inputs", False))
     in_force = numerics.current()   # what the candidate's import left, if it changed anything
     _send(status, event="ready", error=None, import_error=import_error, confinement=confinement,
           numerics={"policy": policy, **({"changed_by_import": in_force} if in_force != policy else {})},
@@ -203,6 +204,10 @@ def _serve_jobs(role, control, status, side, harness, import_error, device_map, 
                      for index in job["indices"]}
             _send(status, event="job-done", job=job.get("id"), results=later)
             continue
+        if job["kind"] == "fill" and role == "reference":   # a case's inputs for the candidate (delivery.py)
+            error = side.fill(job["deliver"], job.get("tensors"), job.get("folder"))
+            _send(status, event="job-done", job=job.get("id"), error=error)
+            continue
         if job["kind"] == "ingest" and role == "reference":   # a candidate's device arrays (CUDA IPC)
             from kanalyze.dynamic.sandbox.device_share import save_shared
 
@@ -221,6 +226,7 @@ def _serve_jobs(role, control, status, side, harness, import_error, device_map, 
                 result = side.run_call(case, out_base)
             else:
                 reference = job["references"][str(index)]
+                side.ask_inputs = functools.partial(_ask_inputs, status, control, job.get("id"), index)
                 result = side.run(case, reference["meta"], ArrayFolder(reference["arrays"]), out_base)
             with open(out_base + ".json", "w", encoding="utf-8") as handle:
                 json.dump(result, handle)
@@ -234,6 +240,16 @@ def _serve_jobs(role, control, status, side, harness, import_error, device_map, 
                     return 0   # the parent ended the job
         _send(status, event="job-done", job=job.get("id"))
     return 0
+
+
+def _ask_inputs(status, control, job, index: int, handles: dict | None) -> dict:
+    """Ask the parent for the case's inputs (delivery.py): into the device buffers of `handles`,
+    else into a folder its reply names; its reply, or why there is none."""
+    _send(status, event="inputs", job=job, index=index, tensors=handles)
+    reply = json.loads(control.readline() or "{}")
+    if reply.get("kind") != "filled" or reply.get("index") != index:
+        return {"error": "the parent ended the job before the inputs came"}
+    return reply
 
 
 def _plan(job: dict, harness: dict, device_map, case_sizes) -> dict:

@@ -1,0 +1,115 @@
+"""Inputs drawn again and handed over as the candidate's case starts (sandbox/delivery.py).
+
+On a GPU (and on the CPU with KANALYZE_DELIVER_INPUTS=1) the reference worker saves none
+of the inputs it drew (except those a gate compares in kanalyze): it offers how to draw
+them and a digest of each.  When the candidate's case
+starts, the session's reference worker draws them again and hands them over; the digests
+must match bit for bit.  A problem whose `get_inputs` draws other values under the same
+seed leaves its gates undecided with that reason: a candidate is never judged on inputs
+the reference did not see.  (On a GPU the handing over goes through CUDA IPC into
+buffers of the candidate's worker: tests/test_device_share.py.)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kanalyze.dynamic.cases import Case  # noqa: E402
+from kanalyze.dynamic.sandbox.delivery import digest  # noqa: E402
+from kanalyze.dynamic.sandbox.reference_side import ReferenceSide  # noqa: E402
+from kanalyze.dynamic.sandbox.transport import ArrayFolder, numpy_to_tensor  # noqa: E402
+
+KB = Path(__file__).resolve().parent.parent / "fixtures" / "kernelbench"
+PROBLEM = KB / "level1" / "8_linear_relu.py"
+SIZES = {"batch_size": 32, "in_features": 64, "out_features": 64}
+
+
+def test_a_digest_tells_every_bit_and_every_position() -> None:
+    x = torch.randn(3, 1000)
+    assert digest(x) == digest(x.clone())
+    flipped = x.clone()
+    flipped.view(torch.int32)[1, 7] ^= 1   # the last bit of one element
+    swapped = x.clone()
+    swapped[:, [0, 1]] = swapped[:, [1, 0]]
+    shaped = x.reshape(1000, 3)
+    assert len({digest(x), digest(flipped), digest(swapped), digest(shaped), digest(x.double())}) == 5
+    for odd in (torch.tensor([True, False, True]), torch.zeros(0, 4), torch.ones(5, dtype=torch.bfloat16),
+                torch.arange(7, dtype=torch.int8), torch.tensor(2.5)):
+        assert digest(odd) == digest(odd.clone())
+    assert digest(torch.tensor([True, False, True])) != digest(torch.tensor([True, True, False]))
+
+
+def _case(seed: int, **more) -> dict:
+    return Case(f"c{seed}", "CMP001", dict(SIZES), seed=seed, model_seed=0, **more).to_dict()
+
+
+def test_another_reference_worker_draws_the_same_inputs_again(tmp_path: Path) -> None:
+    first = ReferenceSide({"kind": "kernelbench", "problem": str(PROBLEM)}, "cpu", lambda: None, deliver=True)
+    result = first.run(_case(3, repeat_new_values=True), str(tmp_path / "case-3"), str(tmp_path / "inputs-3"))
+    assert result["status"] == "ok"
+    offered = result["deliver"]
+    assert sorted(offered["arrays"]) == ["in0", "second_in0"]
+    assert not (tmp_path / "inputs-3" / "in0.npy").exists(), "drawn again, not saved"
+
+    second = ReferenceSide({"kind": "kernelbench", "problem": str(PROBLEM)}, "cpu", lambda: None, deliver=True)
+    assert second.fill(offered, None, str(tmp_path / "delivered")) is None
+    folder = ArrayFolder(str(tmp_path / "delivered"))
+    for key, spec in offered["arrays"].items():
+        assert digest(numpy_to_tensor(folder[key], spec["dtype"])) == spec["digest"]
+
+    forged = {**offered, "arrays": {**offered["arrays"], "in0": {**offered["arrays"]["in0"], "digest": "float32:0:0"}}}
+    assert "drew other values for input in0" in second.fill(forged, None, str(tmp_path / "again"))
+    assert "other inputs than the case's" in second.fill(offered, {"in0": {}}, None)
+
+
+def test_inputs_a_gate_compares_are_saved_with_the_reference(tmp_path: Path) -> None:
+    side = ReferenceSide({"kind": "kernelbench", "problem": str(PROBLEM)}, "cpu", lambda: None, deliver=True)
+    result = side.run(_case(4, return_inputs=True), str(tmp_path / "case-4"), str(tmp_path / "inputs-4"))
+    assert "deliver" not in result and (tmp_path / "inputs-4" / "in0.npy").exists()
+
+
+def test_a_problem_that_draws_other_inputs_each_time_is_undecided_not_judged(tmp_path: Path) -> None:
+    """`get_inputs` that reads the clock: the candidate's worker cannot be given the reference's
+    inputs, so its gates say why they could not decide; nothing is confirmed against it."""
+    problem = tmp_path / "clocked_problem.py"
+    problem.write_text((KB / "level1" / "10_scale.py").read_text().replace(
+        "    return [torch.randn(batch_size, dim)]",
+        "    import time\n    return [torch.randn(batch_size, dim) + time.perf_counter_ns() % 997]", 1))
+    candidate = tmp_path / "scale.py"
+    candidate.write_text((KB / "candidates" / "level1_problem10_scale_plain.py").read_text())
+    done = subprocess.run([sys.executable, "-m", "kanalyze", "check", candidate.name, "--gates", "EXC001",
+                           "--reference", problem.name, "--device", "cpu", "--no-cache", "--output-format", "json"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                          env={**os.environ, "KANALYZE_DELIVER_INPUTS": "1"})   # (the CPU's default: saved)
+    assert "drew other values for input in0 a second time" in done.stderr + done.stdout, done.stderr[-2000:]
+    assert '"confirmed"' not in done.stdout, done.stdout[-2000:]
+
+
+def test_a_session_hands_the_inputs_over_as_each_case_starts(monkeypatch) -> None:
+    """Every gate of a plant and its twin, their inputs drawn again for each case (the protocol
+    a GPU run uses, through folders here): the same verdicts as with the inputs saved."""
+    from kanalyze.dynamic.harness import find_harness
+    from kanalyze.dynamic.reference_cache import REFERENCES
+    from kanalyze.dynamic.runner import Options, run_gates
+    from kanalyze.dynamic.sandbox.process import Limits
+
+    verdicts = {}
+    for deliver in ("0", "1"):
+        monkeypatch.setenv("KANALYZE_DELIVER_INPUTS", deliver)
+        for name, codes in (("level1_problem2_tanh_exp_ratio.py", ["EXC001", "CMP003"]),
+                            ("level1_problem6_leaky_relu_cached_result.py", ["INT001", "MEM002"])):
+            REFERENCES.clear()
+            harness = find_harness(str(KB / "candidates" / name), kernelbench=str(KB))
+            run = run_gates(harness, codes, options=Options(mode="cpu", limits=Limits(case_seconds=60)))
+            verdicts.setdefault(deliver, []).extend(sorted((name, v.code, v.status) for v in run.verdicts))
+    assert verdicts["1"] == verdicts["0"], verdicts
+    assert {("level1_problem2_tanh_exp_ratio.py", "EXC001", "confirmed"),
+            ("level1_problem6_leaky_relu_cached_result.py", "INT001", "confirmed"),
+            ("level1_problem6_leaky_relu_cached_result.py", "MEM002", "refuted")} <= set(verdicts["1"]), verdicts
