@@ -10,7 +10,8 @@ this one run, side by side:
                gates the static flags call for), JSON output;
   all          with `--all`, the same with `--gates all`.
 
-Prints per pair the times and the verdicts, then the medians and their ratios, the count of
+Prints per pair the times, the verdicts and the peak disk use of the temporary folder's disk
+during each kanalyze column (sampled every 0.1 s), then the medians and their ratios, the count of
 verdicts per status, and the verdicts that blame kanalyze itself (an `unconfirmed` whose
 reason is kanalyze's worker); `--json` keeps every number.
 
@@ -24,8 +25,11 @@ import argparse
 import json
 import os
 import statistics
+import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -49,8 +53,10 @@ def kanalyze(problem: str, candidate: str, device: str, timeout: float, gates: s
     if gates:
         command += ["--gates", gates]
     started = time.perf_counter()
+    disk = DiskPeak()
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        with disk:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
         findings = json.loads(done.stdout) if done.stdout.strip().startswith(("[", "{")) else None
         error = None if findings is not None else (done.stderr.strip().splitlines() or ["no output"])[-1]
     except subprocess.TimeoutExpired:
@@ -61,7 +67,31 @@ def kanalyze(problem: str, candidate: str, device: str, timeout: float, gates: s
     # where the gate run's time went (plan, reference, candidate, read_back, release, judge)
     phases = next(((f.get("evidence") or {}).get("gate_seconds") for f in findings or []
                    if (f.get("evidence") or {}).get("gate_seconds")), None)
-    return {"seconds": time.perf_counter() - started, "error": error, "verdicts": verdicts, "phases": phases}
+    return {"seconds": time.perf_counter() - started, "error": error, "verdicts": verdicts, "phases": phases,
+            "disk_bytes": disk.peak}
+
+
+class DiskPeak:
+    """The most the temporary folder's disk held above what it held at the start, sampled every
+    0.1 s in a thread while the block runs (other processes' use on that disk counts too)."""
+
+    def __init__(self) -> None:
+        self.folder = tempfile.gettempdir()
+        self.peak = 0
+        self._done = threading.Event()
+
+    def _watch(self, start: int) -> None:
+        while not self._done.wait(0.1):
+            self.peak = max(self.peak, shutil.disk_usage(self.folder).used - start)
+
+    def __enter__(self) -> "DiskPeak":
+        self._thread = threading.Thread(target=self._watch, args=(shutil.disk_usage(self.folder).used,), daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
 
 
 def blames_kanalyze(verdict: dict) -> bool:
@@ -94,7 +124,8 @@ def main() -> int:
         rows.append(row)
         shown = ", ".join(f"{v['code']} {v['status']}" for v in row["targeted"]["verdicts"]) or "no verdict"
         print(f"[{n}/{len(pairs)}] {Path(candidate).name}: kb {row['kernelbench']['verdict']} "
-              f"{row['kernelbench']['seconds']:.1f} s, targeted {row['targeted']['seconds']:.1f} s: {shown}"
+              f"{row['kernelbench']['seconds']:.1f} s, targeted {row['targeted']['seconds']:.1f} s "
+              f"(disk {row['targeted']['disk_bytes'] / 2 ** 20:.0f} MiB): {shown}"
               + (f" ({row['targeted']['error']})" if row["targeted"]["error"] else ""), flush=True)
         if row["targeted"]["phases"]:
             print("    seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in row["targeted"]["phases"].items()), flush=True)
@@ -102,7 +133,8 @@ def main() -> int:
             print(f"    {(v['result'] or '')[:220]}", flush=True)
         if args.all:
             every = ", ".join(f"{v['code']} {v['status']}" for v in row["all"]["verdicts"]) or "no verdict"
-            print(f"    all gates {row['all']['seconds']:.1f} s: {every}"
+            print(f"    all gates {row['all']['seconds']:.1f} s (disk {row['all']['disk_bytes'] / 2 ** 20:.0f} MiB): "
+                  f"{every}"
                   + (f" ({row['all']['error']})" if row["all"]["error"] else ""), flush=True)
             if row["all"]["phases"]:
                 print("    seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in row["all"]["phases"].items()), flush=True)
@@ -122,6 +154,9 @@ def summarize(rows: list[dict], with_all: bool) -> None:
         median = statistics.median(r[column]["seconds"] for r in rows)
         print(f", {column} {median:.2f} ({median / kb:.2f}x)", end="")
     print()
+    for column in ("targeted", "all") if with_all else ("targeted",):
+        peaks = [r[column].get("disk_bytes", 0) / 2 ** 20 for r in rows]
+        print(f"{column}: peak disk use per pair, median {statistics.median(peaks):.0f} MiB, most {max(peaks):.0f} MiB")
     for column in ("targeted", "all") if with_all else ("targeted",):
         statuses: dict[str, int] = {}
         for r in rows:
