@@ -380,3 +380,41 @@ def test_gates_that_decide_nothing_are_said_even_with_no_flag(tmp_path: Path) ->
                           capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert "scale.py: EXC001 could not be decided: the reference rejects these sizes: " \
            "RuntimeError: no weights here" in done.stderr, done.stderr
+
+
+def test_outputs_lost_to_a_full_disk_cost_their_own_cases_only(tmp_path: Path, monkeypatch) -> None:
+    """The reference worker saves what it withheld case by case: a case whose arrays the disk
+    cannot take is said lost (its value gates cannot judge, with why), the others are saved,
+    the worker goes on, and what needs no arrays (the ops it recorded) still decides."""
+    import numpy as np
+    import pytest
+
+    from kanalyze.dynamic.gates.base import CannotJudge
+    from kanalyze.dynamic.sandbox import reference_side
+    from kanalyze.dynamic.sandbox.transport import NoRoom, save_arrays
+    from kanalyze.dynamic.session import _with_outputs
+
+    side = reference_side.ReferenceSide({}, "cpu", lambda: None)
+    big, small = str(tmp_path / "case-1.arrays"), str(tmp_path / "case-2.arrays")
+    side._withhold(big, {"out0": np.ones(1000)})
+    side._withhold(small, {"out0": np.ones(3)})
+
+    def short_of_room(folder, arrays):
+        if folder == big:
+            raise NoRoom("no room for 2.91 GiB of arrays")
+        save_arrays(folder, arrays)
+
+    monkeypatch.setattr(reference_side, "save_arrays", short_of_room)
+    lost = side.release()
+    assert list(lost) == [big] and "NoRoom: no room for 2.91 GiB" in lost[big]
+    assert np.array_equal(np.load(Path(small) / "out0.npy"), np.ones(3))
+
+    meta = {"status": "ok", "withheld": True, "inputs": [], "init_inputs": [], "ops": {"aten::mm": 1},
+            "output": {"structure": "tensor", "dtypes": ["float64"], "prefix": "out", "nbytes": [8000],
+                       "shapes": [[1000]]}}
+    kept = _with_outputs(Outcome("done", meta=meta, arrays=small), lost)
+    gone = _with_outputs(Outcome("done", meta=meta, arrays=big), lost)
+    assert kept.meta == meta and gone.status == "done" and gone.meta["ops"] == {"aten::mm": 1}
+    with pytest.raises(CannotJudge, match="could not save the reference's outputs"):
+        Result(Case("c", "EXC001", {}), gone).expected
+    assert _with_outputs(Outcome("done", meta=meta, arrays=small), "it ended").status == "crashed"

@@ -129,8 +129,8 @@ class SecondReference:
         self.seconds = self._job.seconds
         return outcomes
 
-    def release(self) -> str | None:
-        """As reference_jobs.release: None once its withheld outputs are saved, else why not."""
+    def release(self) -> str | dict[str, str]:
+        """As reference_jobs.release: the outputs it withheld that were lost, or why all were."""
         return release(self.worker, self.limits)
 
     def close(self) -> dict[int, Outcome]:

@@ -56,16 +56,17 @@ def ask(worker: Worker, job: dict, seconds: float) -> dict:
         raise Unanswered(f"it ended: {exc}") from exc
 
 
-def release(judge: Worker | None, limits: Limits) -> str | None:
-    """Ask the reference worker for the outputs it withheld while candidates ran; None when
-    they are saved, else why not (they are then lost with the worker)."""
+def release(judge: Worker | None, limits: Limits) -> str | dict[str, str]:
+    """Ask the reference worker for the outputs it withheld while candidates ran: {arrays folder:
+    why it was not saved} for the cases whose outputs were lost (empty when all were saved), or
+    why none were (the worker ended: they are lost with it)."""
     if judge is None:
         return "kanalyze's reference worker ended before it handed over the reference's outputs"
     try:
-        ask(judge, {"kind": "release"}, limits.case_seconds)
-        return None
+        lost = ask(judge, {"kind": "release"}, limits.case_seconds).get("lost") or {}
     except Unanswered as exc:
         return f"kanalyze's reference worker did not hand over the reference's outputs: {exc}"
+    return {str(k): str(v) for k, v in lost.items()} if isinstance(lost, dict) else {}
 
 
 def float64_later(worker: Worker, indices: list[int], limits: Limits) -> tuple[dict, str]:

@@ -118,11 +118,21 @@ class Result:
 
     @cached_property
     def expected(self) -> list[Leaf] | None:
+        self._arrays_kept()
         return leaves(self.reference.meta.get("output"), self.reference_arrays)
 
     @cached_property
     def expected64(self) -> list[Leaf] | None:
+        self._arrays_kept()
         return leaves(self.reference.meta.get("output64"), self.reference_arrays)
+
+    def _arrays_kept(self) -> None:
+        """CannotJudge (gates/base.py) where the reference's outputs were lost after it ran."""
+        lost = self.reference.meta.get("arrays_lost")
+        if lost:
+            from kanalyze.dynamic.gates.base import CannotJudge
+
+            raise CannotJudge(str(lost))
 
     @property
     def reduction_terms(self) -> int:

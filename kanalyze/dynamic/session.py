@@ -400,11 +400,20 @@ class Session:
         remove_scratch_root(self.root)
 
 
-def _with_outputs(outcome: Outcome, released: str | None) -> Outcome:
-    """The reference's outcome, or a crash when its withheld outputs were lost."""
-    if released is None or outcome.status != "done" or not outcome.meta.get("withheld"):
+def _with_outputs(outcome: Outcome, released: str | dict | None) -> Outcome:
+    """The reference's outcome once it handed over its withheld outputs (`released`:
+    reference_jobs.release).  Where the worker ended, a crash; where it could not save this
+    case's arrays (the disk ran short), the outcome says so (`arrays_lost`): the gates that
+    compare values say they cannot judge, the others (the ops it recorded) still can."""
+    if not released or outcome.status != "done" or not outcome.meta.get("withheld"):
         return outcome
-    return Outcome("crashed", detail=released, output=outcome.output)
+    if not isinstance(released, dict):
+        return Outcome("crashed", detail=released, output=outcome.output)
+    why = released.get(outcome.arrays)
+    if why is None:
+        return outcome
+    return Outcome("done", meta={**outcome.meta, "arrays_lost": why}, arrays=outcome.arrays, inputs=outcome.inputs,
+                   output=outcome.output)
 
 
 __all__ = ["BASELINE", "MAX_NUMEL", "NO_REFERENCE", "Session"]

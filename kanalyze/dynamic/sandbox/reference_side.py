@@ -311,13 +311,21 @@ class ReferenceSide:
         self._withheld_bytes += size
         return True
 
-    def release(self) -> None:
-        """Save every withheld output (the candidate's workers have ended)."""
+    def release(self) -> dict[str, str]:
+        """Save every withheld output (the candidate's workers have ended); returns the folders
+        that could not be saved (the disk ran short: NoRoom), each with why.  One such case
+        costs its own arrays only: the others are saved, and this worker goes on."""
+        lost: dict[str, str] = {}
         for folder, arrays in self._withheld.items():
-            save_arrays(folder, arrays)
+            try:
+                save_arrays(folder, arrays)
+            except OSError as exc:   # NoRoom included
+                shutil.rmtree(folder, ignore_errors=True)
+                lost[folder] = f"kanalyze could not save the reference's outputs: {describe_error(exc)}"
         self._withheld.clear()
         self._withheld_bytes = 0
         self._later.clear()   # a float64 reference never asked for: its candidate failed first
+        return lost
 
 
 def _link_files(folder: str, into: str) -> None:

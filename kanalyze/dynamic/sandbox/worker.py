@@ -196,8 +196,7 @@ def _serve_jobs(role, control, status, side, harness, import_error, device_map, 
             _send(status, event="plan", sizes=_plan(job, harness, device_map, case_sizes))
             continue
         if job["kind"] == "release":   # the reference's withheld outputs, now that no candidate runs
-            side.release()
-            _send(status, event="job-done", job=job.get("id"))
+            _send(status, event="job-done", job=job.get("id"), lost=side.release())
             continue
         if job["kind"] == "float64" and role == "reference":   # the baseline's, once the candidate ran there
             later = {str(index): side.float64_later(os.path.join(job["out"], f"case-{index}"))
