@@ -22,6 +22,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kanalyze.dynamic.cases import Case  # noqa: E402
+from kanalyze.dynamic.runner import cuda_present  # noqa: E402
 from kanalyze.dynamic.sandbox.delivery import digest  # noqa: E402
 from kanalyze.dynamic.sandbox.reference_side import ReferenceSide  # noqa: E402
 from kanalyze.dynamic.sandbox.transport import ArrayFolder, numpy_to_tensor  # noqa: E402
@@ -113,3 +114,46 @@ def test_a_session_hands_the_inputs_over_as_each_case_starts(monkeypatch) -> Non
     assert {("level1_problem2_tanh_exp_ratio.py", "EXC001", "confirmed"),
             ("level1_problem6_leaky_relu_cached_result.py", "INT001", "confirmed"),
             ("level1_problem6_leaky_relu_cached_result.py", "MEM002", "refuted")} <= set(verdicts["1"]), verdicts
+
+
+def test_the_state_is_offered_not_saved_and_drawn_again_from_the_same_seed(tmp_path: Path) -> None:
+    side = ReferenceSide({"kind": "kernelbench", "problem": str(PROBLEM)}, "cpu", lambda: None, deliver=True)
+    result = side.run(_case(5), str(tmp_path / "case-5"), str(tmp_path / "inputs-5"))
+    offered = result["deliver_state"]
+    assert result["state"] == ["linear.weight", "linear.bias"] and sorted(offered["arrays"]) == ["state0", "state1"]
+    assert not (tmp_path / "inputs-5" / "state0.npy").exists()
+    other = ReferenceSide({"kind": "kernelbench", "problem": str(PROBLEM)}, "cpu", lambda: None, deliver=True)
+    assert other.fill(offered, None, str(tmp_path / "state")) is None
+    folder = ArrayFolder(str(tmp_path / "state"))
+    assert all(digest(numpy_to_tensor(folder[k], s["dtype"])) == s["digest"] for k, s in offered["arrays"].items())
+
+
+GPU = pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not cuda_present(), reason="needs a CUDA device")])
+
+
+@pytest.mark.parametrize("mode", ["cpu", GPU])
+@pytest.mark.parametrize("init, crosses", [("", False), ("        torch.nn.init.zeros_(self.linear.weight)\n", True)])
+def test_a_candidate_gets_the_reference_s_weights_only_where_its_own_differ(tmp_path, monkeypatch, init, crosses,
+                                                                            mode) -> None:
+    """A ModelNew with the problem's parameters, seeded alike, already holds the reference's
+    weights: nothing crosses.  One whose own values differ (zeroed here) is given them, and then
+    computes what the reference does: a failed hand-over would show as a wrong value (CMP001).
+    On a GPU (where handing over is the default) through CUDA IPC into the candidate's buffers."""
+    from kanalyze.dynamic.harness import find_harness
+    from kanalyze.dynamic.reference_cache import REFERENCES
+    from kanalyze.dynamic.runner import Options, run_gates
+    from kanalyze.dynamic.sandbox.process import Limits
+
+    source = (KB / "candidates" / "level1_problem8_linear_relu_fused.py").read_text()
+    marker = "        self.linear = nn.Linear(in_features, out_features)\n"
+    candidate = tmp_path / "level1_problem8_linear_relu_own_init.py"
+    candidate.write_text(source.replace(marker, marker + init, 1))
+    if mode == "cpu":
+        monkeypatch.setenv("KANALYZE_DELIVER_INPUTS", "1")
+    REFERENCES.clear()
+    run = run_gates(find_harness(str(candidate), kernelbench=str(KB)), ["CMP001"],
+                    options=Options(mode=mode, limits=Limits(case_seconds=60)))
+    assert [(v.code, v.status) for v in run.verdicts] == [("CMP001", "refuted")], run.verdicts
+    steps = run.environment["seconds"]
+    assert steps.get("candidate.inputs", 0.0) > 0   # the inputs were handed over as each case started
+    assert ("candidate.state" in steps) == crosses, steps

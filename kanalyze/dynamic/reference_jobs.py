@@ -99,12 +99,14 @@ class Reader:
         finally:
             self.seconds += time.perf_counter() - started
 
-    def deliver(self, index: int, offered, handles) -> dict:
-        """The reply to a candidate's worker that asks for case `index`'s inputs (`offered` by its
-        reference): into the device buffers of `handles` (CUDA IPC), else into a fresh folder it
-        is shown; `error` when the reference worker cannot (kanalyze's failure)."""
+    def deliver(self, index: int, reference: dict, what, handles) -> dict:
+        """The reply to a candidate's worker that asks for case `index`'s inputs or its model's
+        state (`what`), as its reference (`reference`, its meta) offered them: into the device
+        buffers of `handles` (CUDA IPC), else into a fresh folder it is shown; `error` when
+        the reference worker cannot (kanalyze's failure)."""
+        offered = reference.get({"inputs": "deliver", "state": "deliver_state"}.get(what, ""))
         if not isinstance(offered, dict):
-            return {"error": "kanalyze offered no inputs for this case"}
+            return {"error": f"kanalyze offered no {what} for this case"}
         if handles is not None and not isinstance(handles, dict):
             return {"error": "the candidate's worker sent no buffers kanalyze can read"}
         folder = None

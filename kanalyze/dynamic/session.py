@@ -355,8 +355,8 @@ class Session:
 
             outcomes, ready, worker = run_cases("candidate", self.mode, spec, runnable, self.limits, self.root,
                                                 job_extra=references, first_worker=worker, keep=True,
-                                                on_case=reader.read, on_inputs=lambda i, handles, results=results:
-                                                reader.deliver(i, results[i].reference.meta.get("deliver"), handles))
+                                                on_case=reader.read, on_inputs=lambda i, what, handles, results=results:
+                                                reader.deliver(i, results[i].reference.meta, what, handles))
             self.candidates[variant] = worker   # None where it ended: the next call starts another
             if variant == "original" and ready:
                 self.environment.update(describe_ready(ready, "candidate"))

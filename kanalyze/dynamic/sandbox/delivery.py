@@ -25,14 +25,10 @@ reference (reference_side.py): the parent must read them.
 
 from __future__ import annotations
 
-import re
-
 import torch
 
-# The arrays handed over this way: the call's inputs and INT001's second input set.
-DELIVERED = re.compile(r"(second_)?in\d+")
-# What `ReferenceSide.inputs` draws from: the rest of a case does not change its inputs.
-DRAWN_FROM = ("sizes", "dtype", "seed", "distribution", "special")
+# What `ReferenceSide.inputs` and `.model` draw from: the rest of a case changes neither.
+DRAWN_FROM = ("sizes", "dtype", "seed", "distribution", "special", "model_seed")
 _CHUNK = 1 << 22   # elements a digest reads at once (32 MiB of int64 on the device)
 
 

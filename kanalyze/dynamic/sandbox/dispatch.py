@@ -29,8 +29,8 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
     A candidate's worker waits after each case until its arrays are read into
     this process (`ack`), so that nothing it leaves running can change them later;
     `on_case(index, outcome)` reads what the worker shared on the device (runner.py);
-    `on_inputs(index, handles)` answers a candidate's worker that asks for a case's inputs
-    as the case starts (delivery.py), with the reply to send it.
+    `on_inputs(index, what, handles)` answers a candidate's worker that asks for a case's
+    inputs or its model's state (delivery.py), with the reply to send it.
     `stop` (a threading.Event, for a caller on another thread: ahead.py) ends the run before
     its next worker: the cases left are `not-started`.
     Returns the outcomes, the first worker's `ready` message (versions,
@@ -105,7 +105,8 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
                     index = event.get("index")
                     if role != "candidate" or on_inputs is None or index not in pending:
                         raise ProtocolViolation(f"inputs asked for case {index!r}, which was not asked for")
-                    worker.send({"kind": "filled", "index": index, **on_inputs(index, event.get("tensors"))})
+                    reply = on_inputs(index, event.get("what"), event.get("tensors"))
+                    worker.send({"kind": "filled", "index": index, **reply})
                 elif event.get("event") == "fatal":
                     restart = True
                     break

@@ -12,6 +12,7 @@ candidate's case starts (delivery.py).  Nothing here judges a result.
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import time
 import traceback
@@ -163,14 +164,16 @@ class CandidateSide:
         try:
             if reference.get("deliver"):   # the inputs come now, drawn again (delivery.py)
                 reference_arrays = collections.ChainMap(
-                    delivery.receive(reference["deliver"], self.device, self.device_share, self.ask_inputs),
-                    reference_arrays)
+                    delivery.receive(reference["deliver"], self.device, self.device_share,
+                                     functools.partial(self.ask_inputs, "inputs")), reference_arrays)
                 since = lap(seconds, "inputs", since)
             init_inputs = decode_list(reference["init_inputs"], reference_arrays, "cpu")
             base_inputs = decode_list(reference["inputs"], reference_arrays, self.device)
-            state = {} if self.built is not None else {   # a kept model has its state
+            # A kept model has its state; an offered state (delivery.py) is taken once it is built.
+            state = {} if self.built is not None or reference.get("deliver_state") else {
                 name: numpy_to_tensor(reference_arrays[f"state{i}"], dtype, self.device)
                 for i, (name, dtype) in enumerate(zip(reference.get("state", []), reference.get("state_dtypes", [])))}
+            offered_state = reference.get("deliver_state") if self.built is None else None
         except BaseException as exc:  # kanalyze's own side: never the candidate's failure
             why = str(exc) if isinstance(exc, delivery.Undelivered) else describe_error(exc)
             result.update(status="internal", error=f"kanalyze could not prepare the inputs: {why}",
@@ -187,6 +190,17 @@ class CandidateSide:
             return result
         finally:
             self.phase("kanalyze")
+        if offered_state:
+            try:
+                result["state_loaded"], crossed = self._offered_state(reference, offered_state)
+                if crossed:
+                    since = lap(seconds, "state", since)
+            except BaseException as exc:   # kanalyze's own side: never the candidate's failure
+                self.built = None
+                why = str(exc) if isinstance(exc, delivery.Undelivered) else describe_error(exc)
+                result.update(status="internal", error=f"kanalyze could not give the model its state: {why}",
+                              traceback=traceback_tail(exc))
+                return result
         model = self.built[1]
         seed_all(case["seed"])
         since = lap(seconds, "model", since)
@@ -230,6 +244,32 @@ class CandidateSide:
                 model.load_state_dict(state)
             model.zero_grad(set_to_none=True)
         return loaded
+
+    def _offered_state(self, reference: dict, offered: dict) -> tuple[bool, bool]:
+        """Give a model just built the reference's initial state (offered, not saved: delivery.py)
+        where it has the same parameters: nothing crosses where its own seeded values already
+        are the reference's, bit for bit; else it is handed over.  (whether it has that state,
+        whether it crossed)."""
+        key, model, _, _ = self.built
+        names, wanted = reference.get("state", []), offered.get("arrays", {})
+        own = model.state_dict() if isinstance(model, torch.nn.Module) else {}
+        specs = {name: wanted.get(f"state{i}", {}) for i, name in enumerate(names)}
+        if not own or set(own) != set(specs) or any(list(own[n].shape) != specs[n].get("shape") for n in own):
+            return False, False   # other parameters: it keeps its own seeded ones (as load_matching_state)
+        if all(dtype_name(own[n].dtype) == specs[n].get("dtype") and delivery.digest(own[n]) == specs[n].get("digest")
+               for n in own):
+            self.built = (key, model, self.built[2], True)
+            return True, False
+        given = delivery.receive(offered, self.device, self.device_share, functools.partial(self.ask_inputs, "state"))
+        state = {name: decode_list([{"kind": "tensor", "dtype": specs[name]["dtype"], "key": f"state{i}"}],
+                                   given, self.device)[0] for i, name in enumerate(names)}
+        self.phase("candidate")   # its own loading hooks may run
+        try:
+            load_matching_state(model, state)
+        finally:
+            self.phase("kanalyze")
+        self.built = (key, model, {n: v.detach().clone() for n, v in model.state_dict().items()}, True)
+        return True, True
 
     def _finish(self, arrays: dict, out_base: str, result: dict) -> None:
         """Save the case's arrays; on a GPU, export the device ones instead (device_share.py), or

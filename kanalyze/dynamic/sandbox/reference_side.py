@@ -58,6 +58,7 @@ class ReferenceSide:
         self._problems: dict[str, Problem] = {}
         self._models: dict[str, tuple] = {}
         self._states: dict[str, str] = {}   # model key -> the folder its state was saved in
+        self._state_offers: dict[str, dict] = {}   # model key -> its state as offered (delivery.py)
         self._withheld: dict[str, dict[str, np.ndarray]] = {}
         self._withheld_bytes = 0
         self._later: dict[str, tuple] = {}   # case -> (model, inputs) whose float64 reference waits
@@ -135,7 +136,10 @@ class ReferenceSide:
             state = model.state_dict()
             result["state"] = list(state)
             result["state_dtypes"] = [dtype_name(t.dtype) for t in state.values()]
-            state_folder = self._saved_state(key, state, os.path.dirname(inputs_folder))
+            if self.deliver:   # offered: taken only where the candidate's own differs (delivery.py)
+                result["deliver_state"] = self._state_offer(key, case, state)
+            else:
+                state_folder = self._saved_state(key, state, os.path.dirname(inputs_folder))
         result["model_key"] = key   # the candidate's worker keeps its model as long as this stays
         # What the problem itself holds (its model, inputs and, below, outputs), beside what a
         # candidate is given: a candidate's shortage of memory is weighed against both (causes.py).
@@ -202,6 +206,15 @@ class ReferenceSide:
         else:   # saved at once (too large to withhold): the float64 arrays beside the others
             save_arrays(folder, arrays)
         return {**part, "seconds": {"float64": round(time.perf_counter() - started, 3)}}
+
+    def _state_offer(self, key: str, case: dict, state: dict) -> dict:
+        """The model's initial state as delivery.py offers it (digests computed once per model)."""
+        if key not in self._state_offers:
+            offered = delivery.offer(case)
+            for i, value in enumerate(state.values()):
+                delivery.describe(offered["arrays"], f"state{i}", value)
+            self._state_offers[key] = offered
+        return self._state_offers[key]
 
     def _saved_state(self, key: str, state: dict, parent: str) -> str:
         """The folder holding the model's initial state (`stateN.npy`), saved on the first case
@@ -279,7 +292,10 @@ class ReferenceSide:
             case, wanted = offered["case"], offered["arrays"]
             problem = self.problem(case["sizes"], case.get("dtype"))
             drawn: dict = {}
-            if any(not key.startswith("second_") for key in wanted):
+            if any(key.startswith("state") for key in wanted):   # the model's initial state
+                _, _, built = self.model(problem, case)
+                drawn.update((f"state{i}", v) for i, v in enumerate(self._models[built][2].values()))
+            if any(key.startswith("in") for key in wanted):
                 drawn.update((f"in{i}", v) for i, v in enumerate(self.inputs(problem, case, case["seed"] + 1)))
             if any(key.startswith("second_") for key in wanted):
                 drawn.update((f"second_in{i}", v) for i, v in enumerate(self._second_values(problem, case)))

@@ -241,10 +241,10 @@ def _serve_jobs(role, control, status, side, harness, import_error, device_map, 
     return 0
 
 
-def _ask_inputs(status, control, job, index: int, handles: dict | None) -> dict:
-    """Ask the parent for the case's inputs (delivery.py): into the device buffers of `handles`,
-    else into a folder its reply names; its reply, or why there is none."""
-    _send(status, event="inputs", job=job, index=index, tensors=handles)
+def _ask_inputs(status, control, job, index: int, what: str, handles: dict | None) -> dict:
+    """Ask the parent for the case's inputs or its model's state (`what`, delivery.py): into the
+    device buffers of `handles`, else into a folder its reply names; its reply, or why there is none."""
+    _send(status, event="inputs", job=job, index=index, what=what, tensors=handles)
     reply = json.loads(control.readline() or "{}")
     if reply.get("kind") != "filled" or reply.get("index") != index:
         return {"error": "the parent ended the job before the inputs came"}
