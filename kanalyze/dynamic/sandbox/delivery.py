@@ -1,19 +1,22 @@
-"""A case's inputs handed to the candidate's worker as its case starts, never saved beside the
-reference (worker side; imports torch).
+"""A case's inputs, and its model's state, handed to the candidate's worker when it needs them,
+never saved beside the reference (worker side; imports torch).
 
-The reference worker that computes a case does not save the inputs it drew: it records how
-to draw them again (the case's sizes, dtype, seed, distribution and injected values) and a
-digest of each (`offer`).  When the candidate's worker reaches that case it asks for them
-(`receive`):
+The reference worker that computes a case does not save the inputs it drew, nor the initial
+state of the model it built: it records how to draw them again (the case's sizes, dtype,
+seeds, distribution and injected values) and a digest of each (`offer`).  The candidate's
+worker asks for the inputs as the case starts, and for the state only where the model it
+built has the reference's parameters but other values (a ModelNew seeded as the problem's
+Model already holds them, bit for bit, and takes nothing).  Asked (`receive`):
 
-* on a GPU it allocates a buffer of each input's dtype and shape on the device and sends
-  their CUDA IPC handles; the session's first reference worker draws the inputs again,
-  checks each against its digest and writes it into the buffer (`fill`, device_share.write).
+* on a GPU it allocates a buffer of each array's dtype and shape on the device and sends
+  their CUDA IPC handles; the session's first reference worker draws them again (the
+  inputs from their seed, the state by building the model from its seed), checks each
+  against its digest and writes it into the buffer (`ReferenceSide.fill`, device_share.write).
   Nothing crosses the host or a disk, and no memory of the reference worker's is mapped into
   the candidate's process: the handles name the candidate's own memory, and the reference
   side writes only inside the one tensor each names;
 * elsewhere (the CPU, or a device that cannot export) it sends no handle, and the reference
-  worker saves the inputs drawn again into a fresh folder that the candidate's worker is
+  worker saves what it drew again into a fresh folder that the candidate's worker is
   shown (the parent names it in its reply).
 
 A digest that does not match (a problem whose `get_inputs` draws other values under the
