@@ -392,7 +392,7 @@ def test_outputs_lost_to_a_full_disk_cost_their_own_cases_only(tmp_path: Path, m
     from kanalyze.dynamic.gates.base import CannotJudge
     from kanalyze.dynamic.sandbox import reference_side
     from kanalyze.dynamic.sandbox.transport import NoRoom, save_arrays
-    from kanalyze.dynamic.session import _with_outputs
+    from kanalyze.dynamic.reference_jobs import with_outputs
 
     side = reference_side.ReferenceSide({}, "cpu", lambda: None)
     big, small = str(tmp_path / "case-1.arrays"), str(tmp_path / "case-2.arrays")
@@ -412,9 +412,9 @@ def test_outputs_lost_to_a_full_disk_cost_their_own_cases_only(tmp_path: Path, m
     meta = {"status": "ok", "withheld": True, "inputs": [], "init_inputs": [], "ops": {"aten::mm": 1},
             "output": {"structure": "tensor", "dtypes": ["float64"], "prefix": "out", "nbytes": [8000],
                        "shapes": [[1000]]}}
-    kept = _with_outputs(Outcome("done", meta=meta, arrays=small), lost)
-    gone = _with_outputs(Outcome("done", meta=meta, arrays=big), lost)
+    kept = with_outputs(Outcome("done", meta=meta, arrays=small), lost)
+    gone = with_outputs(Outcome("done", meta=meta, arrays=big), lost)
     assert kept.meta == meta and gone.status == "done" and gone.meta["ops"] == {"aten::mm": 1}
     with pytest.raises(CannotJudge, match="could not save the reference's outputs"):
         Result(Case("c", "EXC001", {}), gone).expected
-    assert _with_outputs(Outcome("done", meta=meta, arrays=small), "it ended").status == "crashed"
+    assert with_outputs(Outcome("done", meta=meta, arrays=small), "it ended").status == "crashed"

@@ -69,6 +69,22 @@ def release(judge: Worker | None, limits: Limits) -> str | dict[str, str]:
     return {str(k): str(v) for k, v in lost.items()} if isinstance(lost, dict) else {}
 
 
+def with_outputs(outcome: Outcome, released: str | dict | None) -> Outcome:
+    """The reference's outcome once it handed over its withheld outputs (`released`:
+    reference_jobs.release).  Where the worker ended, a crash; where it could not save this
+    case's arrays (the disk ran short), the outcome says so (`arrays_lost`): the gates that
+    compare values say they cannot judge, the others (the ops it recorded) still can."""
+    if not released or outcome.status != "done" or not outcome.meta.get("withheld"):
+        return outcome
+    if not isinstance(released, dict):
+        return Outcome("crashed", detail=released, output=outcome.output)
+    why = released.get(outcome.arrays)
+    if why is None:
+        return outcome
+    return Outcome("done", meta={**outcome.meta, "arrays_lost": why}, arrays=outcome.arrays, inputs=outcome.inputs,
+                   output=outcome.output)
+
+
 def float64_later(worker: Worker, indices: list[int], limits: Limits) -> tuple[dict, str]:
     """({case index: what to add to its outcome}, why there is nothing where nothing came) for the
     cases at `indices`, run with `float64_later`.  A worker that does not answer in time is killed."""

@@ -30,6 +30,11 @@ def _load(arrays) -> Mapping:
     return ArrayFolder(arrays)
 
 
+class CannotJudge(Exception):
+    """What a gate needs to judge a case is missing (not the candidate's doing): the verdict is
+    `unconfirmed` with this reason."""
+
+
 def leaves(output: dict | None, arrays: dict) -> list[Leaf] | None:
     if not output:
         return None
@@ -127,11 +132,9 @@ class Result:
         return leaves(self.reference.meta.get("output64"), self.reference_arrays)
 
     def _arrays_kept(self) -> None:
-        """CannotJudge (gates/base.py) where the reference's outputs were lost after it ran."""
+        """CannotJudge where the reference's outputs were lost after it ran."""
         lost = self.reference.meta.get("arrays_lost")
         if lost:
-            from kanalyze.dynamic.gates.base import CannotJudge
-
             raise CannotJudge(str(lost))
 
     @property

@@ -33,7 +33,7 @@ from kanalyze.dynamic.ahead import SecondReference
 from kanalyze.dynamic.cases import Case, by_model
 from kanalyze.dynamic.harness import Harness
 from kanalyze.dynamic.reference_cache import REFERENCES
-from kanalyze.dynamic.reference_jobs import Reader, float64_later, release
+from kanalyze.dynamic.reference_jobs import Reader, float64_later, release, with_outputs
 from kanalyze.dynamic.results import Result
 from kanalyze.dynamic.sandbox import zygote_client
 from kanalyze.dynamic.sandbox.dispatch import run_cases
@@ -73,10 +73,8 @@ class Session:
                     "problem": os.path.abspath(harness.problem)}
         # KANALYZE_DEVICE_SHARE=0: a candidate's outputs on a GPU go through files, not CUDA IPC.
         share = os.environ.get("KANALYZE_DEVICE_SHARE", "1") != "0"
-        # Inputs drawn again as the candidate's case starts (sandbox/delivery.py): on a GPU, where
-        # the reference worker reads the candidate's outputs anyway; KANALYZE_DELIVER_INPUTS=1|0
-        # says otherwise (on the CPU they are small, and a problem's cached references then
-        # serve later sessions with no reference worker at all).
+        # Inputs and state handed over when needed (sandbox/delivery.py) on a GPU; on the CPU they are
+        # small and saved, so cached references need no reference worker (KANALYZE_DELIVER_INPUTS=1|0).
         deliver = os.environ.get("KANALYZE_DELIVER_INPUTS", "1" if mode == "cuda" and share else "0") != "0"
         self.spec = {"harness": absolute, "device_share": share, "deliver_inputs": deliver}
         # What the reference worker saves for the candidates: the one folder of this session's
@@ -216,7 +214,7 @@ class Session:
                 self._judge.close()
             for key in computed:
                 by_key[key] = REFERENCES.put(self.harness, self.mode, key, reference_cases[key]["record_ops"],
-                                             _with_outputs(by_key[key], released[key in ahead_keys]))
+                                             with_outputs(by_key[key], released[key in ahead_keys]))
             for result in results:
                 if result.case.call is None and by_key.get(result.case.input_key) is not None:
                     result.reference = by_key[result.case.input_key]
@@ -398,22 +396,6 @@ class Session:
             if worker is not None:
                 worker.close()
         remove_scratch_root(self.root)
-
-
-def _with_outputs(outcome: Outcome, released: str | dict | None) -> Outcome:
-    """The reference's outcome once it handed over its withheld outputs (`released`:
-    reference_jobs.release).  Where the worker ended, a crash; where it could not save this
-    case's arrays (the disk ran short), the outcome says so (`arrays_lost`): the gates that
-    compare values say they cannot judge, the others (the ops it recorded) still can."""
-    if not released or outcome.status != "done" or not outcome.meta.get("withheld"):
-        return outcome
-    if not isinstance(released, dict):
-        return Outcome("crashed", detail=released, output=outcome.output)
-    why = released.get(outcome.arrays)
-    if why is None:
-        return outcome
-    return Outcome("done", meta={**outcome.meta, "arrays_lost": why}, arrays=outcome.arrays, inputs=outcome.inputs,
-                   output=outcome.output)
 
 
 __all__ = ["BASELINE", "MAX_NUMEL", "NO_REFERENCE", "Session"]

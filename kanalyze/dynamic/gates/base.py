@@ -18,7 +18,7 @@ import numpy as np
 from kanalyze.dynamic.cases import Case, Run
 from kanalyze.dynamic.compare import ValueCheck, check_values, same_shape
 from kanalyze.dynamic.harness import Harness
-from kanalyze.dynamic.results import Result, RunView
+from kanalyze.dynamic.results import CannotJudge, Result, RunView
 from kanalyze.dynamic.sandbox.transport import Leaf, as_float64
 
 CONFIRMED, REFUTED, UNCONFIRMED = "confirmed", "refuted", "unconfirmed"
@@ -98,11 +98,6 @@ def witness_arrays(observed: list[Leaf] | None, expected: list[Leaf] | None, pre
     for i, leaf in enumerate(expected or []):
         arrays[f"{prefix}expected{i}"] = leaf.array
     return arrays
-
-
-class CannotJudge(Exception):
-    """What a gate needs to judge a case is missing (not the candidate's doing): the verdict is
-    `unconfirmed` with this reason."""
 
 
 def run_problem(result: Result, run: RunView | None = None) -> str | None:
