@@ -283,9 +283,9 @@ class ReferenceSide:
     # ------------------------------------------------------------ inputs handed over (delivery.py)
 
     def fill(self, offered: dict, handles: dict | None, folder: str | None) -> str | None:
-        """Draw a case's offered inputs again and hand them to the candidate's worker: into the
-        device buffers whose CUDA IPC `handles` it sent, else saved into `folder`.  None, or why
-        not (kanalyze's failure: the candidate's case cannot run)."""
+        """Draw what a case offered again (its inputs, or its model's initial state) and hand it to
+        the candidate's worker: into the device buffers whose CUDA IPC `handles` it sent, else
+        saved into `folder`.  None, or why not (kanalyze's failure: the case cannot run)."""
         from kanalyze.dynamic.sandbox.device_share import Refused, write
 
         try:
@@ -301,8 +301,11 @@ class ReferenceSide:
                 drawn.update((f"second_in{i}", v) for i, v in enumerate(self._second_values(problem, case)))
             for key, spec in wanted.items():
                 if not isinstance(drawn.get(key), torch.Tensor) or delivery.digest(drawn[key]) != spec["digest"]:
-                    return (f"the problem's get_inputs drew other values for input {key} a second time under "
-                            f"the same seed: kanalyze cannot hand the candidate the reference's inputs")
+                    what = ("the problem's model, built again from the same seed, has other values for its "
+                            f"{key}" if key.startswith("state") else
+                            f"the problem's get_inputs drew other values for input {key} a second time under the "
+                            f"same seed")
+                    return f"{what}: kanalyze cannot hand the candidate what the reference used"
             if handles is None:
                 save_arrays(folder, {key: tensor_to_numpy(drawn[key], shared=True) for key in wanted})
                 return None
