@@ -4,9 +4,9 @@ The reference worker runs the problem, which is the benchmark's and trusted; it
 is also the session's judge of what crosses from the candidate's side.  Beside
 the cases (dispatch.run_cases) it answers four jobs, each with one `job-done`:
 
-* `fill`: draw a case's inputs again as the candidate's case starts, and write them
-  into the device buffers the candidate's worker sent, or into a folder it is shown
-  (`Reader.deliver`; sandbox/delivery.py);
+* `fill`: draw a case's inputs (or its model's initial state) again when the candidate's
+  worker asks, and write them into the device buffers it sent, or into a folder it is
+  shown (`Reader.deliver`; sandbox/delivery.py);
 * `ingest`: read what a candidate's worker shared on the device (CUDA IPC
   descriptors) and save it for this process (`Reader`, as each case ends);
 * `float64`: the float64 references the baseline's cases were run without, once
@@ -105,11 +105,12 @@ class Reader:
         self.session, self.judge = session, judge
         self.count = 0
         self.seconds = 0.0
-        self._delivered: dict[int, str] = {}   # case index -> the folder its inputs were saved in
+        self._delivered: dict[int, list[str]] = {}   # case index -> the folders its arrays were saved in
 
     def read(self, index: int, outcome: Outcome) -> Outcome:
         started = time.perf_counter()
-        shutil.rmtree(self._delivered.pop(index, ""), ignore_errors=True)   # read: no longer needed
+        for folder in self._delivered.pop(index, []):   # the case is read: they are no longer needed
+            shutil.rmtree(folder, ignore_errors=True)
         try:
             return self._read(outcome)
         finally:
@@ -128,14 +129,15 @@ class Reader:
         folder = None
         if handles is None:
             self.count += 1
-            folder = self._delivered[index] = os.path.join(self.session.inputs, f"delivered-{self.count}")
+            folder = os.path.join(self.session.inputs, f"delivered-{self.count}")
+            self._delivered.setdefault(index, []).append(folder)
         try:
             worker = self.judge or self.session.reference
             worker.wait_ready()
             answer = ask(worker, {"kind": "fill", "deliver": offered, "tensors": handles, "folder": folder},
                          self.session.limits.case_seconds)
         except (WorkerGone, ProtocolViolation, Unanswered) as exc:
-            return {"error": f"kanalyze's reference worker could not hand over the case's inputs: {exc}"}
+            return {"error": f"kanalyze's reference worker could not hand over the case's {what}: {exc}"}
         if answer.get("error"):
             return {"error": str(answer["error"])}
         return {"folder": folder} if folder else {}
