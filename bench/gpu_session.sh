@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The GPU measurements of docs/performance.md in one command, on a machine with a CUDA device.
+#
+#   bench/gpu_session.sh STEP...
+#
+# Steps, run in the order given, each under its own time limit (seconds, after a colon):
+#   suite[:300]                 the GPU tests (pytest -m gpu over the files that hold them)
+#   bench:MANIFEST[:290]        bench/bench_corpus.py --all over the pairs of MANIFEST
+#                               (a pairs.jsonl, or a few of its lines: bench/corpus/README.md)
+#   audit:MANIFEST[:300]        kanalyze audit --device cuda --jobs 4 over MANIFEST, resuming
+#                               the journal in $AUDIT (default ./gpu-audit)
+#
+# Everything a step prints also goes to $OUT/<step>.log (default ./gpu-out); the bench's
+# numbers to $OUT/bench.json and the audit's journal to $OUT/results.jsonl.  WHEELS=DIR
+# installs the core dependencies from wheels first (a machine with no package index) into
+# a folder of their own, put on PYTHONPATH beside this checkout.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu-out}
+AUDIT=${AUDIT:-gpu-audit}
+mkdir -p "$OUT"
+if [ -n "${WHEELS:-}" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/kanalyze-site "$WHEELS"/*.whl || exit 9
+    export PYTHONPATH=/tmp/kanalyze-site:${PYTHONPATH:-}
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+GPU_TESTS=(tests/test_delivery.py tests/test_dynamic_gpu.py tests/test_dynamic_gpu_bounds.py
+           tests/test_device_share.py tests/test_containment.py)
+
+for step in "$@"; do
+    IFS=: read -r name manifest seconds <<< "$step"
+    if [ "$name" = suite ]; then seconds=${manifest:-300}; fi
+    case $name in
+    suite)
+        timeout "$seconds" python3 -m pytest -m gpu -q -rs "${GPU_TESTS[@]}" 2>&1 | tee "$OUT/suite.log" | tail -40 ;;
+    bench)
+        timeout "${seconds:-290}" python3 bench/bench_corpus.py --corpus "$manifest" --device cuda --all \
+            --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -60 ;;
+    audit)
+        mkdir -p "$AUDIT"
+        timeout "${seconds:-300}" python3 -m kanalyze audit --manifest "$manifest" --output "$AUDIT" \
+            --device cuda --jobs 4 --pair-timeout 240 -q > "$OUT/audit.log" 2>&1
+        cp "$AUDIT/results.jsonl" "$OUT/results.jsonl" 2>/dev/null
+        tail -30 "$OUT/audit.log" ;;
+    *)
+        echo "unknown step: $step" >&2; exit 2 ;;
+    esac
+done
