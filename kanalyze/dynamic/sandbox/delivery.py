@@ -42,7 +42,10 @@ class Undelivered(RuntimeError):
 def digest(tensor: torch.Tensor) -> str:
     """The values of `tensor`, bit for bit and position by position, in a few numbers: two sums of
     its words as integers, one weighted by position.  Computed where the tensor lies (a GPU's
-    gigabytes are not copied to the host); equal bits give equal digests on every device."""
+    gigabytes are not copied to the host); equal bits give equal digests on every device.
+    A checksum against accidents (a `get_inputs` that is not deterministic), not against an
+    adversary: the trusted side compares its own draws with it, and a candidate that fools
+    its own comparison of its weights only keeps weights other than the reference's."""
     flat = tensor.detach().contiguous().reshape(-1)
     if flat.dtype == torch.bool:
         flat = flat.view(torch.uint8)
