@@ -132,15 +132,22 @@ class Reader:
             folder = os.path.join(self.session.inputs, f"delivered-{self.count}")
             self._delivered.setdefault(index, []).append(folder)
         try:
-            worker = self.judge or self.session.reference
-            worker.wait_ready()
-            answer = ask(worker, {"kind": "fill", "deliver": offered, "tensors": handles, "folder": folder},
-                         self.session.limits.case_seconds)
-        except (WorkerGone, ProtocolViolation, Unanswered) as exc:
+            answer = self._ask_judge({"kind": "fill", "deliver": offered, "tensors": handles, "folder": folder})
+        except Unanswered as exc:
             return {"error": f"kanalyze's reference worker could not hand over the case's {what}: {exc}"}
         if answer.get("error"):
             return {"error": str(answer["error"])}
         return {"folder": folder} if folder else {}
+
+    def _ask_judge(self, job: dict) -> dict:
+        """`ask` the session's judge (its first reference worker, started if it is not); Unanswered
+        also where it could not start."""
+        try:
+            worker = self.judge or self.session.reference
+            worker.wait_ready()
+        except (WorkerGone, ProtocolViolation) as exc:
+            raise Unanswered(f"it did not start: {exc}") from exc
+        return ask(worker, job, self.session.limits.case_seconds)
 
     def _read(self, outcome: Outcome) -> Outcome:
         shared = outcome.meta.pop("shared", None) if outcome.status == "done" else None
@@ -159,10 +166,7 @@ class Reader:
 
     def _ingest(self, shared: dict, folder: str) -> str | None:
         try:
-            worker = self.judge or self.session.reference
-            worker.wait_ready()
-            answer = ask(worker, {"kind": "ingest", "tensors": shared, "out": folder, "max_bytes": MAX_CASE_BYTES},
-                         self.session.limits.case_seconds)
-            return answer.get("error")
-        except (WorkerGone, ProtocolViolation, Unanswered) as exc:   # (the first two: from its start)
+            return self._ask_judge({"kind": "ingest", "tensors": shared, "out": folder,
+                                    "max_bytes": MAX_CASE_BYTES}).get("error")
+        except Unanswered as exc:
             return f"kanalyze's reference worker could not read the candidate's device arrays: {exc}"

@@ -67,14 +67,18 @@ def decode_list(described: list[dict], arrays, device: str) -> list:
     out = []
     for item in described:
         if item["kind"] == "tensor":
-            value = arrays[item["key"]]   # a device tensor where it was handed over there (delivery.py)
-            out.append(value.to(device) if isinstance(value, torch.Tensor) else
-                       numpy_to_tensor(value, item["dtype"], device))
+            out.append(decode_tensor(arrays[item["key"]], item["dtype"], device))
         elif item["kind"] == "value":
             out.append(item["value"])
         else:
             raise TypeError(f"an input of the problem cannot cross processes: {item['value']}")
     return out
+
+
+def decode_tensor(value, dtype: str, device: str):
+    """An array that crossed as a numpy array (a file), or as a device tensor already (handed over
+    there: delivery.py), as a tensor on `device`."""
+    return value.to(device) if isinstance(value, torch.Tensor) else numpy_to_tensor(value, dtype, device)
 
 
 def plain_tensor(value):
@@ -261,8 +265,8 @@ class CandidateSide:
             self.built = (key, model, self.built[2], True)
             return True, False
         given = delivery.receive(offered, self.device, self.device_share, functools.partial(self.ask_inputs, "state"))
-        state = {name: decode_list([{"kind": "tensor", "dtype": specs[name]["dtype"], "key": f"state{i}"}],
-                                   given, self.device)[0] for i, name in enumerate(names)}
+        state = {name: decode_tensor(given[f"state{i}"], specs[name]["dtype"], self.device)
+                 for i, name in enumerate(names)}
         self.phase("candidate")   # its own loading hooks may run
         try:
             load_matching_state(model, state)

@@ -116,7 +116,7 @@ class ReferenceSide:
             problem = self.problem(case["sizes"], case.get("dtype"))
             model, init_inputs, key = self.model(problem, case)
             since = lap(seconds, "model", since)
-            values = self.inputs(problem, case, case["seed"] + 1)
+            values = self._first_values(problem, case)
             since = lap(seconds, "inputs", since)
         except BaseException as exc:  # the problem rejects these sizes, or is broken
             return {"status": "rejected", "error": describe_error(exc), "traceback": traceback_tail(exc)}
@@ -277,6 +277,9 @@ class ReferenceSide:
         result["output2"] = encode_output(out, "second_out", arrays)
         self._float64(model, values, result, arrays, "output2_64", "second_out64_")
 
+    def _first_values(self, problem: Problem, case: dict) -> list:
+        return self.inputs(problem, case, case["seed"] + 1)
+
     def _second_values(self, problem: Problem, case: dict) -> list:
         return self.inputs(problem, {**case, "seed": case["seed"] + 1}, case["seed"] + 1 + REPEAT_SEED_OFFSET)
 
@@ -296,7 +299,7 @@ class ReferenceSide:
                 _, _, built = self.model(problem, case)
                 drawn.update((f"state{i}", v) for i, v in enumerate(self._models[built][2].values()))
             if any(key.startswith("in") for key in wanted):
-                drawn.update((f"in{i}", v) for i, v in enumerate(self.inputs(problem, case, case["seed"] + 1)))
+                drawn.update((f"in{i}", v) for i, v in enumerate(self._first_values(problem, case)))
             if any(key.startswith("second_") for key in wanted):
                 drawn.update((f"second_in{i}", v) for i, v in enumerate(self._second_values(problem, case)))
             for key, spec in wanted.items():
