@@ -79,12 +79,11 @@ def write(descriptor, value: torch.Tensor) -> None:
     of its own for its inputs (sandbox/delivery.py).  Only the span of that one tensor is
     written, inside the allocation the handle maps, and only where its dtype and shape are
     `value`'s; the copy is complete on return."""
-    buffer = _mapped(descriptor)
-    if buffer.dtype != value.dtype or buffer.shape != value.shape:
-        raise Refused(f"a buffer of {dtype_name(buffer.dtype)}{list(buffer.shape)} for a "
-                      f"{dtype_name(value.dtype)}{list(value.shape)} input")
+    d = _checked(descriptor)
+    if d["dtype"] != dtype_name(value.dtype) or list(value.shape) != d["shape"]:
+        raise Refused(f"a buffer of {d['dtype']}{d['shape']} for a {dtype_name(value.dtype)}{list(value.shape)} input")
     if value.numel():
-        buffer.copy_(value)
+        _mapped(d).copy_(value)
         torch.cuda.synchronize()
 
 
