@@ -26,7 +26,7 @@ if [ -n "${WHEELS:-}" ]; then
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
-GPU_TESTS=(tests/test_delivery.py tests/test_dynamic_gpu.py tests/test_dynamic_gpu_bounds.py
+GPU_TESTS=(tests/test_delivery.py tests/test_held_arrays.py tests/test_dynamic_gpu.py tests/test_dynamic_gpu_bounds.py
            tests/test_device_share.py tests/test_containment.py)
 
 for step in "$@"; do

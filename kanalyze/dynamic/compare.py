@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kanalyze.dynamic.held_arrays import held_by
 from kanalyze.dynamic.sandbox.transport import EPS, Leaf, as_float64, bits
 
 FACTOR = 4.0
@@ -130,6 +131,11 @@ def calibrated_bound(working: Leaf, expected64, terms: int = 1) -> tuple[float, 
     reference (a Leaf, or its float64 array); `terms`, the reference's longest reduction."""
     if not isinstance(expected64, Leaf):
         expected64 = Leaf(np.asarray(expected64, dtype=np.float64), "float64")
+    judge = held_by(working.array, expected64.array)
+    if judge is not None:   # on the device, where the judge holds them (sandbox/held.py)
+        found = judge.ask({"op": "calibrate", "working": working.array.name, "exact": expected64.array.name,
+                           "factor": FACTOR, "floor": floor_ulps(terms) * EPS.get(working.dtype, 0.0)})
+        return float(found["bound"]), float(found["reference_error"])
     reference_error, scale = 0.0, 0.0
     for _, ref_part, exact_part in _chunks(working, expected64):
         exact = as_float64(exact_part)
@@ -153,8 +159,12 @@ def check_values(observed: Leaf, working: Leaf, expected64_leaf: Leaf, bound: fl
     are those where the reference in its own dtype is not (a value beyond the
     dtype's range: fp16 overflows past 65504 in torch as in the candidate);
     elsewhere a non-finite observed value is an infinite error.  Each chunk is
-    read a few times, in place: a problem's outputs reach 2^31 elements.
+    read a few times, in place: a problem's outputs reach 2^31 elements.  Where the judge holds
+    all three, it checks them on the device and says what it found.
     """
+    judge = held_by(observed.array, working.array, expected64_leaf.array)
+    if judge is not None:
+        return _held_check(judge, observed, working, expected64_leaf, bound, terms)
     calibrated, reference_error = calibrated_bound(working, expected64_leaf, terms)
     bound = calibrated if bound is None else bound
     if not working.is_float or not observed.is_float:  # integers and booleans: exact
@@ -184,6 +194,23 @@ def check_values(observed: Leaf, working: Leaf, expected64_leaf: Leaf, bound: fl
                       mismatches, numel, terms=terms)
 
 
+def _held_check(judge, observed: Leaf, working: Leaf, expected64: Leaf, bound, terms: int) -> ValueCheck:
+    """check_values, asked of the judge that holds the three arrays."""
+    exactly = not working.is_float or not observed.is_float
+    numel = int(observed.array.size)
+    found = judge.ask({"op": "values", "observed": observed.array.name, "working": working.array.name,
+                       "exact": expected64.array.name, "bound": bound, "exactly": exactly, "factor": FACTOR,
+                       "floor": floor_ulps(terms) * EPS.get(working.dtype, 0.0)})
+    if numel == 0:
+        return ValueCheck(True, 0.0, float(found["bound"]), float(found["reference_error"]), None, None, None, 0, 0,
+                          terms=terms)
+    shape = observed.array.shape
+    index = tuple(int(i) for i in np.unravel_index(int(found["at"]), shape)) if shape else ()
+    return ValueCheck(bool(found["ok"]), float(found["max_error"]), float(found["bound"]),
+                      float(found["reference_error"]), index, found["observed"], found["expected"],
+                      int(found["mismatches"]), numel, terms=terms)
+
+
 def same_shape(observed: list[Leaf], expected: list[Leaf], observed_structure, expected_structure) -> str | None:
     """None if the outputs line up, else what differs, in words."""
     if observed_structure != expected_structure or len(observed) != len(expected):
@@ -197,12 +224,20 @@ def same_shape(observed: list[Leaf], expected: list[Leaf], observed_structure, e
 
 def bitwise_differences(a: Leaf, b: Leaf) -> tuple[int, float, tuple | None]:
     """(differing elements, largest difference, first differing index) of two same-shape leaves."""
+    judge = held_by(a.array, b.array)
+    if judge is not None:
+        found = judge.ask({"op": "bits", "a": a.array.name, "b": b.array.name})
+        if not found["count"]:
+            return 0, 0.0, None
+        return int(found["count"]), float(found["largest"]), _unravel(found["first"], a.array.shape)
     count, largest, first = 0, 0.0, None
     flat_a, flat_b = a.array.reshape(-1), b.array.reshape(-1)
     for start in range(0, flat_a.size, CHUNK):
         part_a = Leaf(flat_a[start:start + CHUNK], a.dtype)
         part_b = Leaf(flat_b[start:start + CHUNK], b.dtype)
         differ = bits(part_a) != bits(part_b)
+        if differ.size != part_a.array.size:   # complex values: bytes, one row per element
+            differ = differ.reshape(part_a.array.size, -1).any(axis=1)
         n = int(np.count_nonzero(differ))
         if not n:
             continue
@@ -250,3 +285,86 @@ def leaf_classes(leaf) -> np.ndarray:
 
 
 CLASS_NAMES = ("finite", "NaN", "+Inf", "-Inf")
+
+
+def _unravel(flat: int, shape: tuple) -> tuple:
+    return tuple(int(i) for i in np.unravel_index(int(flat), shape)) if shape else ()
+
+
+@dataclass
+class ClassComparison:
+    """Non-finite classes of an output against the reference's, where the reference's working
+    dtype and float64 agree (EXC001)."""
+    left_out: int            # elements where they disagree
+    reached: bool            # a non-finite value reaches the reference's output there
+    wrong: int               # elements in another class than the reference's
+    pairs: dict[str, int]    # "reference class -> candidate class": how many
+    first: tuple | None      # the first wrong element
+
+
+def class_comparison(observed: Leaf, expected: Leaf, expected64: Leaf) -> ClassComparison:
+    kinds = len(CLASS_NAMES)
+    judge = held_by(observed.array, expected.array, expected64.array)
+    if judge is not None:
+        found = judge.ask({"op": "classes", "observed": observed.array.name, "expected": expected.array.name,
+                           "exact": expected64.array.name})
+        counts = [int(n) for n in found["pairs"]]
+        first = None if found["first"] is None else _unravel(found["first"], observed.array.shape)
+    else:
+        got, want = leaf_classes(observed), leaf_classes(expected)
+        agree = want == leaf_classes(expected64)
+        wrong = (got != want) & agree
+        counts = np.bincount(want[wrong].astype(np.intp) * kinds + got[wrong].astype(np.intp),
+                             minlength=kinds * kinds).tolist()
+        first = _unravel(np.flatnonzero(wrong.reshape(-1))[0], wrong.shape) if wrong.any() else None
+        found = {"left_out": int((~agree).sum()), "reached": bool((want[agree] != 0).any()),
+                 "wrong": int(wrong.sum())}
+    pairs = {f"{CLASS_NAMES[code // kinds]} -> {CLASS_NAMES[code % kinds]}": count
+             for code, count in enumerate(counts) if count}
+    return ClassComparison(int(found["left_out"]), bool(found["reached"]), int(found["wrong"]), pairs, first)
+
+
+def finite_summary(leaf: Leaf) -> tuple[bool, float]:
+    """(every value is finite, the largest finite magnitude)."""
+    judge = held_by(leaf.array)
+    if judge is not None:
+        found = judge.ask({"op": "finite", "name": leaf.array.name})
+        return bool(found["all_finite"]), float(found["largest"])
+    values = as_float64(leaf)
+    finite = np.isfinite(values)
+    return bool(finite.all()), float(np.max(np.abs(values[finite]), initial=0.0))
+
+
+def _pattern(array: np.ndarray, byte: int) -> np.ndarray:
+    """Where every byte of an element is `byte`."""
+    raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8).reshape(-1, array.dtype.itemsize)
+    return (raw == byte).all(axis=-1)
+
+
+def sentinel_elements(a: Leaf, b: Leaf, first_byte: int, second_byte: int) -> tuple[int, tuple | None]:
+    """(how many, the first) elements hold `first_byte` in every byte in `a` and `second_byte` in
+    `b`: never written by either of two runs over poisoned memory (MEM001)."""
+    judge = held_by(a.array, b.array)
+    if judge is not None:
+        found = judge.ask({"op": "unwritten", "a": a.array.name, "b": b.array.name,
+                           "bytes": [first_byte, second_byte]})
+        first = None if found["first"] is None else _unravel(found["first"], a.array.shape)
+        return int(found["count"]), first
+    both = _pattern(np.asarray(a.array), first_byte) & _pattern(np.asarray(b.array), second_byte)
+    count = int(both.sum())
+    return count, (_unravel(np.flatnonzero(both)[0], a.array.shape) if count else None)
+
+
+def flushed_to_zero(observed: Leaf, expected: Leaf) -> tuple[int, int, tuple | None]:
+    """(nonzero finite reference elements, those the candidate returned as 0, the first of them):
+    subnormal results flushed to zero (EXC002)."""
+    judge = held_by(observed.array, expected.array)
+    if judge is not None:
+        found = judge.ask({"op": "flushed", "observed": observed.array.name, "expected": expected.array.name})
+        first = None if found["first"] is None else _unravel(found["first"], observed.array.shape)
+        return int(found["nonzero"]), int(found["flushed"]), first
+    got, want = as_float64(observed), as_float64(expected)
+    kept = np.isfinite(want) & (want != 0)
+    flushed = kept & (got == 0)
+    count = int(flushed.sum())
+    return int(kept.sum()), count, (_unravel(np.flatnonzero(flushed.reshape(-1))[0], flushed.shape) if count else None)

@@ -2,16 +2,22 @@
 
 The reference worker runs the problem, which is the benchmark's and trusted; it
 is also the session's judge of what crosses from the candidate's side.  Beside
-the cases (dispatch.run_cases) it answers four jobs, each with one `job-done`:
+the cases (dispatch.run_cases) it answers these jobs, each with one `job-done`:
 
 * `fill`: draw a case's inputs (or its model's initial state) again when the candidate's
   worker asks, and write them into the device buffers it sent, or into a folder it is
   shown (`Reader.deliver`; sandbox/delivery.py);
-* `ingest`: read what a candidate's worker shared on the device (CUDA IPC
-  descriptors) and save it for this process (`Reader`, as each case ends);
+* `adopt`: hold what a candidate's worker shared on the device (CUDA IPC descriptors)
+  or saved (on the CPU), as each case ends (`Reader`), and what the second reference
+  worker held, once every candidate worker has ended (`hand_back`; sandbox/held.py);
+* `judge`: a summary of arrays it holds (a value check, bitwise differences, ...), or a
+  window of their values (held_arrays.py, asked by compare.py);
+* `ingest`: where workers hold no arrays (KANALYZE_JUDGE_HELD=0), read what a
+  candidate's worker shared on the device and save it for this process;
 * `float64`: the float64 references the baseline's cases were run without, once
   the candidate has run there (`float64_later`);
-* `release`: save the outputs it withheld while candidates ran (`release`).
+* `release`: save the outputs it withheld while candidates ran (`release`), and hand
+  over what it held (the second reference worker's, `export`).
 
 A job that is not answered in a case's time, or a worker that ends, is said in
 words; nothing here is ever a verdict on the candidate.
@@ -20,13 +26,13 @@ words; nothing here is ever a verdict on the candidate.
 from __future__ import annotations
 
 import collections
-import itertools
 import os
 import shutil
 import time
 from typing import TYPE_CHECKING
 
-from kanalyze.dynamic.sandbox.dispatch import READ_NOW_BYTES
+from kanalyze.dynamic.held_arrays import with_held
+from kanalyze.dynamic.sandbox.dispatch import READ_NOW_BYTES, Unanswered, ask
 from kanalyze.dynamic.sandbox.process import Limits, Outcome, ProtocolViolation, Worker, WorkerGone
 from kanalyze.dynamic.sandbox.transport import ArrayFolder
 
@@ -34,39 +40,36 @@ if TYPE_CHECKING:
     from kanalyze.dynamic.session import Session
 
 MAX_CASE_BYTES = 256 * 2 ** 30   # what the reference worker reads of one case's device arrays, at most
-_job_ids = itertools.count(1)
 
 
-class Unanswered(Exception):
-    """The reference worker did not answer a job: why, in words."""
-
-
-def ask(worker: Worker, job: dict, seconds: float) -> dict:
-    """Send `job` (its `id` is given here) and return the worker's `job-done` event for it."""
-    job = {**job, "id": f"{job['kind']}-{next(_job_ids)}"}
-    try:
-        worker.send(job)
-        while True:
-            event = worker.next_event(seconds)
-            if event is None:
-                raise Unanswered(f"it did not answer within {seconds:.0f} s")
-            if event.get("event") == "job-done" and event.get("job") == job["id"]:
-                return event
-    except (WorkerGone, ProtocolViolation) as exc:
-        raise Unanswered(f"it ended: {exc}") from exc
-
-
-def release(judge: Worker | None, limits: Limits) -> str | dict[str, str]:
-    """Ask the reference worker for the outputs it withheld while candidates ran: {arrays folder:
+def release(judge: Worker | None, limits: Limits, export: bool = False) -> tuple[str | dict[str, str], dict]:
+    """Ask the reference worker for the outputs it withheld while candidates ran: ({arrays folder:
     why it was not saved} for the cases whose outputs were lost (empty when all were saved), or
-    why none were (the worker ended: they are lost with it)."""
+    why none were (the worker ended: they are lost with it); with `export`, what it held for the
+    judge, handed over (held.hand_over: `exported` and `saved`)."""
     if judge is None:
-        return "kanalyze's reference worker ended before it handed over the reference's outputs"
+        return "kanalyze's reference worker ended before it handed over the reference's outputs", {}
     try:
-        lost = ask(judge, {"kind": "release"}, limits.case_seconds).get("lost") or {}
+        answer = ask(judge, {"kind": "release", "export": export}, limits.case_seconds)
     except Unanswered as exc:
-        return f"kanalyze's reference worker did not hand over the reference's outputs: {exc}"
-    return {str(k): str(v) for k, v in lost.items()} if isinstance(lost, dict) else {}
+        return f"kanalyze's reference worker did not hand over the reference's outputs: {exc}", {}
+    lost = answer.get("lost") or {}
+    handed = {k: answer[k] for k in ("exported", "saved") if isinstance(answer.get(k), dict)}
+    return ({str(k): str(v) for k, v in lost.items()} if isinstance(lost, dict) else {}), handed
+
+
+def adopt(judge: Worker, handed: dict, limits: Limits) -> dict[str, dict] | str:
+    """Have the judge hold what another reference worker handed over (`release` with `export`):
+    {name: dtype and shape} of what it holds (the rest it saved into the cases' folders), or why
+    it could not."""
+    try:
+        answer = ask(judge, {"kind": "adopt", **handed, "max_bytes": MAX_CASE_BYTES}, limits.case_seconds)
+    except Unanswered as exc:
+        return f"kanalyze's judge could not take the references computed ahead: {exc}"
+    if answer.get("error"):
+        return str(answer["error"])
+    found = answer.get("held")
+    return found if isinstance(found, dict) else {}
 
 
 def with_outputs(outcome: Outcome, released: str | dict | None) -> Outcome:
@@ -95,6 +98,44 @@ def float64_later(worker: Worker, indices: list[int], limits: Limits) -> tuple[d
         return {}, f"kanalyze's reference worker gave no float64 reference: {exc}"
     found = answer.get("results")
     return (found if isinstance(found, dict) else {}), "kanalyze's reference worker gave no float64 reference"
+
+
+def hand_back(session: "Session", computed: list[str], ahead_keys: set[str], by_key: dict) -> dict[str, Outcome]:
+    """The reference outcomes of `computed` once every candidate worker has ended: each reference
+    worker hands over the outputs it withheld (the judge those of the baseline, the second worker
+    those it computed ahead).  Where workers hold arrays (held.py), the second worker's go to the
+    judge, and each outcome's arrays are the judge's held ones, then its files."""
+    judge = session._judge
+    held = session.spec["judge_held"] and judge is not None
+    released: dict[bool, str | dict | None] = {False: None, True: None}
+    if any(k not in ahead_keys for k in computed):
+        released[False] = release(judge, session.limits)[0]
+    adopted: dict[str, dict] = {}
+    if any(k in ahead_keys for k in computed):
+        lost, handed = release(session.ahead.worker, session.limits, export=held)
+        if held and isinstance(lost, dict) and any(handed.values()):
+            found = adopt(judge, handed, session.limits)
+            if isinstance(found, str):   # every case computed ahead lost its outputs
+                lost = {**lost, **{by_key[k].arrays: found for k in computed if k in ahead_keys}}
+            else:
+                adopted = found
+        released[True] = lost
+    if judge is not None and not held and judge is not session._reference:
+        judge.close()
+    outcomes = {}
+    for key in computed:
+        outcome = with_outputs(by_key[key], released[key in ahead_keys])
+        if held and outcome.status == "done" and isinstance(outcome.arrays, str):
+            folder = outcome.arrays
+            if key in ahead_keys:   # what the judge holds now, the rest saved into the case's folder
+                outcome.meta["held"] = {name.rsplit("/", 1)[1]: spec for name, spec in adopted.items()
+                                        if name.rsplit("/", 1)[0] == folder}
+            if outcome.meta.get("held"):
+                outcome = Outcome("done", meta=outcome.meta, arrays=with_held(folder, session.judges.of(judge), folder,
+                                                                               outcome.meta["held"]),
+                                  inputs=outcome.inputs, output=outcome.output)
+        outcomes[key] = outcome
+    return outcomes
 
 
 class Reader:
@@ -152,17 +193,56 @@ class Reader:
     def _read(self, outcome: Outcome) -> Outcome:
         shared = outcome.meta.pop("shared", None) if outcome.status == "done" else None
         if not shared:
+            if self.session.spec["judge_held"] and outcome.status == "done" \
+                    and isinstance(outcome.arrays, (str, ArrayFolder)):
+                return self._hold_files(outcome)
             return outcome
         self.count += 1
         folder = os.path.join(self.session.root, f"shared-{self.count}")
-        error = self._ingest(shared, folder)
+        held: dict = {}
+        if self.session.spec["judge_held"]:
+            error, held = self._hold({f"{folder}/{key}": d for key, d in shared.items()} if isinstance(shared, dict)
+                                     else {}, None, folder)
+        else:
+            error = self._ingest(shared, folder)
         if error:
             return Outcome("done", meta={**outcome.meta, "status": "internal", "error": error}, output=outcome.output)
         arrays = ArrayFolder(folder)
         if arrays.nbytes <= READ_NOW_BYTES:
             arrays = arrays.load()
         own = outcome.arrays if isinstance(outcome.arrays, collections.abc.Mapping) else ArrayFolder(outcome.arrays)
-        return Outcome("done", meta=outcome.meta, arrays=collections.ChainMap(arrays, own), output=outcome.output)
+        arrays = collections.ChainMap(arrays, own)
+        if held:
+            arrays = with_held(arrays, self.session.judges.of(self._worker()), folder, held)
+        return Outcome("done", meta=outcome.meta, arrays=arrays, output=outcome.output)
+
+    def _hold_files(self, outcome: Outcome) -> Outcome:
+        """Have the judge hold the outputs a candidate's worker saved (on the CPU, where nothing is
+        shared on the device), read before the worker goes on, as this process would read them."""
+        folder = outcome.arrays.folder if isinstance(outcome.arrays, ArrayFolder) else outcome.arrays
+        saved = {f"{folder}/{key}": {"folder": folder, "key": key, "dtype": dtype}
+                 for key, dtype in _output_dtypes(outcome.meta).items()}
+        error, held = self._hold(None, saved, folder)
+        if error:
+            return Outcome("done", meta={**outcome.meta, "status": "internal", "error": error}, output=outcome.output)
+        arrays = with_held(outcome.arrays, self.session.judges.of(self._worker()), folder, held)
+        return Outcome("done", meta=outcome.meta, arrays=arrays, inputs=outcome.inputs, output=outcome.output)
+
+    def _hold(self, exported: dict | None, saved: dict | None, folder: str) -> tuple[str | None, dict]:
+        """(why not, or None; {key: dtype and shape} of what the judge now holds under `folder`)."""
+        try:
+            answer = self._ask_judge({"kind": "adopt", "exported": exported, "saved": saved,
+                                      "max_bytes": MAX_CASE_BYTES})
+        except Unanswered as exc:
+            return f"kanalyze's reference worker could not read the candidate's arrays: {exc}", {}
+        if answer.get("error"):
+            return str(answer["error"]), {}
+        found = answer.get("held") if isinstance(answer.get("held"), dict) else {}
+        return None, {name.rsplit("/", 1)[1]: spec for name, spec in found.items()
+                      if name.rsplit("/", 1)[0] == folder}
+
+    def _worker(self) -> Worker:
+        return self.judge or self.session.reference
 
     def _ingest(self, shared: dict, folder: str) -> str | None:
         try:
@@ -170,3 +250,18 @@ class Reader:
                                     "max_bytes": MAX_CASE_BYTES}).get("error")
         except Unanswered as exc:
             return f"kanalyze's reference worker could not read the candidate's device arrays: {exc}"
+
+
+def _output_dtypes(meta: dict) -> dict[str, str]:
+    """{array key: torch dtype} of the outputs a candidate's case record names (its runs' outputs and
+    gradients); other arrays stay in their files."""
+    found: dict[str, str] = {}
+    for run in meta.get("runs") or []:
+        if not isinstance(run, dict):
+            continue
+        for field in ("output", "gradients", "parameter_gradients"):
+            output = run.get(field)
+            if isinstance(output, dict) and isinstance(output.get("prefix"), str) \
+                    and isinstance(output.get("dtypes"), list):
+                found.update((f"{output['prefix']}{i}", str(d)) for i, d in enumerate(output["dtypes"]))
+    return found

@@ -161,11 +161,28 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
         judging = time.perf_counter()
         verdicts, baseline_outcome = _judge(results, codes, contexts, gates, replay=cases is not None,
                                             flags_by_code=flags)
+        for verdict in verdicts:   # a witness's windows of what the judge holds, while it still does
+            verdict.arrays = held_windows(verdict)
         environment = {**session.environment, "sizes": sizes, "knobs": harness.knobs}
+        if session.judges.account():
+            environment["judge"] = session.judges.account()
         environment["seconds"] = {**environment.get("seconds", {}), "judge": round(time.perf_counter() - judging, 3)}
     finally:
         session.close()
     return GateRun(verdicts, environment, sizes, time.perf_counter() - started, baseline_outcome)
+
+
+def held_windows(verdict) -> dict:
+    """The verdict's arrays, each one the judge holds cut to the window a witness keeps around the
+    failing element (witness.failing_slices); one it cannot give is left out of the witness."""
+    from kanalyze.dynamic.gates.base import MAX_WITNESS_ELEMENTS, first_index
+    from kanalyze.dynamic.held_arrays import HeldArray, windows
+
+    try:
+        return windows(verdict.arrays, first_index(verdict.details), MAX_WITNESS_ELEMENTS)
+    except CannotJudge as exc:
+        verdict.details["arrays_left_out"] = str(exc)
+        return {k: v for k, v in verdict.arrays.items() if not isinstance(v, HeldArray)}
 
 
 def output_shapes(baseline_results: list[Result]) -> list | None:

@@ -17,9 +17,11 @@ What crosses between them (docs/worker-protocol.md): the candidate's worker is
 given the reference's inputs and model state only; the reference's outputs stay
 in the reference worker until every candidate worker has ended (`release`).  On
 a GPU the candidate's outputs go to the reference worker through CUDA IPC
-(device_share.py), which saves them for this process; on the CPU the
-candidate's worker saves them itself.  Either way they are read into this
-process before the candidate's worker is let go on to its next case.
+(device_share.py), which holds them beside the reference's own, on the device:
+the gates' comparisons run there, and only summaries and the witnesses' windows
+come back (sandbox/held.py, held_arrays.py).  On the CPU the candidate's worker
+saves them itself.  Either way they are read before the candidate's worker is
+let go on to its next case.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from kanalyze.dynamic.ahead import SecondReference
 from kanalyze.dynamic.cases import Case, by_model
 from kanalyze.dynamic.harness import Harness
 from kanalyze.dynamic.reference_cache import REFERENCES
-from kanalyze.dynamic.reference_jobs import Reader, float64_later, release, with_outputs
+from kanalyze.dynamic.held_arrays import Judges
+from kanalyze.dynamic.reference_jobs import Reader, float64_later, hand_back
 from kanalyze.dynamic.results import Result
 from kanalyze.dynamic.sandbox import zygote_client
 from kanalyze.dynamic.sandbox.dispatch import run_cases
@@ -76,7 +79,10 @@ class Session:
         # Inputs and state handed over when needed (sandbox/delivery.py) on a GPU; on the CPU they are
         # small and saved, so cached references need no reference worker (KANALYZE_DELIVER_INPUTS=1|0).
         deliver = os.environ.get("KANALYZE_DELIVER_INPUTS", "1" if mode == "cuda" and share else "0") != "0"
-        self.spec = {"harness": absolute, "device_share": share, "deliver_inputs": deliver}
+        # Outputs held and compared by the judge, never saved (sandbox/held.py; KANALYZE_JUDGE_HELD=1|0).
+        held = os.environ.get("KANALYZE_JUDGE_HELD", "1" if mode == "cuda" and share else "0") != "0"
+        self.spec = {"harness": absolute, "device_share": share, "deliver_inputs": deliver, "judge_held": held}
+        self.judges = Judges(held, limits.case_seconds, self.root)   # kanalyze's side of what they hold
         # What the reference worker saves for the candidates: the one folder of this session's
         # that a candidate's worker is shown (read-only), beside the cache's (mounts.py).
         self.inputs = os.path.join(self.root, "inputs")
@@ -85,6 +91,7 @@ class Session:
         # The reference worker starts now (its imports overlap the candidate's) unless
         # earlier sessions of this process already know this problem's references.
         self._reference: Worker | None = None
+        self._judge: Worker | None = None   # the reference worker that reads the candidate's side
         self.ahead = SecondReference(mode, self.spec, limits, self.root, self.inputs)   # (ahead.py)
         if harness.kind != "kernel" and REFERENCES.plan(harness, mode, MAX_NUMEL[mode]) is None:
             self._reference = Worker("reference", mode, self.spec, limits, self.root)
@@ -204,17 +211,10 @@ class Session:
         computed = [key for key in missing if by_key.get(key) is not None
                     and not by_key[key].meta.get("output64_later")]
         if computed:
-            # Each reference worker hands over the outputs it withheld: the judge those of the
-            # baseline, the second those it computed ahead.
-            released = {False: release(self._judge, self.limits) if any(k not in ahead_keys for k in computed)
-                        else None,
-                        True: self.ahead.release() if any(k in ahead_keys for k in computed)
-                        else None}
-            if self._judge is not None and self._judge is not self._reference:
-                self._judge.close()
-            for key in computed:
-                by_key[key] = REFERENCES.put(self.harness, self.mode, key, reference_cases[key]["record_ops"],
-                                             with_outputs(by_key[key], released[key in ahead_keys]))
+            for key, outcome in hand_back(self, computed, ahead_keys, by_key).items():
+                # Held by the judge: they live as long as this session (never kept for later ones).
+                by_key[key] = outcome if outcome.meta.get("held") else \
+                    REFERENCES.put(self.harness, self.mode, key, reference_cases[key]["record_ops"], outcome)
             for result in results:
                 if result.case.call is None and by_key.get(result.case.input_key) is not None:
                     result.reference = by_key[result.case.input_key]
@@ -327,6 +327,8 @@ class Session:
             meta = {k: v for k, v in outcome.meta.items() if k != "output64_later"}
             if isinstance(part, dict):
                 meta.update({k: v for k, v in part.items() if k in ("output64", "output64_error")})
+                if isinstance(part.get("held"), dict):   # the float64 outputs the judge holds (held.py)
+                    meta["held"] = {**(meta.get("held") or {}), **part["held"]}
                 steps = part.get("seconds") if isinstance(part.get("seconds"), dict) else {}
                 meta["seconds"] = {**(meta.get("seconds") or {}), **steps}
                 self._add_steps("reference", Outcome("done", meta={"seconds": steps}))
@@ -392,7 +394,8 @@ class Session:
 
     def close(self) -> None:
         self.ahead.close()
-        for worker in [self._reference, *self.candidates.values()]:
+        self.judges.close()
+        for worker in [self._reference, self._judge, *self.candidates.values()]:
             if worker is not None:
                 worker.close()
         remove_scratch_root(self.root)

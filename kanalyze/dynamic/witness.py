@@ -41,8 +41,9 @@ import time
 import numpy as np
 
 from kanalyze.dynamic.cases import Case
-from kanalyze.dynamic.gates.base import Verdict
+from kanalyze.dynamic.gates.base import MAX_WITNESS_ELEMENTS, Verdict, first_index
 from kanalyze.dynamic.harness import Harness
+from kanalyze.dynamic.held_arrays import Window
 from kanalyze.keys import KeyUnavailable, key_id, key_path, mac, user_key
 
 DEFAULT_DIRECTORY = os.path.join(".kanalyze", "witnesses")
@@ -102,7 +103,7 @@ def write(verdict: Verdict, harness: Harness, environment: dict, directory: str,
         # Uncompressed: float data compresses by a few percent at 10-20x the time.  A
         # large array keeps a window around the first failing element: replay
         # regenerates the inputs from the seeds, the arrays are there to be looked at.
-        arrays, record["slices"] = failing_slices(verdict.arrays, _first_index(verdict.details))
+        arrays, record["slices"] = failing_slices(verdict.arrays, first_index(verdict.details))
         np.savez(base + ".npz", **arrays)
     # Sign what a reader will load: the record after a trip through JSON
     # (tuples become lists, keys strings), so that both sides hash the same text.
@@ -114,20 +115,16 @@ def write(verdict: Verdict, harness: Harness, environment: dict, directory: str,
     return base + ".json"
 
 
-MAX_WITNESS_ELEMENTS = 1 << 16   # per array: 256 KiB of float32
-
-
-def _first_index(details: dict) -> list[int] | None:
-    index = details.get("index") or details.get("first_index")
-    return list(index) if isinstance(index, (list, tuple)) and index else None
-
-
 def failing_slices(arrays: dict[str, np.ndarray], index: list[int] | None) -> tuple[dict, dict]:
     """Arrays of at most MAX_WITNESS_ELEMENTS elements: a larger one keeps the flat window
     around `index` (its start when there is none); returns them and, per trimmed array,
     its shape and the window (`offset`, `count`) so that a reader can place the values."""
     kept, slices = {}, {}
     for name, array in arrays.items():
+        if isinstance(array, Window):   # already cut, by the judge that held it (held_arrays.py)
+            kept[name] = np.ascontiguousarray(array.values)
+            slices[name] = {"shape": list(array.shape), "offset": array.offset, "count": int(array.values.size)}
+            continue
         array = np.asarray(array)
         if array.size <= MAX_WITNESS_ELEMENTS:
             kept[name] = array

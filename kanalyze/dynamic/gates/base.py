@@ -91,6 +91,15 @@ class Gate:
         return Verdict(self.code, CONFIRMED, summary, [result.case], details, arrays, self.name)
 
 
+MAX_WITNESS_ELEMENTS = 1 << 16   # a witness keeps at most this many values of an array: 256 KiB of float32
+
+
+def first_index(details: dict) -> list[int] | None:
+    """Where a verdict's evidence says the first failing element is, if it says."""
+    index = details.get("index") or details.get("first_index")
+    return list(index) if isinstance(index, (list, tuple)) and index else None
+
+
 def witness_arrays(observed: list[Leaf] | None, expected: list[Leaf] | None, prefix: str = "") -> dict:
     arrays = {}
     for i, leaf in enumerate(observed or []):
@@ -150,5 +159,5 @@ def first_value(leaf: Leaf, index) -> float:
     return float(as_float64(Leaf(np.asarray(leaf.array[tuple(index)]), leaf.dtype)).real)
 
 
-__all__ = ["CONFIRMED", "REFUTED", "UNCONFIRMED", "CannotJudge", "Case", "Gate", "GateContext", "Run", "Verdict",
+__all__ = ["MAX_WITNESS_ELEMENTS", "first_index", "CONFIRMED", "REFUTED", "UNCONFIRMED", "CannotJudge", "Case", "Gate", "GateContext", "Run", "Verdict",
            "compare_with_float64", "run_problem", "value_failure", "witness_arrays", "first_value"]

@@ -21,7 +21,7 @@ import re
 
 import numpy as np
 
-from kanalyze.dynamic.compare import check_values, leaf_classes
+from kanalyze.dynamic.compare import check_values, class_comparison
 from kanalyze.dynamic.gates.base import CONFIRMED, REFUTED, UNCONFIRMED, Gate, GateContext, Verdict, run_problem
 from kanalyze.dynamic.results import leaves
 from kanalyze.dynamic.sandbox.transport import as_float64
@@ -74,11 +74,11 @@ class GradientCheck(Gate):
             return self.verdict(CONFIRMED, f"the gradient of {label} is {got.describe()} where the "
                                 f"reference's is {want.describe()}", [result.case])
         key = _array_name(label)
-        masks = leaf_classes(got) != leaf_classes(want64)
-        if masks.any():
-            first = [int(x) for x in np.unravel_index(int(np.flatnonzero(masks.reshape(-1))[0]), masks.shape)]
+        classes = class_comparison(got, want64, want64)   # non-finite classes against float64's alone
+        if classes.wrong:
+            first = list(classes.first)
             return self.verdict(CONFIRMED, f"the gradient of {label} has non-finite values where float64 "
-                                f"autograd has none, or the reverse ({int(masks.sum())} elements, first at "
+                                f"autograd has none, or the reverse ({classes.wrong} elements, first at "
                                 f"{first})", [result.case], first_index=first,
                                 arrays={f"observed_grad_{key}": got.array, f"expected_grad_{key}": want64.array})
         check = check_values(got, want, want64, terms=terms)

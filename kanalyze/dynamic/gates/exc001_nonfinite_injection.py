@@ -17,9 +17,7 @@ the reference's output; when none does, the verdict is `unconfirmed`.
 
 from __future__ import annotations
 
-import numpy as np
-
-from kanalyze.dynamic.compare import CLASS_NAMES, leaf_classes
+from kanalyze.dynamic.compare import class_comparison
 from kanalyze.dynamic.gates.base import (REFUTED, UNCONFIRMED, Gate, GateContext, first_value, run_problem,
                                          witness_arrays)
 
@@ -51,19 +49,16 @@ class NonfiniteInjection(Gate):
             for i, (observed, expected, expected64) in enumerate(zip(run.outputs, result.expected, exact)):
                 if not expected.is_float:
                     continue
-                got, want = leaf_classes(observed), leaf_classes(expected)
-                agree = want == leaf_classes(expected64)   # where the reference itself is right
-                left_out[special] = left_out.get(special, 0) + int((~agree).sum())
-                reached = reached or bool((want[agree] != 0).any())
-                wrong = (got != want) & agree
-                if not wrong.any():
+                found = class_comparison(observed, expected, expected64)
+                left_out[special] = left_out.get(special, 0) + found.left_out
+                reached = reached or found.reached
+                if not found.wrong:
                     continue
-                pairs = _class_pairs(want[wrong], got[wrong])
-                first = tuple(int(x) for x in np.unravel_index(int(np.flatnonzero(wrong.reshape(-1))[0]), wrong.shape))
+                pairs, first = found.pairs, found.first
                 worst = max(pairs, key=pairs.get)
                 expected_name, observed_name = worst.split(" -> ")
                 which = f"output {i}, " if len(run.outputs) > 1 else ""
-                summary = (f"with {special} injected: {which}{int(wrong.sum())} of {wrong.size} elements in the "
+                summary = (f"with {special} injected: {which}{found.wrong} of {observed.array.size} elements in the "
                            f"wrong class, e.g. {observed_name} where the reference has {expected_name} "
                            f"(first at index {list(first)})")
                 if left_out[special]:
@@ -88,12 +83,3 @@ class NonfiniteInjection(Gate):
             note += f"; {', '.join(unreached)} never reached the output"
         return self.verdict(REFUTED, f"non-finite classes match the reference with {', '.join(ran)} injected{note}",
                             cases, reference_disagreements=left_out)
-
-
-def _class_pairs(want: np.ndarray, got: np.ndarray) -> dict[str, int]:
-    """How many wrong elements went from each reference class to each candidate class, counted
-    by numpy (a wrong output at a problem's real size has millions of them)."""
-    kinds = len(CLASS_NAMES)
-    counts = np.bincount(want.astype(np.intp) * kinds + got.astype(np.intp), minlength=kinds * kinds)
-    return {f"{CLASS_NAMES[code // kinds]} -> {CLASS_NAMES[code % kinds]}": int(counts[code])
-            for code in np.flatnonzero(counts)}

@@ -7,10 +7,9 @@ number.  Flush-to-zero shows as zeros in the output where the reference
 
 from __future__ import annotations
 
-import numpy as np
-
-from kanalyze.dynamic.gates.base import REFUTED, UNCONFIRMED, Gate, GateContext, run_problem, witness_arrays
-from kanalyze.dynamic.sandbox.transport import as_float64
+from kanalyze.dynamic.compare import flushed_to_zero
+from kanalyze.dynamic.gates.base import (REFUTED, UNCONFIRMED, Gate, GateContext, first_value, run_problem,
+                                         witness_arrays)
 
 
 class SubnormalInputs(Gate):
@@ -35,20 +34,17 @@ class SubnormalInputs(Gate):
         for i, (observed, expected) in enumerate(zip(run.outputs, result.expected)):
             if not expected.is_float:
                 continue
-            got, want = as_float64(observed), as_float64(expected)
-            kept = np.isfinite(want) & (want != 0)
-            nonzero_total += int(kept.sum())
-            flushed = kept & (got == 0)
-            if flushed.any():
-                first = tuple(int(x) for x in np.unravel_index(int(np.flatnonzero(flushed.reshape(-1))[0]),
-                                                                flushed.shape))
+            nonzero, flushed, first = flushed_to_zero(observed, expected)
+            nonzero_total += nonzero
+            if flushed:
                 which = f"output {i}: " if len(run.outputs) > 1 else ""
-                summary = (f"with subnormal inputs: {which}{int(flushed.sum())} of {int(kept.sum())} nonzero "
+                want = first_value(expected, first)
+                summary = (f"with subnormal inputs: {which}{flushed} of {nonzero} nonzero "
                            f"reference elements came back as 0 (first at index {list(first)}: expected "
-                           f"{want[first]:.4g}) — flushed to zero")
+                           f"{want:.4g}) — flushed to zero")
                 return self.confirmed(summary, result, arrays=witness_arrays(run.outputs, result.expected),
-                                      flushed=int(flushed.sum()), first_index=list(first),
-                                      observed=float(got[first]), expected=float(want[first]))
+                                      flushed=flushed, first_index=list(first),
+                                      observed=first_value(observed, first), expected=want)
         if nonzero_total == 0:
             return self.verdict(UNCONFIRMED, "the reference itself returns only zeros for subnormal inputs",
                                 [result.case])

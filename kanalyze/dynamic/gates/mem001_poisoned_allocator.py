@@ -9,18 +9,10 @@ pattern in both was never written.
 
 from __future__ import annotations
 
-import numpy as np
-
+from kanalyze.dynamic.compare import sentinel_elements
 from kanalyze.dynamic.gates.base import REFUTED, UNCONFIRMED, Gate, GateContext, Run, run_problem, witness_arrays
 
 SENTINELS = (0xA5, 0x5A)
-
-
-def _pattern(array: np.ndarray, byte: int) -> np.ndarray:
-    raw = np.ascontiguousarray(array).view(np.uint8).reshape(array.shape + (array.dtype.itemsize,)) \
-        if array.ndim else np.ascontiguousarray(array).reshape(1).view(np.uint8).reshape(1, array.dtype.itemsize)
-    same = (raw == byte).all(axis=-1)
-    return same if array.ndim else same.reshape(())
 
 
 class PoisonedAllocator(Gate):
@@ -42,16 +34,15 @@ class PoisonedAllocator(Gate):
             total += a.array.size
             if a.shape != b.shape:
                 continue
-            unwritten = _pattern(a.array, SENTINELS[0]) & _pattern(b.array, SENTINELS[1])
-            if unwritten.any():
-                count = int(unwritten.sum())
-                flat = np.flatnonzero(unwritten.reshape(-1))
-                first_index = [int(x) for x in np.unravel_index(int(flat[0]), unwritten.shape)] if unwritten.ndim else []
+            count, first_index = sentinel_elements(a, b, *SENTINELS)
+            if count:
+                first_index = list(first_index)
+                numel = int(a.array.size)
                 which = f"output {i}: " if len(first.outputs) > 1 else ""
-                summary = (f"{which}{count} of {unwritten.size} elements ({100 * count / unwritten.size:.1f}%) "
+                summary = (f"{which}{count} of {numel} elements ({100 * count / numel:.1f}%) "
                            f"still hold the sentinel after the run (first at index {first_index})")
                 return self.confirmed(summary, result, arrays=witness_arrays(first.outputs, result.expected),
-                                      unwritten=count, numel=int(unwritten.size), first_index=first_index,
+                                      unwritten=count, numel=numel, first_index=first_index,
                                       sentinels=[hex(s) for s in SENTINELS])
         return self.verdict(REFUTED, f"all {total} output elements were written (two runs, sentinels 0xa5 and 0x5a)",
                             [result.case])

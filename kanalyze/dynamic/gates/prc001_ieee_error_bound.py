@@ -18,12 +18,9 @@ fp16 and bf16 stay well below) is a wrong value, not a precision: CMP001's, and
 
 from __future__ import annotations
 
-import numpy as np
-
-from kanalyze.dynamic.compare import fmt
+from kanalyze.dynamic.compare import finite_summary, fmt
 from kanalyze.dynamic.gates.base import REFUTED, UNCONFIRMED, Gate, GateContext, run_problem, value_failure, \
     witness_arrays
-from kanalyze.dynamic.sandbox.transport import as_float64
 
 GROSS = 2.0 ** -5   # an error this large, relative to the output's magnitude, is no precision effect
 
@@ -73,6 +70,5 @@ def _relative(details: dict, expected64) -> float:
     error = (details.get("metric") or {}).get("max_abs_error")
     if error is None or not expected64:
         return 0.0
-    scale = max((float(np.max(np.abs(values[np.isfinite(values)]), initial=0.0))
-                 for values in (as_float64(leaf) for leaf in expected64)), default=0.0)
+    scale = max((finite_summary(leaf)[1] for leaf in expected64), default=0.0)
     return float(error) / scale if scale > 0 else 0.0

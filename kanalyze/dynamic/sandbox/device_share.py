@@ -37,7 +37,10 @@ MAX_HANDLE_HEX = 512
 
 class DeviceArrays(dict):
     """A candidate's arrays on a GPU: device tensors (copies of what it returned), exported at the
-    end of the case instead of being saved to files."""
+    end of the case instead of being saved to files.  `any_device`: tensors on the CPU are kept as
+    tensors too (the reference's outputs for its judge to hold: held.py)."""
+
+    any_device = False
 
 
 def put(arrays: dict, key: str, tensor) -> int:
@@ -45,7 +48,7 @@ def put(arrays: dict, key: str, tensor) -> int:
     array); returns its size in bytes."""
     from kanalyze.dynamic.sandbox.transport import tensor_to_numpy
 
-    if isinstance(arrays, DeviceArrays) and tensor.device.type == "cuda":
+    if isinstance(arrays, DeviceArrays) and (tensor.device.type == "cuda" or arrays.any_device):
         kept = tensor.detach().contiguous().clone()
         arrays[key] = kept
         return kept.numel() * kept.element_size()

@@ -160,3 +160,25 @@ def _read_case(scratch: str, index: int, now: bool = False) -> Outcome:
         except (OSError, ValueError) as exc:  # written in the candidate's process: never its verdict
             meta = {**meta, "status": "internal", "error": f"kanalyze could not read the case's arrays: {exc}"}
     return Outcome("done", meta=meta, arrays=arrays, inputs=meta.get("inputs_folder") or base + ".inputs")
+
+
+_job_ids = itertools.count(1)
+
+
+class Unanswered(Exception):
+    """The reference worker did not answer a job: why, in words."""
+
+
+def ask(worker: Worker, job: dict, seconds: float) -> dict:
+    """Send `job` (its `id` is given here) and return the worker's `job-done` event for it."""
+    job = {**job, "id": f"{job['kind']}-{next(_job_ids)}"}
+    try:
+        worker.send(job)
+        while True:
+            event = worker.next_event(seconds)
+            if event is None:
+                raise Unanswered(f"it did not answer within {seconds:.0f} s")
+            if event.get("event") == "job-done" and event.get("job") == job["id"]:
+                return event
+    except (WorkerGone, ProtocolViolation) as exc:
+        raise Unanswered(f"it ended: {exc}") from exc

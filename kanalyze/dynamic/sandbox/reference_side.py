@@ -19,7 +19,10 @@ the reference's outputs are withheld in this process's memory until the
 parent asks for them after the candidate's workers have ended (`release`), so
 that a candidate never finds them on disk while it runs.  Above
 `WITHHOLD_BYTES` they are saved at once and the case says so (`withheld`:
-false).  Nothing here judges a result.
+false).  Where this worker holds arrays for the session's judge (a GPU run:
+held.py), the outputs stay on the device as tensors and are never saved at all
+(`held` in the case's result names them); nothing here judges a result, the
+judge's comparisons are asked of it by the parent.
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ from kanalyze.dynamic import inputs as input_values
 from kanalyze.dynamic.cases import model_key, model_seed
 from kanalyze.dynamic.loading import Problem, move
 from kanalyze.dynamic.reductions import ReductionRecorder
-from kanalyze.dynamic.sandbox import delivery
+from kanalyze.dynamic.sandbox import delivery, held
+from kanalyze.dynamic.sandbox.device_share import DeviceArrays
 from kanalyze.dynamic.sandbox.execute import (CANDIDATE_SIDE_KEYS, REPEAT_SEED_OFFSET, describe_error, encode_list,
                                               encode_output, lap, seed_all, synchronize, traceback_tail)
 from kanalyze.dynamic.sandbox.transport import dtype_name, save_arrays, tensor_to_numpy
@@ -51,7 +55,7 @@ KEPT_MODELS = 2                # models kept built (sizes, dtype, seed): most ca
 
 class ReferenceSide:
     def __init__(self, harness: dict, device: str, recorder_factory, budget_bytes: int | None = None,
-                 deliver: bool = False) -> None:
+                 deliver: bool = False, hold: bool = False) -> None:
         self.harness, self.device, self.recorder_factory = harness, device, recorder_factory
         self.budget_bytes = budget_bytes   # what a candidate's worker is given of memory (worker.py)
         self.deliver = deliver   # inputs drawn again when the candidate's case starts (delivery.py)
@@ -62,6 +66,8 @@ class ReferenceSide:
         self._withheld: dict[str, dict[str, np.ndarray]] = {}
         self._withheld_bytes = 0
         self._later: dict[str, tuple] = {}   # case -> (model, inputs) whose float64 reference waits
+        # The reference's outputs held for the session's judge instead of saved (held.py).
+        self.store = held.Store(device) if hold else None
 
     def problem(self, sizes: dict, dtype: str | None) -> Problem:
         key = json.dumps([sorted(sizes.items()), dtype])
@@ -108,7 +114,7 @@ class ReferenceSide:
     def run(self, case: dict, out_base: str, inputs_folder: str | None = None) -> dict:
         """The case's reference; what the candidate is given goes to `inputs_folder` (a folder the
         candidate's worker is shown: mounts.py), else beside the case's own files."""
-        arrays: dict[str, np.ndarray] = {}
+        arrays = self._new_arrays()
         seconds: dict[str, float] = {}   # where the case's time went, step by step
         result: dict = {"status": "ok", "seconds": seconds}
         since = time.perf_counter()
@@ -182,9 +188,11 @@ class ReferenceSide:
                 return {"status": "rejected", "error": f"second input set: {describe_error(exc)}",
                         "traceback": traceback_tail(exc)}
         since = lap(seconds, "more", since)
-        save_arrays(inputs_folder, {key: arrays.pop(key) for key in list(arrays) if key.startswith(CANDIDATE_SIDE_KEYS)})
+        save_arrays(inputs_folder, {key: _numpy(arrays.pop(key)) for key in list(arrays)
+                                    if key.startswith(CANDIDATE_SIDE_KEYS)})
         if state_folder is not None:
             _link_files(state_folder, inputs_folder)
+        result["held"], arrays = self._hold(out_base + ".arrays", arrays)
         result["withheld"] = self._withhold(out_base + ".arrays", arrays)
         lap(seconds, "save", since)
         return result
@@ -197,9 +205,10 @@ class ReferenceSide:
         model, values = self._later.pop(out_base)
         started = time.perf_counter()
         part: dict = {}
-        arrays: dict[str, np.ndarray] = {}
+        arrays = self._new_arrays()
         self._float64(model, values, part, arrays, "output64", "out64_")
         folder = out_base + ".arrays"
+        part["held"], arrays = self._hold(folder, arrays)
         if folder in self._withheld:
             self._withheld[folder].update(arrays)
             self._withheld_bytes += sum(int(a.nbytes) for a in arrays.values())
@@ -324,6 +333,26 @@ class ReferenceSide:
 
     # ------------------------------------------------------------ withheld outputs
 
+    def _new_arrays(self) -> dict:
+        """Where a case's arrays go: tensors kept as they are where this worker holds them."""
+        if self.store is None:
+            return {}
+        arrays = DeviceArrays()
+        arrays.any_device = True
+        return arrays
+
+    def _hold(self, folder: str, arrays: dict) -> tuple[dict, dict]:
+        """({key: dtype and shape} of the arrays held for the judge, the rest as numpy arrays)."""
+        if self.store is None:
+            return {}, arrays
+        described, rest = {}, {}
+        for key, value in arrays.items():
+            if isinstance(value, torch.Tensor) and self.store.hold(f"{folder}/{key}", value):
+                described[key] = self.store.describe(f"{folder}/{key}")
+            else:
+                rest[key] = _numpy(value)
+        return described, rest
+
     def _withhold(self, folder: str, arrays: dict[str, np.ndarray]) -> bool:
         size = sum(int(a.nbytes) for a in arrays.values())
         if self._withheld_bytes + size > WITHHOLD_BYTES:
@@ -333,10 +362,11 @@ class ReferenceSide:
         self._withheld_bytes += size
         return True
 
-    def release(self) -> dict[str, str]:
+    def release(self, export: bool = False) -> tuple[dict[str, str], dict]:
         """Save every withheld output (the candidate's workers have ended); returns the folders
-        that could not be saved (the disk ran short: NoRoom), each with why.  One such case
-        costs its own arrays only: the others are saved, and this worker goes on."""
+        that could not be saved (the disk ran short: NoRoom), each with why, and with `export`
+        what this worker held for the judge, handed over (`hand_over`).  One such case costs its
+        own arrays only: the others are saved, and this worker goes on."""
         lost: dict[str, str] = {}
         for folder, arrays in self._withheld.items():
             try:
@@ -347,7 +377,11 @@ class ReferenceSide:
         self._withheld.clear()
         self._withheld_bytes = 0
         self._later.clear()   # a float64 reference never asked for: its candidate failed first
-        return lost
+        return lost, (held.hand_over(self.store) if export and self.store is not None else {})
+
+
+def _numpy(value):
+    return tensor_to_numpy(value) if isinstance(value, torch.Tensor) else value
 
 
 def _link_files(folder: str, into: str) -> None:

@@ -56,6 +56,13 @@ class Leaf:
         return f"{self.dtype}[{', '.join(map(str, self.shape))}]"
 
 
+def storage_dtype(name: str) -> np.dtype:
+    """The numpy dtype a tensor of torch dtype `name` is stored in (raw bits where numpy lacks it)."""
+    if name in _RAW_BITS:
+        return np.dtype(_RAW_BITS[name])
+    return np.dtype("bool" if name == "bool" else name)
+
+
 def dtype_name(torch_dtype: Any) -> str:
     return str(torch_dtype).replace("torch.", "")
 

@@ -59,7 +59,7 @@ def import_modules(mode: str) -> None:
     from kanalyze.dynamic import cases
     from kanalyze.dynamic import environment
     from kanalyze.dynamic import gradients, integrity, kernel_call, loading  # noqa: F401  (all a worker imports)
-    from kanalyze.dynamic.sandbox import device_share, execute, reference_side, transport  # noqa: F401
+    from kanalyze.dynamic.sandbox import device_share, execute, held, reference_side, transport  # noqa: F401
 
     if mode == "cpu":
         from kanalyze.dynamic import devicemap
@@ -171,7 +171,8 @@ def _start(role, mode, spec, harness, status, control, hiding, env, policy, seco
         budget = (torch.cuda.get_device_properties(0).total_memory if mode == "cuda" else
                   spec.get("limits", {}).get("candidate_memory_bytes")
                   or os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-        side = ReferenceSide(harness, device, env.op_recorder, budget, deliver=spec.get("deliver_inputs", False))
+        side = ReferenceSide(harness, device, env.op_recorder, budget, deliver=spec.get("deliver_inputs", False),
+                             hold=spec.get("judge_held", False))
     in_force = numerics.current()   # what the candidate's import left, if it changed anything
     _send(status, event="ready", error=None, import_error=import_error, confinement=confinement,
           numerics={"policy": policy, **({"changed_by_import": in_force} if in_force != policy else {})},
@@ -188,6 +189,7 @@ def _start(role, mode, spec, harness, status, control, hiding, env, policy, seco
 def _serve_jobs(role, control, status, side, harness, import_error, device_map, case_sizes) -> int:
     """The job loop.  A candidate's worker waits after each case until the parent has read it
     (`ack`): nothing the candidate leaves running can rewrite a case's arrays before then."""
+    from kanalyze.dynamic.sandbox import held
     from kanalyze.dynamic.sandbox.transport import ArrayFolder
 
     for line in control:
@@ -196,7 +198,15 @@ def _serve_jobs(role, control, status, side, harness, import_error, device_map, 
             _send(status, event="plan", sizes=_plan(job, harness, device_map, case_sizes))
             continue
         if job["kind"] == "release":   # the reference's withheld outputs, now that no candidate runs
-            _send(status, event="job-done", job=job.get("id"), lost=side.release())
+            lost, handed = side.release(job.get("export", False))
+            _send(status, event="job-done", job=job.get("id"), lost=lost, **handed)
+            continue
+        if job["kind"] == "judge" and role == "reference":   # a summary of held arrays (held.py)
+            _send(status, event="job-done", job=job.get("id"), answer=held.answer(side.store, job["request"]))
+            continue
+        if job["kind"] == "adopt" and role == "reference":   # arrays another worker held or saved (held.py)
+            _send(status, event="job-done", job=job.get("id"),
+                  **held.adopt(side.store, job.get("exported"), job.get("saved"), job["max_bytes"]))
             continue
         if job["kind"] == "float64" and role == "reference":   # the baseline's, once the candidate ran there
             later = {str(index): side.float64_later(os.path.join(job["out"], f"case-{index}"))

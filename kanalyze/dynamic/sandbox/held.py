@@ -1,0 +1,347 @@
+"""Arrays the judge holds, and the summaries it gives of them (reference worker; imports torch).
+
+On a GPU the session's first reference worker is its judge: the reference's
+outputs (in the working dtype and in float64) stay in its memory on the device,
+the candidate's outputs are copied there as each case ends (CUDA IPC,
+device_share.py), and the second reference worker hands over the references it
+computed ahead once every candidate worker has ended.  Nothing of them is
+saved: kanalyze (the parent, numpy only) asks for what a gate needs, and gets
+back a few numbers (`answer`: a value check against float64, bitwise
+differences, non-finite classes, unwritten elements) or a window of values for a
+witness (`save`: a file of at most `MAX_SAVED` elements unless a gate needs a
+whole array).  Every comparison runs here, in chunks, on the device, with the
+same arithmetic as compare.py's numpy (float64, the same masks, the first
+largest error), so that a verdict does not depend on where it was computed.
+
+The device's share is bounded (`HOLD_FRACTION` of its memory: the candidate's
+worker runs beside this one); past it arrays are held in host memory up to
+`HOST_BYTES`, and past that `hold` says no and the caller saves them to files as
+before.  A request that names an array this store does not hold, or one that
+fails, gets `error` (kanalyze's failure: the gate says `unconfirmed`), never a
+verdict.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kanalyze.dynamic.sandbox.transport import save_arrays, tensor_to_numpy
+
+HOLD_FRACTION = 0.35      # of the device's memory, for arrays held there
+HOST_BYTES = 8 * 2 ** 30  # past the device's share, held in host memory up to this
+CHUNK = 1 << 25           # elements compared at a time (float64 temporaries of 256 MiB)
+MAX_SAVED = 1 << 20       # elements of a window; a whole array only where asked (`whole`)
+
+
+class Store:
+    """Tensors held by name ("case-3.arrays/out0", "shared-7/out0"), on the device while its share
+    lasts, then in host memory."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.tensors: dict[str, torch.Tensor] = {}
+        self.device_bytes = self.host_bytes = 0
+        self.device_budget = (int(torch.cuda.get_device_properties(0).total_memory * HOLD_FRACTION)
+                              if device == "cuda" else 0)
+
+    def hold(self, name: str, tensor: torch.Tensor) -> bool:
+        """Keep a contiguous copy of `tensor` (or the tensor itself, where it is one already and the
+        caller lets it go); False where neither share has room: the caller saves it."""
+        size = tensor.numel() * tensor.element_size()
+        self.drop([name])
+        if tensor.device.type == "cuda" and self.device_bytes + size <= self.device_budget:
+            self.tensors[name] = tensor.detach().contiguous()
+            self.device_bytes += size
+            return True
+        if self.host_bytes + size <= HOST_BYTES:
+            self.tensors[name] = tensor.detach().to("cpu").contiguous()
+            self.host_bytes += size
+            return True
+        return False
+
+    def get(self, name) -> torch.Tensor:
+        tensor = self.tensors.get(name) if isinstance(name, str) else None
+        if tensor is None:
+            raise KeyError(f"kanalyze's judge holds no array {str(name)[:200]!r}")
+        return tensor
+
+    def drop(self, names) -> None:
+        for name in names:
+            tensor = self.tensors.pop(name, None)
+            if tensor is not None:
+                size = tensor.numel() * tensor.element_size()
+                if tensor.device.type == "cuda":
+                    self.device_bytes -= size
+                else:
+                    self.host_bytes -= size
+
+    def describe(self, name: str) -> dict:
+        tensor = self.tensors[name]
+        return {"dtype": str(tensor.dtype).replace("torch.", ""), "shape": list(tensor.shape)}
+
+
+# ---------------------------------------------------------------- the summaries
+
+def answer(store: Store, request: dict) -> dict:
+    """What the parent asked of held arrays (`request["op"]`), or `error` with why not."""
+    try:
+        op = _OPS[request["op"]]
+        return op(store, request)
+    except KeyError as exc:
+        return {"error": str(exc.args[0]) if exc.args else "an unknown request"}
+    except Exception as exc:  # kanalyze's failure to judge: the gate says unconfirmed
+        return {"error": f"kanalyze's judge failed: {type(exc).__name__}: {str(exc)[:300]}"}
+
+
+def _compute_device(store: Store) -> str:
+    return "cuda" if store.device == "cuda" else "cpu"
+
+
+def _chunks(store: Store, *names):
+    """(offset, flat chunks...) of held arrays of the same size, each chunk on the compute device."""
+    tensors = [store.get(name).reshape(-1) for name in names]
+    numel = tensors[0].numel()
+    if any(t.numel() != numel for t in tensors):
+        raise ValueError("the arrays compared differ in size")
+    device = _compute_device(store)
+    for start in range(0, numel, CHUNK):
+        yield (start, *[t[start:start + CHUNK].to(device) for t in tensors])
+
+
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """float64 (complex128 for complex values), as compare.as_float64 reads them."""
+    return t.to(torch.complex128) if t.is_complex() else t.to(torch.float64)
+
+
+def _finite(t: torch.Tensor) -> torch.Tensor:
+    if t.is_floating_point() or t.is_complex():
+        return torch.isfinite(t)
+    return torch.ones_like(t, dtype=torch.bool)
+
+
+def _scalar(t: torch.Tensor) -> float:
+    return float(t.real.item()) if t.is_complex() else float(t.item())
+
+
+def _calibrate(store: Store, working: str, exact: str, factor: float, floor: float) -> tuple[float, float]:
+    """(bound, reference error): compare.calibrated_bound."""
+    reference_error, scale = 0.0, 0.0
+    for _, ref, wanted in _chunks(store, working, exact):
+        wanted = _wide(wanted)
+        finite = torch.isfinite(wanted) & _finite(ref)
+        error = torch.where(finite, (_wide(ref) - wanted).abs(), 0.0)
+        magnitude = torch.where(finite, wanted.abs(), 0.0)
+        if error.numel():
+            reference_error = max(reference_error, float(error.max().item()))
+            scale = max(scale, float(magnitude.max().item()))
+    return max(factor * reference_error, floor * (scale or 1.0)), reference_error
+
+
+def _values(store: Store, request: dict) -> dict:
+    """compare.check_values: observed against float64 within the calibrated bound (or the one given)."""
+    calibrated, reference_error = _calibrate(store, request["working"], request["exact"], request["factor"],
+                                             request["floor"])
+    bound = calibrated if request.get("bound") is None else float(request["bound"])
+    if request.get("exactly"):   # integers and booleans
+        bound = 0.0
+    worst, at, observed_at, expected_at, mismatches = -1.0, 0, None, None, 0
+    for start, out, ref, wanted in _chunks(store, request["observed"], request["working"], request["exact"]):
+        wanted = _wide(wanted)
+        considered = torch.isfinite(wanted) & _finite(ref)
+        error = torch.where(considered, (_wide(out) - wanted).abs(), 0.0)
+        error = torch.where(torch.isnan(error), torch.inf, error)
+        i = int(torch.argmax(error).item())
+        if float(error[i].item()) > worst:
+            worst, at = float(error[i].item()), start + i
+            observed_at, expected_at = _scalar(_wide(out[i])), _scalar(wanted[i])
+        mismatches += int((error > bound).sum().item())
+    return {"ok": worst <= bound, "max_error": max(worst, 0.0), "bound": bound, "reference_error": reference_error,
+            "at": at, "observed": observed_at, "expected": expected_at, "mismatches": mismatches}
+
+
+def _calibrated(store: Store, request: dict) -> dict:
+    bound, reference_error = _calibrate(store, request["working"], request["exact"], request["factor"],
+                                        request["floor"])
+    return {"bound": bound, "reference_error": reference_error}
+
+
+def _canonical_bytes(t: torch.Tensor) -> torch.Tensor:
+    """Each element's raw bytes (one row each), every NaN made the same (transport.bits)."""
+    if t.is_floating_point():
+        nan = torch.isnan(t)
+        if bool(nan.any()):
+            t = torch.where(nan, torch.tensor(float("nan"), dtype=t.dtype, device=t.device), t)
+    size = t.element_size()
+    return t.contiguous().view(torch.uint8).reshape(-1, size)
+
+
+def _bits(store: Store, request: dict) -> dict:
+    """compare.bitwise_differences: differing elements, the largest difference, the first one."""
+    count, largest, first = 0, 0.0, None
+    for start, a, b in _chunks(store, request["a"], request["b"]):
+        differ = (_canonical_bytes(a) != _canonical_bytes(b)).any(dim=1)
+        n = int(differ.sum().item())
+        if not n:
+            continue
+        if first is None:
+            first = start + int(torch.nonzero(differ)[0, 0].item())
+        count += n
+        delta = torch.where(differ, (_wide(a) - _wide(b)).abs(), 0.0)
+        delta = torch.where(torch.isnan(delta), torch.inf, delta)
+        largest = max(largest, float(delta.max().item()))
+    return {"count": count, "largest": largest, "first": first}
+
+
+def _classes(t: torch.Tensor) -> torch.Tensor:
+    """0 finite, 1 NaN, 2 +Inf, 3 −Inf (compare.classes)."""
+    if not (t.is_floating_point() or t.is_complex()):
+        return torch.zeros(t.shape, dtype=torch.int64, device=t.device)
+    out = torch.isnan(t).to(torch.int64)
+    infinite = torch.isinf(t)
+    positive = (t.real if t.is_complex() else t) > 0
+    return torch.where(infinite, torch.where(positive, 2, 3), out)
+
+
+def _class_pairs(store: Store, request: dict) -> dict:
+    """compare.class_comparison: which elements are in the wrong non-finite class where the
+    reference's working dtype and float64 agree, counted by (reference class, candidate class)."""
+    left_out, reached, wrong, first = 0, False, 0, None
+    pairs = torch.zeros(16, dtype=torch.int64)
+    for start, got, want, exact in _chunks(store, request["observed"], request["expected"], request["exact"]):
+        got, want = _classes(got), _classes(want)
+        agree = want == _classes(exact)
+        left_out += int((~agree).sum().item())
+        reached = reached or bool(((want != 0) & agree).any().item())
+        bad = (got != want) & agree
+        n = int(bad.sum().item())
+        if not n:
+            continue
+        if first is None:
+            first = start + int(torch.nonzero(bad)[0, 0].item())
+        wrong += n
+        pairs += torch.bincount((want[bad] * 4 + got[bad]), minlength=16).cpu()
+    return {"left_out": left_out, "reached": reached, "wrong": wrong, "first": first, "pairs": pairs.tolist()}
+
+
+def _finite_summary(store: Store, request: dict) -> dict:
+    """Whether every value is finite, and the largest finite magnitude."""
+    all_finite, largest = True, 0.0
+    for _, values in _chunks(store, request["name"]):
+        finite = _finite(values)
+        all_finite = all_finite and bool(finite.all().item())
+        if values.numel():
+            largest = max(largest, float(torch.where(finite, _wide(values).abs(), 0.0).max().item()))
+    return {"all_finite": all_finite, "largest": largest}
+
+
+def _unwritten(store: Store, request: dict) -> dict:
+    """Elements whose every byte holds the first sentinel in run `a` and the second in run `b`
+    (MEM001): how many, and the first."""
+    first_byte, second_byte = (int(b) for b in request["bytes"])
+    count, first = 0, None
+    for start, a, b in _chunks(store, request["a"], request["b"]):
+        both = (_raw_bytes(a) == first_byte).all(dim=1) & (_raw_bytes(b) == second_byte).all(dim=1)
+        n = int(both.sum().item())
+        if n and first is None:
+            first = start + int(torch.nonzero(both)[0, 0].item())
+        count += n
+    return {"count": count, "first": first}
+
+
+def _flushed(store: Store, request: dict) -> dict:
+    """Nonzero finite reference elements, and those the candidate returned as 0 (EXC002)."""
+    nonzero, flushed, first = 0, 0, None
+    for start, got, want in _chunks(store, request["observed"], request["expected"]):
+        want = _wide(want)
+        kept = torch.isfinite(want) & (want != 0)
+        zero = kept & (_wide(got) == 0)
+        nonzero += int(kept.sum().item())
+        n = int(zero.sum().item())
+        if n and first is None:
+            first = start + int(torch.nonzero(zero)[0, 0].item())
+        flushed += n
+    return {"nonzero": nonzero, "flushed": flushed, "first": first}
+
+
+def _raw_bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.uint8).reshape(-1, t.element_size())
+
+
+def _save(store: Store, request: dict) -> dict:
+    """A held array's values into a file for the parent (`path`): the flat window of `count`
+    elements from `start`, or the whole array where `whole` is asked."""
+    tensor = store.get(request["name"])
+    if request.get("whole"):
+        values = tensor
+    else:
+        start, count = int(request["start"]), min(int(request["count"]), MAX_SAVED)
+        values = tensor.reshape(-1)[start:start + count]
+    save_arrays(request["path"], {"values": tensor_to_numpy(values)})
+    return {"saved": True}
+
+
+def _drop(store: Store, request: dict) -> dict:
+    store.drop(request["names"])
+    if store.device == "cuda":
+        torch.cuda.empty_cache()
+    return {"dropped": True}
+
+
+_OPS = {"values": _values, "calibrate": _calibrated, "bits": _bits, "classes": _class_pairs,
+        "finite": _finite_summary, "unwritten": _unwritten, "flushed": _flushed, "save": _save, "drop": _drop}
+
+
+# ---------------------------------------------------------------- arrays changing hands
+
+def hand_over(store: Store) -> dict:
+    """What a reference worker held, for the session's judge to adopt once every candidate worker
+    has ended (the second reference worker's, ahead.py): `exported`, {name: CUDA IPC descriptor}
+    of those on the device (kept alive here until this worker ends), and `saved`, {name: where}
+    of those in host memory, saved into their case's folder."""
+    from kanalyze.dynamic.sandbox.device_share import export
+
+    exported, saved = {}, {}
+    for name, tensor in store.tensors.items():
+        if tensor.device.type == "cuda":
+            exported[name] = export(tensor)
+            continue
+        folder, key = name.rsplit("/", 1)
+        save_arrays(folder, {key: tensor_to_numpy(tensor, shared=True)})
+        saved[name] = {"folder": folder, "key": key, **store.describe(name)}
+    return {"exported": exported, "saved": saved}
+
+
+def adopt(store: Store, exported, saved, max_bytes: int) -> dict:
+    """Hold what another worker handed over (`hand_over`) or saved (`saved`: {name: folder, key,
+    dtype}, a candidate's outputs on the CPU too); what finds no room here is saved into its
+    case's folder.  Returns {"held": {name: dtype and shape}} or {"error": why}."""
+    from kanalyze.dynamic.sandbox.device_share import Refused, read
+    from kanalyze.dynamic.sandbox.transport import ArrayFolder, numpy_to_tensor
+
+    described, total = {}, 0
+    try:
+        for name, where in {**(exported or {}), **(saved or {})}.items():
+            if not isinstance(name, str) or "/" not in name:
+                return {"error": "an array to adopt has no name"}
+            if name in (exported or {}):
+                tensor = read(where)
+            else:
+                array = ArrayFolder(where["folder"])[where["key"]]
+                tensor = numpy_to_tensor(array, where["dtype"])
+            total += tensor.numel() * tensor.element_size()
+            if total > max_bytes:
+                return {"error": f"the arrays to adopt exceed {max_bytes} bytes"}
+            if store.hold(name, tensor):
+                described[name] = store.describe(name)
+            else:
+                folder, key = name.rsplit("/", 1)
+                save_arrays(folder, {key: tensor_to_numpy(tensor)})
+            del tensor
+    except Refused as exc:
+        return {"error": f"kanalyze refused an array to adopt: {exc}"}
+    except Exception as exc:
+        return {"error": f"kanalyze could not adopt an array: {type(exc).__name__}: {str(exc)[:300]}"}
+    return {"held": described}
+
+
+__all__ = ["HOLD_FRACTION", "HOST_BYTES", "MAX_SAVED", "Store", "adopt", "answer", "hand_over"]

@@ -1,0 +1,239 @@
+"""The judge's comparisons give what compare.py's numpy gives (sandbox/held.py, held_arrays.py).
+
+On a GPU the judge holds the reference's and the candidate's outputs and compares them on the
+device; a verdict must not depend on where that ran.  Each comparison here runs twice on the
+same values, once on numpy arrays and once on arrays a store holds (asked through the same
+requests the parent sends), across dtypes, non-finite values and sizes past one chunk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kanalyze.dynamic import compare  # noqa: E402
+from kanalyze.dynamic.held_arrays import HeldArray, Judge, Window, windows  # noqa: E402
+from kanalyze.dynamic.results import CannotJudge  # noqa: E402
+from kanalyze.dynamic.sandbox import held  # noqa: E402
+from kanalyze.dynamic.sandbox.transport import Leaf, dtype_name, tensor_to_numpy  # noqa: E402
+
+
+class InProcessJudge(Judge):
+    """The worker's answers, computed in this process (the requests are the parent's own)."""
+
+    def __init__(self, store: held.Store, root: str) -> None:
+        super().__init__(None, 10.0, root)
+        self.store = store
+
+    def ask(self, request: dict) -> dict:
+        reply = held.answer(self.store, request)
+        if reply.get("error"):
+            raise CannotJudge(reply["error"])
+        self.asked += 1
+        return reply
+
+
+GPU = pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                      reason="needs a CUDA device")])
+
+
+@pytest.fixture(params=["cpu", GPU])
+def judge(request, tmp_path, monkeypatch):
+    """A store on the CPU, and on a GPU (where the judge's arrays live in a GPU run)."""
+    monkeypatch.setattr(held, "CHUNK", 1000)   # several chunks for a few thousand elements
+    return InProcessJudge(held.Store(request.param), str(tmp_path))
+
+
+def both(judge: InProcessJudge, name: str, tensor) -> tuple[Leaf, Leaf]:
+    """The same values as a numpy leaf and as a held one."""
+    assert judge.store.hold(name, tensor.to(judge.store.device))
+    dtype = dtype_name(tensor.dtype)
+    return Leaf(tensor_to_numpy(tensor), dtype), Leaf(HeldArray(judge, name, dtype, list(tensor.shape)), dtype)
+
+
+def same(a, b) -> bool:
+    """Equal field by field, NaN equal to NaN."""
+    return repr(dataclasses.astuple(a)) == repr(dataclasses.astuple(b))
+
+
+def values(shape, dtype=torch.float32, seed=0, specials=0.0):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=generator, dtype=torch.float64)
+    if specials:
+        pick = torch.rand(shape, generator=generator)
+        x[pick < specials / 3] = float("nan")
+        x[(pick >= specials / 3) & (pick < 2 * specials / 3)] = float("inf")
+        x[(pick >= 2 * specials / 3) & (pick < specials)] = float("-inf")
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("specials", [0.0, 0.01])
+def test_a_value_check_is_the_same_held_or_not(judge, dtype, specials) -> None:
+    exact = values((37, 101), torch.float64, seed=1, specials=specials)
+    working = exact.to(dtype)
+    observed = (exact * (1 + 1e-3 * values((37, 101), torch.float64, seed=2))).to(dtype)
+    observed[5, 7] = float("nan")   # a NaN where the reference is finite (or not)
+    local = [both(judge, name, t) for name, t in (("o", observed), ("w", working), ("e", exact))]
+    for bound in (None, 1e-2):
+        for terms in (1, 4096):
+            here = compare.check_values(*[pair[0] for pair in local], bound=bound, terms=terms)
+            there = compare.check_values(*[pair[1] for pair in local], bound=bound, terms=terms)
+            assert same(there, here), (there, here)
+    assert compare.calibrated_bound(local[1][1], local[2][1], 64) == compare.calibrated_bound(local[1][0],
+                                                                                            local[2][0], 64)
+
+
+def test_integers_are_compared_exactly_held_or_not(judge) -> None:
+    exact = torch.arange(3000, dtype=torch.int64).reshape(30, 100)
+    observed = exact.clone()
+    observed[29, 99] += 1
+    o, w = both(judge, "o", observed), both(judge, "w", exact)
+    here = compare.check_values(o[0], w[0], w[0])
+    there = compare.check_values(o[1], w[1], w[1])
+    assert same(there, here) and not there.ok and there.index == (29, 99) and there.mismatches == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.bool,
+                                   torch.complex64])
+def test_bitwise_differences_are_the_same_held_or_not(judge, dtype) -> None:
+    a = values((4, 1500), torch.float64, seed=3, specials=0.01)
+    if dtype == torch.bool:
+        a = a > 0
+    elif dtype == torch.complex64:
+        a = torch.complex(a, a.flip(0)).to(dtype)
+    else:
+        a = a.to(dtype) if dtype.is_floating_point else torch.nan_to_num(a).mul(100).to(dtype)
+    b = a.clone()
+    if dtype == torch.bool:
+        b[2, 900:910] = ~b[2, 900:910]
+    else:
+        b[2, 900:910] += 1
+        b[3, 5] = float("nan") if dtype.is_floating_point else b[3, 5]
+    left, right = both(judge, "a", a), both(judge, "b", b)
+    assert compare.bitwise_differences(left[1], right[1]) == compare.bitwise_differences(left[0], right[0])
+    assert compare.bitwise_differences(left[1], left[1]) == (0, 0.0, None)
+
+
+def test_nan_payloads_are_not_differences(judge) -> None:
+    a = torch.full((2000,), float("nan"))
+    b = a.view(torch.int32).clone()
+    b[1500] ^= 1   # another NaN
+    left, right = both(judge, "a", a), both(judge, "b", b.view(torch.float32))
+    assert compare.bitwise_differences(left[1], right[1]) == compare.bitwise_differences(left[0], right[0]) \
+        == (0, 0.0, None)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.complex64])
+def test_non_finite_classes_are_counted_the_same_held_or_not(judge, dtype) -> None:
+    def cast(x):
+        return torch.complex(x, torch.zeros_like(x)).to(dtype) if dtype == torch.complex64 else x.to(dtype)
+
+    expected = values((50, 80), torch.float64, seed=4, specials=0.05)
+    exact = expected.clone()
+    exact[0, :10] = 1.0                          # where the working dtype and float64 disagree
+    observed = torch.nan_to_num(expected, nan=0.0)   # a kernel that swallows NaN
+    observed[10, 10] = float("inf")
+    leaves = [both(judge, name, cast(t)) for name, t in (("o", observed), ("w", expected), ("e", exact))]
+    here = compare.class_comparison(*[pair[0] for pair in leaves])
+    there = compare.class_comparison(*[pair[1] for pair in leaves])
+    assert same(there, here) and there.wrong > 0 and there.left_out > 0 and there.reached
+
+
+def test_finite_summaries_and_sentinels_are_the_same_held_or_not(judge) -> None:
+    x = values((3, 1200), torch.float32, seed=5, specials=0.002)
+    local, remote = both(judge, "x", x)
+    assert compare.finite_summary(remote) == compare.finite_summary(local)
+    clean = both(judge, "c", torch.nan_to_num(x, nan=0.0, posinf=1.0, neginf=-1.0))
+    assert compare.finite_summary(clean[1]) == compare.finite_summary(clean[0]) and compare.finite_summary(clean[1])[0]
+
+    first, second = torch.randn(2, 1500), torch.randn(2, 1500)
+    first.view(torch.uint8).view(2, 1500, 4)[1, 1200:1300] = 0xA5   # a tail never written by either run
+    second.view(torch.uint8).view(2, 1500, 4)[1, 1200:1300] = 0x5A
+    a, b = both(judge, "a", first), both(judge, "b", second)
+    assert compare.sentinel_elements(a[1], b[1], 0xA5, 0x5A) == compare.sentinel_elements(a[0], b[0], 0xA5, 0x5A) \
+        == (100, (1, 1200))
+
+
+def test_windows_single_values_and_whole_arrays_come_back_exactly(judge) -> None:
+    x = values((40, 500), torch.bfloat16, seed=6)
+    local, remote = both(judge, "x", x)
+    assert remote.array[17, 3] == local.array[17, 3]
+    assert np.array_equal(np.asarray(remote.array), local.array)
+    cut = windows({"x": remote.array, "kept": local.array}, [39, 499], 1000)
+    assert isinstance(cut["x"], Window) and cut["x"].offset == 19000 and cut["x"].shape == (40, 500)
+    assert np.array_equal(cut["x"].values, local.array.reshape(-1)[19000:])
+    assert cut["kept"] is local.array
+
+
+def test_an_array_the_judge_does_not_hold_is_a_reason_not_a_verdict(judge) -> None:
+    ghost = Leaf(HeldArray(judge, "gone/out0", "float32", [4]), "float32")
+    with pytest.raises(CannotJudge, match="holds no array"):
+        compare.check_values(ghost, ghost, ghost)
+    assert held.answer(judge.store, {"op": "no-such-op"})["error"]
+
+
+def test_a_store_past_its_shares_says_no(monkeypatch) -> None:
+    monkeypatch.setattr(held, "HOST_BYTES", 1000)
+    store = held.Store("cpu")
+    assert store.hold("a", torch.zeros(200))          # 800 bytes
+    assert not store.hold("b", torch.zeros(100))      # 400 more: past the share
+    store.drop(["a"])
+    assert store.hold("b", torch.zeros(100)) and store.host_bytes == 400
+
+
+KB = Path(__file__).resolve().parent.parent / "fixtures" / "kernelbench"
+PLANTS = (("level1_problem2_tanh_exp_ratio.py", ["EXC001", "CMP001"]),
+          ("level1_problem6_leaky_relu_cached_result.py", ["INT001", "MEM002"]),
+          ("level1_problem6_leaky_relu_floor_grid.py", ["MEM001"]),
+          ("level1_problem11_row_sum_atomic_blocks.py", ["ORD001"]),
+          ("level1_problem3_matmul_tf32.py", ["PRC001"]),
+          ("level1_problem12_matmul_fp16_acc.py", ["PRC002"]),
+          ("level1_problem10_scale_flush_denormals.py", ["EXC002"]),
+          ("level1_problem6_leaky_relu_autograd_wrong_backward.py", ["CMP002"]),
+          ("level1_problem6_leaky_relu.py", ["all"]))
+
+
+@pytest.mark.parametrize("mode", ["cpu", GPU])
+def test_a_session_judges_held_arrays_as_it_judges_saved_ones(monkeypatch, mode) -> None:
+    """Plants of every value gate, and a correct twin under every gate, with the outputs held by
+    the judge and compared there (a GPU run's default; in host memory on the CPU), and with them
+    saved: the same verdicts, word for word.  Held, no gate reads a whole array: only
+    summaries and the witnesses' windows come back."""
+    from kanalyze.dynamic.gates import gates_by_code
+    from kanalyze.dynamic.harness import find_harness
+    from kanalyze.dynamic.reference_cache import REFERENCES
+    from kanalyze.dynamic.runner import Options, run_gates
+    from kanalyze.dynamic.sandbox.process import Limits
+
+    verdicts, judged = {}, {}
+    for hold in ("0", "1"):
+        monkeypatch.setenv("KANALYZE_JUDGE_HELD", hold)
+        for name, codes in PLANTS:
+            REFERENCES.clear()
+            codes = sorted(gates_by_code()) if codes == ["all"] else codes
+            harness = find_harness(str(KB / "candidates" / name), kernelbench=str(KB))
+            run = run_gates(harness, codes, options=Options(mode=mode, limits=Limits(case_seconds=120)))
+            verdicts.setdefault(hold, []).extend(sorted((name, v.code, v.status, v.summary) for v in run.verdicts))
+            judged[(hold, name)] = run.environment.get("judge")
+    assert verdicts["1"] == verdicts["0"], [pair for pair in zip(verdicts["0"], verdicts["1"]) if pair[0] != pair[1]]
+    statuses = {(name, code): status for name, code, status, _ in verdicts["1"]}
+    assert mode != "cpu" or all(statuses[(name, code)] == "confirmed" for name, codes in PLANTS[:-1]
+                                for code in codes if code != "MEM002"), statuses
+    for name, _ in PLANTS:
+        assert judged[("0", name)] is None
+        assert judged[("1", name)]["asked"] > 0 and judged[("1", name)]["whole_arrays"] == 0, (name, judged)
+
+
+def test_flushes_to_zero_are_counted_the_same_held_or_not(judge) -> None:
+    expected = values((20, 300), torch.float32, seed=7) * 1e-39   # subnormal results
+    observed = expected.clone()
+    observed[3, 100:150] = 0.0
+    o, e = both(judge, "o", observed), both(judge, "e", expected)
+    assert compare.flushed_to_zero(o[1], e[1]) == compare.flushed_to_zero(o[0], e[0])
+    assert compare.flushed_to_zero(o[1], e[1])[1:] == (50, (3, 100))
