@@ -63,8 +63,9 @@ def adopt(judge: Worker, handed: dict, limits: Limits) -> dict[str, dict] | str:
     {name: dtype and shape} of what it holds (the rest it saved into the cases' folders), or why
     it could not."""
     try:
+        judge.wait_ready()
         answer = ask(judge, {"kind": "adopt", **handed, "max_bytes": MAX_CASE_BYTES}, limits.case_seconds)
-    except Unanswered as exc:
+    except (Unanswered, WorkerGone, ProtocolViolation) as exc:
         return f"kanalyze's judge could not take the references computed ahead: {exc}"
     if answer.get("error"):
         return str(answer["error"])
@@ -82,8 +83,11 @@ def with_outputs(outcome: Outcome, released: str | dict | None) -> Outcome:
     if not isinstance(released, dict):
         return Outcome("crashed", detail=released, output=outcome.output)
     why = released.get(outcome.arrays)
-    if why is None:
-        return outcome
+    return outcome if why is None else lost_arrays(outcome, why)
+
+
+def lost_arrays(outcome: Outcome, why: str) -> Outcome:
+    """The outcome, its arrays said lost (`arrays_lost`: results.Result raises CannotJudge)."""
     return Outcome("done", meta={**outcome.meta, "arrays_lost": why}, arrays=outcome.arrays, inputs=outcome.inputs,
                    output=outcome.output)
 
@@ -104,22 +108,20 @@ def hand_back(session: "Session", computed: list[str], ahead_keys: set[str], by_
     """The reference outcomes of `computed` once every candidate worker has ended: each reference
     worker hands over the outputs it withheld (the judge those of the baseline, the second worker
     those it computed ahead).  Where workers hold arrays (held.py), the second worker's go to the
-    judge, and each outcome's arrays are the judge's held ones, then its files."""
-    judge = session._judge
-    held = session.spec["judge_held"] and judge is not None
+    judge (the worker that read the candidate's side: the first reference worker, started now
+    where a replay's cases needed none), and each outcome's arrays are the judge's held ones,
+    then its files.  Held arrays that cannot reach the judge are said lost, with why."""
+    judge, held = session._judge or session._reference, session.spec["judge_held"]
     released: dict[bool, str | dict | None] = {False: None, True: None}
     if any(k not in ahead_keys for k in computed):
-        released[False] = release(judge, session.limits)[0]
-    adopted: dict[str, dict] = {}
+        released[False] = release(session._judge, session.limits)[0]
+    adopted, not_adopted = {}, None
     if any(k in ahead_keys for k in computed):
-        lost, handed = release(session.ahead.worker, session.limits, export=held)
-        if held and isinstance(lost, dict) and any(handed.values()):
-            found = adopt(judge, handed, session.limits)
-            if isinstance(found, str):   # every case computed ahead lost its outputs
-                lost = {**lost, **{by_key[k].arrays: found for k in computed if k in ahead_keys}}
-            else:
-                adopted = found
-        released[True] = lost
+        released[True], handed = release(session.ahead.worker, session.limits, export=held)
+        if held and any(handed.values()):
+            found = adopt(judge or session.reference, handed, session.limits)
+            judge = judge or session.reference
+            adopted, not_adopted = (found, None) if isinstance(found, dict) else ({}, found)
     if judge is not None and not held and judge is not session._reference:
         judge.close()
     outcomes = {}
@@ -128,9 +130,14 @@ def hand_back(session: "Session", computed: list[str], ahead_keys: set[str], by_
         if held and outcome.status == "done" and isinstance(outcome.arrays, str):
             folder = outcome.arrays
             if key in ahead_keys:   # what the judge holds now, the rest saved into the case's folder
+                had = outcome.meta.get("held")
                 outcome.meta["held"] = {name.rsplit("/", 1)[1]: spec for name, spec in adopted.items()
                                         if name.rsplit("/", 1)[0] == folder}
-            if outcome.meta.get("held"):
+                if had and not_adopted:
+                    outcome = lost_arrays(outcome, not_adopted)
+            if outcome.meta.get("held") and judge is None:
+                outcome = lost_arrays(outcome, "kanalyze's judge ended, and the outputs it held with it")
+            elif outcome.meta.get("held"):
                 outcome = Outcome("done", meta=outcome.meta, arrays=with_held(folder, session.judges.of(judge), folder,
                                                                                outcome.meta["held"]),
                                   inputs=outcome.inputs, output=outcome.output)
