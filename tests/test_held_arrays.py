@@ -178,9 +178,9 @@ def test_an_array_the_judge_does_not_hold_is_a_reason_not_a_verdict(judge) -> No
     assert held.answer(judge.store, {"op": "no-such-op"})["error"]
 
 
-def test_a_store_past_its_shares_says_no(monkeypatch) -> None:
-    monkeypatch.setattr(held, "HOST_BYTES", 1000)
+def test_a_store_past_its_shares_says_no() -> None:
     store = held.Store("cpu")
+    store.host_budget = 1000
     assert store.hold("a", torch.zeros(200))          # 800 bytes
     assert not store.hold("b", torch.zeros(100))      # 400 more: past the share
     store.drop(["a"])

@@ -107,6 +107,20 @@ def build_candidate(module: types.ModuleType, harness: dict, init_inputs: list):
     return cls(*init_inputs)
 
 
+def built_on(device: str, build, reseed):
+    """What `build()` makes, its tensors made on `device` where they can be (a GPU draws a model's
+    gigabytes of weights in milliseconds, where the CPU took seconds per model); where building
+    there fails (a constructor that needs the CPU: `.numpy()`, a CPU-only op), built again after
+    `reseed()`, on the CPU, and moved."""
+    if device != "cpu":
+        try:
+            with torch.device(device):
+                return move(build(), device)
+        except Exception:
+            reseed()
+    return move(build(), device)
+
+
 def move(model, device: str):
     if isinstance(model, torch.nn.Module):
         return model.to(device)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from kanalyze.dynamic.cases import model_key, model_seed
-from kanalyze.dynamic.loading import build_candidate, load_matching_state, move
+from kanalyze.dynamic.loading import build_candidate, built_on, load_matching_state
 from kanalyze.dynamic.results import FATAL_MARKERS
 from kanalyze.dynamic.sandbox import delivery
 from kanalyze.dynamic.sandbox.device_share import DeviceArrays, export, put
@@ -236,7 +236,8 @@ class CandidateSide:
         changed in its parameters is undone, its gradients dropped).  True when it took the state."""
         if self.built is None:
             seed_all(model_seed(case))
-            model = move(build_candidate(self.module, self.harness, init_inputs), self.device)
+            model = built_on(self.device, lambda: build_candidate(self.module, self.harness, init_inputs),
+                             lambda: seed_all(model_seed(case)))
             loaded = load_matching_state(model, state)
             if not loaded and isinstance(model, torch.nn.Module):   # its own seeded parameters
                 state = {name: value.detach().clone() for name, value in model.state_dict().items()}

@@ -13,22 +13,25 @@ whole array).  Every comparison runs here, in chunks, on the device, with the
 same arithmetic as compare.py's numpy (float64, the same masks, the first
 largest error), so that a verdict does not depend on where it was computed.
 
-The device's share is bounded (`HOLD_FRACTION` of its memory: the candidate's
-worker runs beside this one); past it arrays are held in host memory up to
-`HOST_BYTES`, and past that `hold` says no and the caller saves them to files as
-before.  A request that names an array this store does not hold, or one that
+An array stays on the device while the device keeps `DEVICE_RESERVE` of its
+memory free (asked of the driver: the candidate's worker and the second reference
+worker run beside this one); past that it moves to host memory, up to
+`HOST_FRACTION` of the machine's, and past that `hold` says no and the caller
+saves it to files as before.  A request that names an array this store does not hold, or one that
 fails, gets `error` (kanalyze's failure: the gate says `unconfirmed`), never a
 verdict.
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from kanalyze.dynamic.sandbox.transport import save_arrays, tensor_to_numpy
 
-HOLD_FRACTION = 0.35      # of the device's memory, for arrays held there
-HOST_BYTES = 8 * 2 ** 30  # past the device's share, held in host memory up to this
+DEVICE_RESERVE = 0.30     # of the device's memory, left free for the candidate's worker and the computations
+HOST_FRACTION = 0.40      # of the machine's memory, for arrays held past the device's share
 CHUNK = 1 << 25           # elements compared at a time (float64 temporaries of 256 MiB)
 MAX_SAVED = 1 << 20       # elements of a window; a whole array only where asked (`whole`)
 
@@ -41,19 +44,24 @@ class Store:
         self.device = device
         self.tensors: dict[str, torch.Tensor] = {}
         self.device_bytes = self.host_bytes = 0
-        self.device_budget = (int(torch.cuda.get_device_properties(0).total_memory * HOLD_FRACTION)
-                              if device == "cuda" else 0)
+        self.host_budget = int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * HOST_FRACTION)
 
     def hold(self, name: str, tensor: torch.Tensor) -> bool:
-        """Keep a contiguous copy of `tensor` (or the tensor itself, where it is one already and the
-        caller lets it go); False where neither share has room: the caller saves it."""
+        """Keep `tensor` (contiguous: the caller lets it go), on the device while the device keeps
+        its reserve free, else in host memory; False where neither has room: the caller saves it."""
         size = tensor.numel() * tensor.element_size()
         self.drop([name])
-        if tensor.device.type == "cuda" and self.device_bytes + size <= self.device_budget:
-            self.tensors[name] = tensor.detach().contiguous()
-            self.device_bytes += size
-            return True
-        if self.host_bytes + size <= HOST_BYTES:
+        if tensor.device.type == "cuda":
+            tensor = tensor.detach().contiguous()
+            free, total = torch.cuda.mem_get_info(tensor.device)
+            if free < DEVICE_RESERVE * total:   # what this process's allocator keeps cached is free too
+                torch.cuda.empty_cache()
+                free, total = torch.cuda.mem_get_info(tensor.device)
+            if free >= DEVICE_RESERVE * total:   # (the tensor is allocated already: keeping it costs nothing more)
+                self.tensors[name] = tensor
+                self.device_bytes += size
+                return True
+        if self.host_bytes + size <= self.host_budget:
             self.tensors[name] = tensor.detach().to("cpu").contiguous()
             self.host_bytes += size
             return True
@@ -344,4 +352,4 @@ def adopt(store: Store, exported, saved, max_bytes: int) -> dict:
     return {"held": described}
 
 
-__all__ = ["HOLD_FRACTION", "HOST_BYTES", "MAX_SAVED", "Store", "adopt", "answer", "hand_over"]
+__all__ = ["DEVICE_RESERVE", "HOST_FRACTION", "MAX_SAVED", "Store", "adopt", "answer", "hand_over"]

@@ -41,7 +41,7 @@ import torch
 
 from kanalyze.dynamic import inputs as input_values
 from kanalyze.dynamic.cases import model_key, model_seed
-from kanalyze.dynamic.loading import Problem, move
+from kanalyze.dynamic.loading import Problem, built_on
 from kanalyze.dynamic.reductions import ReductionRecorder
 from kanalyze.dynamic.sandbox import delivery, held
 from kanalyze.dynamic.sandbox.device_share import DeviceArrays
@@ -88,7 +88,7 @@ class ReferenceSide:
                 if self.device == "cuda":
                     torch.cuda.empty_cache()
             seed_all(model_seed(case))
-            model = move(problem.model(init_inputs), self.device)
+            model = built_on(self.device, lambda: problem.model(init_inputs), lambda: seed_all(model_seed(case)))
             state = ({k: v.detach().clone() for k, v in model.state_dict().items()}
                      if isinstance(model, torch.nn.Module) else None)
             self._models[key] = (model, init_inputs, state)
