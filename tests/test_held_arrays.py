@@ -259,3 +259,34 @@ def test_a_replay_whose_cases_all_run_ahead_is_judged_held(tmp_path, monkeypatch
                  "json", "--select", "PRC002"]) == 1
     witness = next((tmp_path / ".kanalyze" / "witnesses").glob("*PRC002*.json"))
     assert main(["replay", str(witness), "--device", "cpu"]) == 1
+
+
+def test_a_gpu_case_s_outputs_are_held_and_its_inputs_after_the_run_saved(tmp_path) -> None:
+    """What a candidate's worker shared on the device: the outputs go to the judge to hold (adopt);
+    the inputs after the run, which MEM002 compares here with the inputs saved for it, are saved
+    as before (ingest), so that no gate reads a whole held array."""
+    from types import SimpleNamespace
+
+    from kanalyze.dynamic.held_arrays import Judges
+    from kanalyze.dynamic.reference_jobs import Reader
+    from kanalyze.dynamic.sandbox.process import Outcome
+
+    session = SimpleNamespace(spec={"judge_held": True}, root=str(tmp_path), judges=Judges(True, 10.0, str(tmp_path)))
+    reader = Reader(session, judge=object())
+    asked = []
+
+    def answer(job):
+        asked.append(job)
+        if job["kind"] == "adopt":
+            return {"held": {name: {"dtype": "float32", "shape": [4]} for name in job["exported"]}}
+        return {"error": None}
+
+    reader._ask_judge = answer
+    meta = {"status": "ok", "runs": [{"output": {"prefix": "r0_out", "dtypes": ["float32"]},
+                                      "inputs_after": [{"kind": "tensor", "key": "r0_in0", "dtype": "float32"}]}],
+            "shared": {"r0_out0": {"d": 1}, "r0_in0": {"d": 2}}}
+    outcome = reader.read(0, Outcome("done", meta=meta, arrays=str(tmp_path / "own")))
+    adopt, ingest = [j for j in asked if j["kind"] == "adopt"], [j for j in asked if j["kind"] == "ingest"]
+    assert [sorted(j["exported"]) for j in adopt] == [[f"{tmp_path}/shared-1/r0_out0"]]
+    assert [sorted(j["tensors"]) for j in ingest] == [["r0_in0"]]
+    assert isinstance(outcome.arrays["r0_out0"], HeldArray) and outcome.meta["status"] == "ok"

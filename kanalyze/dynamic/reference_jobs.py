@@ -207,9 +207,15 @@ class Reader:
         self.count += 1
         folder = os.path.join(self.session.root, f"shared-{self.count}")
         held: dict = {}
-        if self.session.spec["judge_held"]:
-            error, held = self._hold({f"{folder}/{key}": d for key, d in shared.items()} if isinstance(shared, dict)
-                                     else {}, None, folder)
+        if self.session.spec["judge_held"] and isinstance(shared, dict):
+            # Its outputs are held by the judge; the rest (the inputs after the run, which MEM002
+            # compares here with the inputs saved for it) saved as before.
+            outputs = _output_dtypes(outcome.meta)
+            rest = {key: d for key, d in shared.items() if key not in outputs}
+            error = self._ingest(rest, folder) if rest else None
+            if not error:
+                error, held = self._hold({f"{folder}/{key}": d for key, d in shared.items() if key in outputs},
+                                         None, folder)
         else:
             error = self._ingest(shared, folder)
         if error:
