@@ -196,10 +196,11 @@ PLANTS = (("level1_problem2_tanh_exp_ratio.py", ["EXC001", "CMP001"]),
           ("level1_problem12_matmul_fp16_acc.py", ["PRC002"]),
           ("level1_problem10_scale_flush_denormals.py", ["EXC002"]),
           ("level1_problem6_leaky_relu_autograd_wrong_backward.py", ["CMP002"]),
+          ("level1_problem7_bias_relu_inplace.py", ["MEM002"]),
           ("level1_problem6_leaky_relu.py", ["all"]))
 
 
-@pytest.mark.parametrize("mode", ["cpu", GPU])
+@pytest.mark.parametrize("mode", ["cpu", "cpu-delivered", GPU])
 def test_a_session_judges_held_arrays_as_it_judges_saved_ones(monkeypatch, mode) -> None:
     """Plants of every value gate, and a correct twin under every gate, with the outputs held by
     the judge and compared there (a GPU run's default; in host memory on the CPU), and with them
@@ -211,6 +212,9 @@ def test_a_session_judges_held_arrays_as_it_judges_saved_ones(monkeypatch, mode)
     from kanalyze.dynamic.runner import Options, run_gates
     from kanalyze.dynamic.sandbox.process import Limits
 
+    if mode == "cpu-delivered":   # the inputs handed over too, as on a GPU (delivery.py)
+        monkeypatch.setenv("KANALYZE_DELIVER_INPUTS", "1")
+        mode = "cpu"
     verdicts, judged = {}, {}
     for hold in ("0", "1"):
         monkeypatch.setenv("KANALYZE_JUDGE_HELD", hold)
@@ -261,10 +265,10 @@ def test_a_replay_whose_cases_all_run_ahead_is_judged_held(tmp_path, monkeypatch
     assert main(["replay", str(witness), "--device", "cpu"]) == 1
 
 
-def test_a_gpu_case_s_outputs_are_held_and_its_inputs_after_the_run_saved(tmp_path) -> None:
-    """What a candidate's worker shared on the device: the outputs go to the judge to hold (adopt);
-    the inputs after the run, which MEM002 compares here with the inputs saved for it, are saved
-    as before (ingest), so that no gate reads a whole held array."""
+def test_what_a_gpu_case_returned_is_held_and_the_rest_saved(tmp_path) -> None:
+    """What a candidate's worker shared on the device: its outputs and the inputs after the run
+    (which MEM002 compares with the judge's own copy of the inputs) go to the judge to hold
+    (adopt); anything else its record does not name as returned is saved as before (ingest)."""
     from types import SimpleNamespace
 
     from kanalyze.dynamic.held_arrays import Judges
@@ -284,9 +288,9 @@ def test_a_gpu_case_s_outputs_are_held_and_its_inputs_after_the_run_saved(tmp_pa
     reader._ask_judge = answer
     meta = {"status": "ok", "runs": [{"output": {"prefix": "r0_out", "dtypes": ["float32"]},
                                       "inputs_after": [{"kind": "tensor", "key": "r0_in0", "dtype": "float32"}]}],
-            "shared": {"r0_out0": {"d": 1}, "r0_in0": {"d": 2}}}
+            "shared": {"r0_out0": {"d": 1}, "r0_in0": {"d": 2}, "scratch0": {"d": 3}}}
     outcome = reader.read(0, Outcome("done", meta=meta, arrays=str(tmp_path / "own")))
     adopt, ingest = [j for j in asked if j["kind"] == "adopt"], [j for j in asked if j["kind"] == "ingest"]
-    assert [sorted(j["exported"]) for j in adopt] == [[f"{tmp_path}/shared-1/r0_out0"]]
-    assert [sorted(j["tensors"]) for j in ingest] == [["r0_in0"]]
+    assert [sorted(j["exported"]) for j in adopt] == [[f"{tmp_path}/shared-1/r0_in0", f"{tmp_path}/shared-1/r0_out0"]]
+    assert [sorted(j["tensors"]) for j in ingest] == [["scratch0"]]
     assert isinstance(outcome.arrays["r0_out0"], HeldArray) and outcome.meta["status"] == "ok"

@@ -208,13 +208,13 @@ class Reader:
         folder = os.path.join(self.session.root, f"shared-{self.count}")
         held: dict = {}
         if self.session.spec["judge_held"] and isinstance(shared, dict):
-            # Its outputs are held by the judge; the rest (the inputs after the run, which MEM002
-            # compares here with the inputs saved for it) saved as before.
-            outputs = _output_dtypes(outcome.meta)
-            rest = {key: d for key, d in shared.items() if key not in outputs}
+            # What it returned (its outputs, and the inputs after the run that MEM002 compares) is
+            # held by the judge; anything else saved as before.
+            returned = _returned_dtypes(outcome.meta)
+            rest = {key: d for key, d in shared.items() if key not in returned}
             error = self._ingest(rest, folder) if rest else None
             if not error:
-                error, held = self._hold({f"{folder}/{key}": d for key, d in shared.items() if key in outputs},
+                error, held = self._hold({f"{folder}/{key}": d for key, d in shared.items() if key in returned},
                                          None, folder)
         else:
             error = self._ingest(shared, folder)
@@ -234,7 +234,7 @@ class Reader:
         shared on the device), read before the worker goes on, as this process would read them."""
         folder = outcome.arrays.folder if isinstance(outcome.arrays, ArrayFolder) else outcome.arrays
         saved = {f"{folder}/{key}": {"folder": folder, "key": key, "dtype": dtype}
-                 for key, dtype in _output_dtypes(outcome.meta).items()}
+                 for key, dtype in _returned_dtypes(outcome.meta).items()}
         error, held = self._hold(None, saved, folder)
         if error:
             return Outcome("done", meta={**outcome.meta, "status": "internal", "error": error}, output=outcome.output)
@@ -265,9 +265,9 @@ class Reader:
             return f"kanalyze's reference worker could not read the candidate's device arrays: {exc}"
 
 
-def _output_dtypes(meta: dict) -> dict[str, str]:
-    """{array key: torch dtype} of the outputs a candidate's case record names (its runs' outputs and
-    gradients); other arrays stay in their files."""
+def _returned_dtypes(meta: dict) -> dict[str, str]:
+    """{array key: torch dtype} of what a candidate's case record says it returned (its runs'
+    outputs and gradients, and the inputs after each run); other arrays stay in their files."""
     found: dict[str, str] = {}
     for run in meta.get("runs") or []:
         if not isinstance(run, dict):
@@ -277,4 +277,7 @@ def _output_dtypes(meta: dict) -> dict[str, str]:
             if isinstance(output, dict) and isinstance(output.get("prefix"), str) \
                     and isinstance(output.get("dtypes"), list):
                 found.update((f"{output['prefix']}{i}", str(d)) for i, d in enumerate(output["dtypes"]))
+        for item in run.get("inputs_after") or []:
+            if isinstance(item, dict) and item.get("kind") == "tensor" and isinstance(item.get("key"), str):
+                found[item["key"]] = str(item.get("dtype"))
     return found

@@ -151,8 +151,9 @@ class Result:
         """The reference's inputs where kanalyze kept them (MEM002 compares them; the others were
         handed to the candidate's worker as its case started, sandbox/delivery.py, and a witness
         regenerates them from the case's seed)."""
-        return [Leaf(self.reference_arrays[i["key"]], i["dtype"]) for i in self.reference.meta.get("inputs", [])
-                if i["kind"] == "tensor" and i["key"] in self.reference_arrays]
+        prefix = self.reference.meta.get("inputs_kept") or ""   # the judge's own copy (sandbox/held.py)
+        return [Leaf(self.reference_arrays[prefix + i["key"]], i["dtype"]) for i in self.reference.meta.get("inputs", [])
+                if i["kind"] == "tensor" and prefix + i["key"] in self.reference_arrays]
 
     # ------------------------------------------------------------ candidate
 

@@ -1,15 +1,14 @@
 """MEM002 inputs: the candidate leaves its inputs as it found them.
 
-The worker sends the inputs back after the run; the parent compares them,
-bit for bit, with the inputs it generated.
+The worker sends the inputs back after the run; they are compared, bit for bit
+(every NaN the same), with the inputs the reference drew: by the judge where it
+holds both (a GPU run: sandbox/held.py), else in kanalyze.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
+from kanalyze.dynamic.compare import bitwise_differences
 from kanalyze.dynamic.gates.base import REFUTED, UNCONFIRMED, Gate, GateContext, first_value, run_problem
-from kanalyze.dynamic.sandbox.transport import bits
 
 
 class InputHash(Gate):
@@ -31,13 +30,12 @@ class InputHash(Gate):
             return self.verdict(UNCONFIRMED, f"kanalyze kept {len(before)} of the {given} input tensors before the "
                                 f"run and read {len(after)} after it: nothing to compare", [result.case])
         for i, (b, a) in enumerate(zip(before, after)):
-            changed = bits(b) != bits(a)
-            if changed.any():
-                count = int(changed.sum())
-                first = [int(x) for x in np.unravel_index(int(np.flatnonzero(changed.reshape(-1))[0]), changed.shape)] \
-                    if changed.ndim else []
-                index = tuple(first)
-                summary = (f"input {i} ({b.describe()}) changed in {count} of {changed.size} elements "
+            if b.shape != a.shape:
+                return self.confirmed(f"input {i} ({b.describe()}) came back as {a.describe()}", result, input=i)
+            count, _, index = bitwise_differences(b, a)
+            if count:
+                first = list(index)
+                summary = (f"input {i} ({b.describe()}) changed in {count} of {b.array.size} elements "
                            f"(first at index {first}: {first_value(b, index):.4g} became {first_value(a, index):.4g})")
                 return self.confirmed(summary, result, arrays={f"input{i}_before": b.array, f"input{i}_after": a.array},
                                       input=i, changed=count, first_index=first)

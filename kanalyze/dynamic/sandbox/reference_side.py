@@ -127,9 +127,14 @@ class ReferenceSide:
         except BaseException as exc:  # the problem rejects these sizes, or is broken
             return {"status": "rejected", "error": describe_error(exc), "traceback": traceback_tail(exc)}
         # The inputs are handed over when the candidate's case starts (delivery.py), except where
-        # a gate compares them in kanalyze (MEM002's `return_inputs`): those are saved below.
-        offered = delivery.offer(case) if self.deliver and not case.get("return_inputs") else None
+        # a gate compares them in kanalyze (MEM002's `return_inputs`) and no judge holds them:
+        # those are saved below.  Where one does, it holds a copy of its own (`kept_in`: held.py).
+        compared = bool(case.get("return_inputs"))
+        offered = delivery.offer(case) if self.deliver and (not compared or self.store is not None) else None
         result["inputs"] = encode_list(values, "in", arrays, keep=offered is None)
+        if compared and self.store is not None:
+            arrays.update((f"kept_in{i}", v) for i, v in enumerate(values) if isinstance(v, torch.Tensor))
+            result["inputs_kept"] = "kept_"
         if offered is not None:
             for i, value in enumerate(values):
                 if isinstance(value, torch.Tensor):
