@@ -34,7 +34,9 @@ for step in "$@"; do
     if [ "$name" = suite ]; then seconds=${manifest:-300}; fi
     case $name in
     suite)
-        timeout "$seconds" python3 -m pytest -m gpu -q -rs --durations=12 "${GPU_TESTS[@]}" 2>&1 | tee "$OUT/suite.log" | tail -40 ;;
+        # SIGINT at the limit: pytest then still prints what failed so far, and its summary.
+        timeout -s INT -k 30 "$seconds" python3 -m pytest -m gpu -q -rs --durations=12 "${GPU_TESTS[@]}" 2>&1 |
+            tee "$OUT/suite.log" | tail -40 ;;
     bench)
         timeout "${seconds:-290}" python3 bench/bench_corpus.py --corpus "$manifest" --device cuda --all \
             --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -60 ;;

@@ -17,9 +17,9 @@ An array stays on the device while the device keeps `DEVICE_RESERVE` of its
 memory free (asked of the driver: the candidate's worker and the second reference
 worker run beside this one); past that it moves to host memory, up to
 `HOST_FRACTION` of the machine's, and past that `hold` says no and the caller
-saves it to files as before.  A request that names an array this store does not hold, or one that
-fails, gets `error` (kanalyze's failure: the gate says `unconfirmed`), never a
-verdict.
+saves it to files as before.  A request that names an array this store does not
+hold, or one that fails, gets `error` (kanalyze's failure: the gate says
+`unconfirmed`), never a verdict.
 """
 
 from __future__ import annotations
@@ -92,11 +92,14 @@ class Store:
 
 def answer(store: Store, request: dict) -> dict:
     """What the parent asked of held arrays (`request["op"]`), or `error` with why not."""
+    op = _OPS.get(request.get("op")) if isinstance(request, dict) else None
+    if op is None or store is None:
+        return {"error": f"kanalyze's judge has no answer to {str(request)[:200]} (it holds "
+                         f"{'no arrays' if store is None else 'no such request'})"}
     try:
-        op = _OPS[request["op"]]
         return op(store, request)
-    except KeyError as exc:
-        return {"error": str(exc.args[0]) if exc.args else "an unknown request"}
+    except KeyError as exc:   # an array it does not hold (Store.get), or a request without a field
+        return {"error": str(exc.args[0]) if exc.args else "an incomplete request"}
     except Exception as exc:  # kanalyze's failure to judge: the gate says unconfirmed
         return {"error": f"kanalyze's judge failed: {type(exc).__name__}: {str(exc)[:300]}"}
 
