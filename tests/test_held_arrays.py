@@ -224,8 +224,8 @@ def test_a_session_judges_held_arrays_as_it_judges_saved_ones(monkeypatch, mode)
             harness = find_harness(str(KB / "candidates" / name), kernelbench=str(KB))
             run = run_gates(harness, codes, options=Options(mode=mode, limits=Limits(case_seconds=120)))
             # (how many elements two runs of float atomics differ in is itself the nondeterminism ORD001 shows)
-            verdicts.setdefault(hold, []).extend(sorted((name, v.code, v.status, v.summary if v.code != "ORD001" else "")
-                                                        for v in run.verdicts))
+            verdicts.setdefault(hold, []).extend(sorted(
+                (name, v.code, v.status, v.summary if v.code != "ORD001" else "") for v in run.verdicts))
             judged[(hold, name)] = run.environment.get("judge")
     assert verdicts["1"] == verdicts["0"], [pair for pair in zip(verdicts["0"], verdicts["1"]) if pair[0] != pair[1]]
     statuses = {(name, code): status for name, code, status, _ in verdicts["1"]}

@@ -152,7 +152,7 @@ class HeldArray:
         return self.values()[index]
 
     def __getattr__(self, attribute: str):
-        if attribute.startswith("__") or attribute in ("judge", "name", "shape", "dtype", "_values"):
+        if attribute.startswith("__") or attribute in ("judge", "name", "shape", "dtype", "torch_dtype", "_values"):
             raise AttributeError(attribute)
         return getattr(self.values(), attribute)   # reshape, view, astype...: numpy's, on the values
 
