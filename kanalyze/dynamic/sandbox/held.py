@@ -182,8 +182,7 @@ def _canonical_bytes(t: torch.Tensor) -> torch.Tensor:
         nan = torch.isnan(t)
         if bool(nan.any()):
             t = torch.where(nan, torch.tensor(float("nan"), dtype=t.dtype, device=t.device), t)
-    size = t.element_size()
-    return t.contiguous().view(torch.uint8).reshape(-1, size)
+    return _raw_bytes(t)
 
 
 def _bits(store: Store, request: dict) -> dict:
@@ -291,15 +290,8 @@ def _save(store: Store, request: dict) -> dict:
     return {"saved": True}
 
 
-def _drop(store: Store, request: dict) -> dict:
-    store.drop(request["names"])
-    if store.device == "cuda":
-        torch.cuda.empty_cache()
-    return {"dropped": True}
-
-
 _OPS = {"values": _values, "calibrate": _calibrated, "bits": _bits, "classes": _class_pairs,
-        "finite": _finite_summary, "unwritten": _unwritten, "flushed": _flushed, "save": _save, "drop": _drop}
+        "finite": _finite_summary, "unwritten": _unwritten, "flushed": _flushed, "save": _save}
 
 
 # ---------------------------------------------------------------- arrays changing hands
