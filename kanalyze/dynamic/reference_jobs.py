@@ -146,8 +146,10 @@ def hand_back(session: "Session", computed: list[str], ahead_keys: set[str], by_
 
 
 class Reader:
-    """Reads a candidate's case into this process as the case ends: what its worker shared on the
-    device, through the reference worker (which saves it for us); the rest from its files."""
+    """Reads a candidate's case as the case ends, before its worker goes on: what its worker
+    shared on the device goes to the reference worker, which holds it for judging (held.py) or,
+    where workers hold nothing, saves it for this process; the rest is read from its files (on
+    the CPU with KANALYZE_JUDGE_HELD=1, its outputs are held from those files too)."""
 
     def __init__(self, session: "Session", judge: Worker | None) -> None:
         self.session, self.judge = session, judge
