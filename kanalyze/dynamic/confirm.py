@@ -229,6 +229,8 @@ def _apply(gate_run: GateRun, harness: Harness, flagged: list[Finding], flags: d
         for f in own:
             _set(f, status, line, witness)
             f.evidence["gate_seconds"] = gate_run.environment.get("seconds", {})
+            if gate_run.environment.get("judge"):   # what the gates asked of the arrays the judge held
+                f.evidence["judge"] = gate_run.environment["judge"]
         if not own and status is Status.UNCONFIRMED:
             undecided.append((verdict.code, verdict.summary))
         if not own and status is Status.CONFIRMED:
