@@ -119,8 +119,8 @@ def hand_back(session: "Session", computed: list[str], ahead_keys: set[str], by_
     if any(k in ahead_keys for k in computed):
         released[True], handed = release(session.ahead.worker, session.limits, export=held)
         if held and any(handed.values()):
-            found = adopt(judge or session.reference, handed, session.limits)
             judge = judge or session.reference
+            found = adopt(judge, handed, session.limits)
             adopted, not_adopted = (found, None) if isinstance(found, dict) else ({}, found)
     if judge is not None and not held and judge is not session._reference:
         judge.close()

@@ -134,6 +134,11 @@ def _scalar(t: torch.Tensor) -> float:
     return float(t.real.item()) if t.is_complex() else float(t.item())
 
 
+def _first(first: int | None, start: int, mask: torch.Tensor) -> int | None:
+    """The first flat position found so far: `first`, else the first True of this chunk's `mask`."""
+    return first if first is not None else start + int(torch.nonzero(mask)[0, 0].item())
+
+
 def _calibrate(store: Store, working: str, exact: str, factor: float, floor: float) -> tuple[float, float]:
     """(bound, reference error): compare.calibrated_bound."""
     reference_error, scale = 0.0, 0.0
@@ -193,8 +198,7 @@ def _bits(store: Store, request: dict) -> dict:
         n = int(differ.sum().item())
         if not n:
             continue
-        if first is None:
-            first = start + int(torch.nonzero(differ)[0, 0].item())
+        first = _first(first, start, differ)
         count += n
         delta = torch.where(differ, (_wide(a) - _wide(b)).abs(), 0.0)
         delta = torch.where(torch.isnan(delta), torch.inf, delta)
@@ -226,8 +230,7 @@ def _class_pairs(store: Store, request: dict) -> dict:
         n = int(bad.sum().item())
         if not n:
             continue
-        if first is None:
-            first = start + int(torch.nonzero(bad)[0, 0].item())
+        first = _first(first, start, bad)
         wrong += n
         pairs += torch.bincount((want[bad] * 4 + got[bad]), minlength=16).cpu()
     return {"left_out": left_out, "reached": reached, "wrong": wrong, "first": first, "pairs": pairs.tolist()}
@@ -252,8 +255,7 @@ def _unwritten(store: Store, request: dict) -> dict:
     for start, a, b in _chunks(store, request["a"], request["b"]):
         both = (_raw_bytes(a) == first_byte).all(dim=1) & (_raw_bytes(b) == second_byte).all(dim=1)
         n = int(both.sum().item())
-        if n and first is None:
-            first = start + int(torch.nonzero(both)[0, 0].item())
+        first = _first(first, start, both) if n else first
         count += n
     return {"count": count, "first": first}
 
@@ -267,8 +269,7 @@ def _flushed(store: Store, request: dict) -> dict:
         zero = kept & (_wide(got) == 0)
         nonzero += int(kept.sum().item())
         n = int(zero.sum().item())
-        if n and first is None:
-            first = start + int(torch.nonzero(zero)[0, 0].item())
+        first = _first(first, start, zero) if n else first
         flushed += n
     return {"nonzero": nonzero, "flushed": flushed, "first": first}
 
