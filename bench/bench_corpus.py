@@ -67,8 +67,11 @@ def kanalyze(problem: str, candidate: str, device: str, timeout: float, gates: s
     # where the gate run's time went (plan, reference, candidate, read_back, release, judge)
     phases = next(((f.get("evidence") or {}).get("gate_seconds") for f in findings or []
                    if (f.get("evidence") or {}).get("gate_seconds")), None)
+    # the candidate's slowest cases (gate, case, seconds)
+    cases = next(((f.get("evidence") or {}).get("case_seconds") for f in findings or []
+                  if (f.get("evidence") or {}).get("case_seconds")), None)
     return {"seconds": time.perf_counter() - started, "error": error, "verdicts": verdicts, "phases": phases,
-            "disk_bytes": disk.peak}
+            "cases": cases, "disk_bytes": disk.peak}
 
 
 class DiskPeak:
@@ -129,6 +132,9 @@ def main() -> int:
               + (f" ({row['targeted']['error']})" if row["targeted"]["error"] else ""), flush=True)
         if row["targeted"]["phases"]:
             print("    seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in row["targeted"]["phases"].items()), flush=True)
+        if row["targeted"].get("cases"):
+            print("    slowest cases: " + ", ".join(f"{c['gate']} {c['case']} {c['seconds']:.1f}"
+                                                   for c in row["targeted"]["cases"][:6]), flush=True)
         for v in row["targeted"]["verdicts"]:
             print(f"    {(v['result'] or '')[:220]}", flush=True)
         if args.all:
@@ -138,6 +144,9 @@ def main() -> int:
                   + (f" ({row['all']['error']})" if row["all"]["error"] else ""), flush=True)
             if row["all"]["phases"]:
                 print("    seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in row["all"]["phases"].items()), flush=True)
+            if row["all"].get("cases"):
+                print("    slowest cases: " + ", ".join(f"{c['gate']} {c['case']} {c['seconds']:.1f}"
+                                                       for c in row["all"]["cases"][:6]), flush=True)
         if args.json:  # after every pair: a run cut short keeps what it measured
             Path(args.json).write_text(json.dumps(rows, indent=1))
     summarize(rows, args.all)

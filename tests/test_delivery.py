@@ -157,3 +157,8 @@ def test_a_candidate_gets_the_reference_s_weights_only_where_its_own_differ(tmp_
     steps = run.environment["seconds"]
     assert steps.get("candidate.inputs", 0.0) > 0   # the inputs were handed over as each case started
     assert ("candidate.state" in steps) == crosses, steps
+    # each candidate case's own account, named by gate and case, adds up to the candidate's steps
+    cases = run.environment["case_seconds"]
+    assert {c["case"] for c in cases} >= {"baseline"} and all(c["seconds"] > 0 for c in cases), cases
+    assert sum(c["seconds"] for c in cases) == pytest.approx(
+        sum(v for k, v in steps.items() if k.startswith("candidate.")), abs=0.01 * len(cases))

@@ -228,9 +228,7 @@ def _apply(gate_run: GateRun, harness: Harness, flagged: list[Finding], flags: d
         status = Status(verdict.status)
         for f in own:
             _set(f, status, line, witness)
-            f.evidence["gate_seconds"] = gate_run.environment.get("seconds", {})
-            if gate_run.environment.get("judge"):   # what the gates asked of the arrays the judge held
-                f.evidence["judge"] = gate_run.environment["judge"]
+            f.evidence.update(_run_account(gate_run.environment))
         if not own and status is Status.UNCONFIRMED:
             undecided.append((verdict.code, verdict.summary))
         if not own and status is Status.CONFIRMED:
@@ -238,5 +236,18 @@ def _apply(gate_run: GateRun, harness: Harness, flagged: list[Finding], flags: d
             new.append(Finding(
                 code=verdict.code, name=names.get(verdict.code, verdict.gate), message=verdict.summary,
                 location=Location(path, row, 1, row, 1), status=Status.CONFIRMED,
-                evidence={"gate": verdict.gate, "static": None, "gate_result": line}, witness=witness))
+                evidence={"gate": verdict.gate, "static": None, "gate_result": line,
+                          **_run_account(gate_run.environment)}, witness=witness))
     return new, undecided
+
+
+def _run_account(environment: dict) -> dict:
+    """What a finding's evidence says of the gate run behind it: where its time went (`gate_seconds`),
+    the candidate's slowest cases, slowest first (`case_seconds`), and what the gates asked of
+    the arrays the judge held (`judge`)."""
+    account = {"gate_seconds": environment.get("seconds", {})}
+    if environment.get("case_seconds"):
+        account["case_seconds"] = sorted(environment["case_seconds"], key=lambda c: -c["seconds"])[:12]
+    if environment.get("judge"):
+        account["judge"] = environment["judge"]
+    return account

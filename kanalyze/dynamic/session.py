@@ -112,6 +112,7 @@ class Session:
         # Where the run's time went (the environment's `seconds`): `start` is the workers' launch
         # (a zygote's own start included); each worker's start in detail is `<role>_start_seconds`.
         self.seconds: dict[str, float] = {"start": round(time.perf_counter() - created, 3)}
+        self.case_seconds: list[dict] = []   # each candidate case's own account: gate, case, seconds
         zygote = zygote_client.started_since(mode, since)   # started for this session: its share of `start`
         for step, value in (zygote or {}).items():
             self.seconds[f"zygote.{step}"] = value
@@ -225,6 +226,7 @@ class Session:
             if ready is not None:
                 self.seconds[f"{role}_ready"] = ready
         self.environment["seconds"] = dict(self.seconds)
+        self.environment["case_seconds"] = list(self.case_seconds)
         return results
 
     def _add_references(self, cases: list[Case], reference_cases: dict[str, dict], by_key: dict,
@@ -362,7 +364,9 @@ class Session:
                 self.environment.update(describe_ready(ready, "candidate"))
             for i, outcome in outcomes.items():
                 results[i].candidate = outcome
-                self._add_steps("candidate", outcome)
+                taken = self._add_steps("candidate", outcome)
+                self.case_seconds.append({"gate": results[i].case.gate, "case": results[i].case.id,
+                                          "variant": variant, "seconds": round(taken, 3)})
         return time.perf_counter() - started - (reader.seconds - read_before)
 
     @staticmethod
@@ -382,12 +386,15 @@ class Session:
                         f"({result.kanalyze_failure()[:300]})", "kanalyze")
         return None
 
-    def _add_steps(self, role: str, outcome: Outcome) -> None:
+    def _add_steps(self, role: str, outcome: Outcome) -> float:
         """A worker's own account of a case's steps (`seconds` in its result), summed per step as
-        `role.step`: descriptive only (a candidate's worker could say anything), never judged."""
-        for step, value in durations(outcome.meta.get("seconds") if isinstance(outcome.meta, dict) else None):
+        `role.step`: descriptive only (a candidate's worker could say anything), never judged.
+        Returns the case's total."""
+        steps = durations(outcome.meta.get("seconds") if isinstance(outcome.meta, dict) else None)
+        for step, value in steps:
             name = f"{role}.{step}"
             self.seconds[name] = round(self.seconds.get(name, 0.0) + value, 3)
+        return sum(value for _, value in steps)
 
     def _took(self, what: str, started: float, minus: float = 0.0) -> None:
         self.seconds[what] = round(self.seconds.get(what, 0.0) + time.perf_counter() - started - minus, 3)
