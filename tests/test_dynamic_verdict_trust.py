@@ -21,7 +21,8 @@ from kanalyze.dynamic.gates import gates_by_code
 from kanalyze.dynamic.gates.base import CONFIRMED, REFUTED, UNCONFIRMED, Gate, Verdict
 from kanalyze.dynamic.harness import find_harness
 from kanalyze.dynamic.results import Result
-from kanalyze.dynamic.runner import BASELINE, Options, _judge, run_gates
+from kanalyze.dynamic.judging import judge as _judge  # noqa: E402
+from kanalyze.dynamic.runner import BASELINE, Options, run_gates
 from kanalyze.dynamic.sandbox.process import Limits, Outcome, ProtocolViolation, _parse_event
 
 KB = Path(__file__).resolve().parent.parent / "fixtures" / "kernelbench"
@@ -266,7 +267,7 @@ def test_float_atomic_order_is_not_blamed_on_fresh_memory() -> None:
 def test_a_tf32_sized_value_error_names_prc001_as_its_cause() -> None:
     import numpy as np
 
-    from kanalyze.dynamic.runner import _name_the_cause
+    from kanalyze.dynamic.judging import name_the_cause as _name_the_cause
 
     expected = np.full((4, 4), 100.0)
     cmp = Verdict("CMP001", CONFIRMED, "on the problem's own inputs: max abs error 0.05 > bound 0.01",

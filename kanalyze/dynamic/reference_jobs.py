@@ -59,12 +59,14 @@ def release(judge: Worker | None, limits: Limits, export: bool = False) -> tuple
 
 
 def adopt(judge: Worker, handed: dict, limits: Limits) -> dict[str, dict] | str:
-    """Have the judge hold what another reference worker handed over (`release` with `export`):
+    """Have the judge hold what another reference worker handed over (`release` with `export`),
+    mapped from that worker's memory on the device (it lives until the session closes):
     {name: dtype and shape} of what it holds (the rest it saved into the cases' folders), or why
     it could not."""
     try:
         judge.wait_ready()
-        answer = ask(judge, {"kind": "adopt", **handed, "max_bytes": MAX_CASE_BYTES}, limits.case_seconds)
+        answer = ask(judge, {"kind": "adopt", **handed, "max_bytes": MAX_CASE_BYTES, "map": True},
+                     limits.case_seconds)
     except (Unanswered, WorkerGone, ProtocolViolation) as exc:
         return f"kanalyze's judge could not take the references computed ahead: {exc}"
     if answer.get("error"):

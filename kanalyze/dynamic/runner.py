@@ -6,8 +6,10 @@
 
 Each gate plans its cases (gates/), a `Session` runs them through the
 reference and candidate workers (session.py), and each gate judges what came
-back.  Every run starts with a baseline: the problem's own inputs at the base
-sizes, which is KernelBench's check.
+back (judging.py).  Every run starts with a baseline: the problem's own inputs
+at the base sizes, which is KernelBench's check.  Where every gate's arrays
+would not fit what a session's judge holds, the gates run in several sessions,
+each after the baseline again (held_budget.py).
 """
 
 from __future__ import annotations
@@ -15,24 +17,18 @@ from __future__ import annotations
 import glob
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from kanalyze.dynamic.cases import Case, Run
 from kanalyze.dynamic.gates import gates_by_code
-from kanalyze.dynamic.gates.base import (CONFIRMED, REFUTED, UNCONFIRMED, CannotJudge, GateContext, Verdict,
-                                         value_failure, witness_arrays)
+from kanalyze.dynamic.gates.base import UNCONFIRMED, GateContext, Verdict
 from kanalyze.dynamic.harness import Harness
+from kanalyze.dynamic.judging import NO_CASE, held_windows, judge
 from kanalyze.dynamic.results import Result
 from kanalyze.dynamic.sandbox import extensions, rundir
 from kanalyze.dynamic.sandbox.process import Limits, Outcome
 from kanalyze.dynamic.session import BASELINE, MAX_NUMEL, Session
-from kanalyze.dynamic.traces import value_dependent_paths
 
-# Gates that judge values against the reference: a candidate already wrong on the
-# problem's own inputs fails them all for that one reason (reported once, as CMP001),
-# unless a static flag asked for the gate.
-VALUE_GATES = {"CMP003", "EXC001", "EXC002", "PRC001", "PRC002"}
 BUILD_SECONDS = 600.0   # a worker's start when it compiles a CUDA C++ extension
 
 
@@ -57,6 +53,9 @@ class Options:
     limits: Limits = field(default_factory=Limits)
     max_numel: int | None = None
     seed: int = 0
+    # Bytes one session's judge may hold (held_budget.py); None: a share of what the reference's
+    # worker reported of the device's memory (the machine's on the CPU).
+    held_budget: int | None = None
 
 
 @dataclass
@@ -69,24 +68,6 @@ class GateRun:
     # ran or confirmed anything: {"status": "passed" | "failed" | "undecided", "summary"}; None
     # when there was none (a kernel harness, a replay).
     baseline: dict | None = None
-
-
-# What a candidate's failure says when it asked for a GPU or its driver and the run has none.
-NO_DEVICE_MARKERS = ("libcuda.so cannot found", "0 active drivers", "Found no NVIDIA driver",
-                     "No CUDA GPUs are available", "Torch not compiled with CUDA enabled")
-
-
-def _baseline_verdict(result: Result) -> Verdict | None:
-    """CMP001 from the baseline (the problem's own inputs), when it fails there."""
-    failure, details = value_failure(result)
-    if not failure:
-        return None
-    run = result.runs[0] if result.runs else None
-    arrays = witness_arrays(run.outputs if run is not None and run.ok else None, result.expected64)
-    arrays.update({f"input{i}": leaf.array for i, leaf in enumerate(result.inputs)})
-    case = Case.from_dict({**result.case.to_dict(), "id": "CMP001/baseline", "gate": "CMP001"})
-    return Verdict("CMP001", CONFIRMED, f"on the problem's own inputs: {failure}", [case], details, arrays,
-                   "cmp001-calibrated-value")
 
 
 def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] | None = None,
@@ -141,48 +122,118 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
         # over) plans once the baseline has run, from its outputs' shapes.
         later = [code for code in codes if gates[code].needs_output_shapes and harness.kind != "kernel"]
 
-        def planned_later(baseline_results: list[Result]) -> list[Case]:
+        def planned_later(baseline_results: list[Result]) -> dict[str, list[Case]]:
             shapes = output_shapes(baseline_results)
             for code in later:
                 contexts[code].output_shapes = shapes
-            return [c for code in later for c in planned(code)]
+            return {code: planned(code) for code in later}
 
+        sessions: list[list[str]] = []   # the gates left to later sessions (held_budget.py)
         if cases is None:
             plan = {code: planned(code) for code in codes if code not in later}
             # Called twice, as a benchmark calls it: the second call is the steady state whose
             # trace the other cases' are held to (traces.py), beyond a first call's lazy set-up.
             baseline = Case(BASELINE, "", dict(sizes), seed=options.seed, runs=[Run(), Run()],
                             dtype=harness.dtypes[0] if harness.dtypes else None, model_seed=options.seed)
-            all_cases = [baseline] if harness.kind != "kernel" else []
-            all_cases += [c for code in codes if code in plan for c in plan[code]]
+            if harness.kind == "kernel":
+                all_cases, more = [c for code in codes if code in plan for c in plan[code]], None
+            else:
+                # Every gate's cases come once the baseline has run: its outputs say how many
+                # sessions they need (held_budget.py), and the first session runs the first share.
+                all_cases = [baseline]
+                # Its reference records the ops where a later case of the same inputs reads them (RES001).
+                baseline.record_ops = any(c.record_ops and c.input_key == baseline.input_key
+                                          for cases_ in plan.values() for c in cases_)
+
+                def first_share(baseline_results: list[Result]) -> list[Case]:
+                    plan.update(planned_later(baseline_results))
+                    groups = _sessions({code: plan[code] for code in codes}, baseline, baseline_results,
+                                       options.held_budget)
+                    sessions.extend(groups[1:])
+                    return [c for code in groups[0] for c in plan[code]]
+
+                # (the baseline alone: no second reference worker to start)
+                more = first_share if later or any(plan.values()) else None
         else:
-            all_cases = [c for c in cases if c.variant == "original" or promotion]
-        results = session.execute(all_cases, planned_later if later and cases is None else None)
+            all_cases, more = [c for c in cases if c.variant == "original" or promotion], None
+        results = session.execute(all_cases, more)
         judging = time.perf_counter()
-        verdicts, baseline_outcome = _judge(results, codes, contexts, gates, replay=cases is not None,
+        verdicts, baseline_outcome = judge(results, codes, contexts, gates, replay=cases is not None,
                                             flags_by_code=flags)
         for verdict in verdicts:   # a witness's windows of what the judge holds, while it still does
             verdict.arrays = held_windows(verdict)
         environment = {**session.environment, "sizes": sizes, "knobs": harness.knobs}
-        if session.judges.account():
-            environment["judge"] = session.judges.account()
+        account = session.judges.account()
         environment["seconds"] = {**environment.get("seconds", {}), "judge": round(time.perf_counter() - judging, 3)}
     finally:
         session.close()
+    # The gates of later sessions: those the first one's judge left without a case (a gate the
+    # baseline decided, a candidate that fails there, is said already).
+    ran = 1
+    for group in sessions:
+        todo = [code for code in group if _no_case(verdicts, code)]
+        if todo:
+            verdicts = [v for v in verdicts if v.code not in todo]
+            verdicts += _later_session(harness, mode, limits, promoted_source, baseline,
+                                       {code: plan[code] for code in todo}, contexts, gates, flags, environment,
+                                       account, [v.code for v in verdicts])
+            ran += 1
+    if sessions:
+        verdicts.sort(key=lambda v: codes.index(v.code) if v.code in codes else -1)
+        environment["sessions"] = ran
+    if account:
+        environment["judge"] = account
     return GateRun(verdicts, environment, sizes, time.perf_counter() - started, baseline_outcome)
 
 
-def held_windows(verdict) -> dict:
-    """The verdict's arrays, each one the judge holds cut to the window a witness keeps around the
-    failing element (witness.failing_slices); one it cannot give is left out of the witness."""
-    from kanalyze.dynamic.gates.base import MAX_WITNESS_ELEMENTS, first_index
-    from kanalyze.dynamic.held_arrays import HeldArray, windows
+def _sessions(plan: dict[str, list[Case]], baseline: Case, baseline_results: list[Result],
+              budget: int | None) -> list[list[str]]:
+    """The gates of `plan` in sessions whose held arrays fit (held_budget.py); one session
+    where the baseline's outputs are not known."""
+    from kanalyze.dynamic import held_budget
 
+    meta = next((r.reference.meta for r in baseline_results if r.reference_ok), {})
+    output = held_budget.baseline_output(meta)
+    reported = meta.get("budget_bytes")
+    if budget is None and type(reported) is int and reported > 0:
+        budget = int(reported * held_budget.HELD_SHARE)
+    if output is None or budget is None:
+        return [list(plan)]
+    return held_budget.sessions(plan, baseline, *output, budget)
+
+
+def _no_case(verdicts: list[Verdict], code: str) -> bool:
+    """The first session's judge had no case of `code` (it was left to a later session)."""
+    own = [v for v in verdicts if v.code == code]
+    return len(own) == 1 and own[0].status == UNCONFIRMED and own[0].summary == NO_CASE
+
+
+def _later_session(harness: Harness, mode: str, limits: Limits, promoted_source: str | None, baseline: Case,
+                   plan: dict[str, list[Case]], contexts: dict, gates: dict, flags: dict, environment: dict,
+                   account: dict, said: list[str]) -> list[Verdict]:
+    """The verdicts of `plan`'s gates, run in a session of their own after the baseline once more;
+    what it took is added to `environment` and `account`.  A verdict found on the way for a
+    gate that did not run (INT001's changed trace, the baseline's CMP001) is kept where no
+    earlier session said one."""
+    codes = list(plan)
+    promoted = promoted_source if any(c.variant == "promoted" for cases in plan.values() for c in cases) else None
+    session = Session(harness, mode, limits, promoted)
     try:
-        return windows(verdict.arrays, first_index(verdict.details), MAX_WITNESS_ELEMENTS)
-    except CannotJudge as exc:
-        verdict.details["arrays_left_out"] = str(exc)
-        return {k: v for k, v in verdict.arrays.items() if not isinstance(v, HeldArray)}
+        results = session.execute([baseline] + [c for cases in plan.values() for c in cases])
+        judging = time.perf_counter()
+        verdicts, _ = judge(results, codes, contexts, gates, replay=False, flags_by_code=flags)
+        verdicts = [v for v in verdicts if v.code in codes or v.code not in said]
+        for verdict in verdicts:
+            verdict.arrays = held_windows(verdict)
+        seconds = {**session.environment.get("seconds", {}), "judge": round(time.perf_counter() - judging, 3)}
+        for step, value in seconds.items():
+            environment["seconds"][step] = round(environment["seconds"].get(step, 0.0) + value, 3)
+        environment["case_seconds"] = environment.get("case_seconds", []) + session.environment.get("case_seconds", [])
+        for key, value in session.judges.account().items():
+            account[key] = account.get(key, 0) + value
+    finally:
+        session.close()
+    return verdicts
 
 
 def output_shapes(baseline_results: list[Result]) -> list | None:
@@ -193,152 +244,6 @@ def output_shapes(baseline_results: list[Result]) -> list | None:
         if isinstance(shapes, list) and all(isinstance(s, list) for s in shapes):
             return shapes
     return None
-
-
-def _judge(results: list[Result], codes, contexts, gates, replay: bool,
-           flags_by_code: dict) -> tuple[list[Verdict], dict | None]:
-    """Each gate's verdict, and what the baseline showed.  A candidate that fails on the
-    problem's own inputs blocks every gate (reported once, as CMP001); one whose values are
-    wrong there blocks the value gates that no static flag asked for (they would all fail for
-    that one reason)."""
-    violation = next((r for r in results if r.violation()), None)
-    if violation is not None:
-        return _protocol_violation(violation, codes, gates), None
-    verdicts: list[Verdict] = []
-    changed = value_dependent_paths(results)
-    if changed is not None and "INT001" not in codes:   # found on the way, as CMP001 is from the baseline
-        verdicts.append(changed)
-    baseline = next((r for r in results if r.case.id == BASELINE), None)
-    blocked, wrong, outcome = None, None, None
-    if baseline is not None:
-        outcome = {"status": "passed", "summary": "within the calibrated bound against float64 on the problem's "
-                                                  "own inputs"}
-        if not baseline.reference_ok:
-            blocked = f"{baseline.reference_failure()} (at the base sizes)"
-        elif baseline.kanalyze_failure():
-            blocked = f"kanalyze could not run the candidate on the problem's own inputs: {baseline.kanalyze_failure()}"
-        elif baseline.candidate_failed():
-            found = _baseline_verdict(baseline)   # a failed run: no values compared, nothing to calibrate
-            if found and any(marker in found.summary for marker in NO_DEVICE_MARKERS):
-                # It asked for a GPU or its driver (autotuning, device queries) where the run has
-                # none: the run's shortcoming, not the candidate's defect.
-                blocked = f"the candidate needs a CUDA device or driver, which this run does not have: {found.summary}"
-                if "CMP001" in codes:
-                    verdicts.append(Verdict("CMP001", UNCONFIRMED, blocked, [baseline.case], gate=gates["CMP001"].name))
-            else:
-                if found:
-                    verdicts.append(found)
-                outcome = {"status": "failed", "summary": found.summary if found else "?"}
-                blocked = f"the candidate fails on {_own_inputs(outcome['summary'])}"
-        else:
-            try:
-                found = _baseline_verdict(baseline)
-            except CannotJudge as exc:   # the value gates say so each; the others judge what they can
-                found, outcome = None, {"status": "undecided", "summary": str(exc)}
-            if found:
-                outcome = {"status": "failed", "summary": found.summary}
-                wrong = ("the candidate's values are already wrong on the problem's own inputs (CMP001), so "
-                         "this gate's property cannot be told apart from that")
-                if "CMP001" not in codes:
-                    verdicts.append(found)
-    decided: dict[str, list[Verdict]] = {}   # per gate, said without its judge
-    tasks: dict[str, tuple[list[Result], list[Result]]] = {}
-    for code in codes:
-        ran = [r for r in results if r.case.gate == code]
-        own = [r for r in ran if not r.kanalyze_failure()]
-        lost = [r for r in ran if r.kanalyze_failure()]
-        if code == "CMP001" and any(v.code == "CMP001" for v in verdicts):
-            decided[code] = []   # the baseline's failure is CMP001's verdict: said once
-        elif blocked and (code != "CMP001" or not own):   # the cause, said once, before its effects
-            decided[code] = _undecided(gates[code], blocked, own or lost)
-        elif lost and not own:
-            decided[code] = _undecided(gates[code], f"kanalyze could not run this gate: {lost[0].kanalyze_failure()}",
-                                       lost)
-        elif wrong and code in VALUE_GATES and not flags_by_code.get(code):
-            decided[code] = _undecided(gates[code], wrong, own)
-        elif not own:
-            decided[code] = _undecided(gates[code], "no case of this gate in the witness", [])
-        else:
-            tasks[code] = (own, lost)
-    # Each gate judges its own cases, apart from the others: side by side (numpy leaves the GIL
-    # on large arrays, and a problem's outputs reach 2^31 elements).
-    workers = max(1, min(len(tasks), os.cpu_count() or 1))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {code: pool.submit(_judge_gate, gates[code], contexts[code], own, lost)
-                   for code, (own, lost) in tasks.items()}
-        judged = {code: future.result() for code, future in futures.items()}
-    for code in codes:
-        verdicts.extend(decided[code] if code in decided else judged[code])
-    if changed is not None and "INT001" in codes:   # the probe's own cases may not have shown it
-        verdicts = [changed if v.code == "INT001" and v.status != CONFIRMED else v for v in verdicts]
-    if blocked and "CMP001" in codes and not any(v.code == "CMP001" for v in verdicts):
-        verdicts.append(Verdict("CMP001", UNCONFIRMED, blocked, gate=gates["CMP001"].name))
-    if blocked and outcome["status"] != "failed":
-        outcome = {"status": "undecided", "summary": blocked}
-    return _name_the_cause(verdicts), outcome
-
-
-def _undecided(gate, why: str, results: list[Result]) -> list[Verdict]:
-    return [Verdict(gate.code, UNCONFIRMED, why, [r.case for r in results], gate=gate.name)]
-
-
-def _judge_gate(gate, ctx: GateContext, own: list[Result], lost: list[Result]) -> list[Verdict]:
-    """One gate's verdicts on the cases it ran; a refutation that lost cases to kanalyze is not one."""
-    try:
-        judged = gate.judge(ctx, own)
-        return [_without_lost_power(v, lost) for v in (judged if isinstance(judged, list) else [judged])]
-    except CannotJudge as exc:
-        return _undecided(gate, str(exc), own)
-    except Exception as exc:  # a bug in one gate must not hide the others
-        return _undecided(gate, f"the gate failed: {type(exc).__name__}: {exc}", own)
-
-
-def _own_inputs(summary: str) -> str:
-    """"the problem's own inputs: ..." for a blocked gate's reason, the phrase said once."""
-    prefix = "on the problem's own inputs: "
-    return "the problem's own inputs: " + (summary[len(prefix):] if summary.startswith(prefix) else summary)
-
-
-def _name_the_cause(verdicts: list[Verdict]) -> list[Verdict]:
-    """A value error of a reduced-precision size beside a confirmed PRC001 is that precision: CMP001's
-    verdict says so (both stand: the values are off, and why)."""
-    if not any(v.code == "PRC001" and v.status == CONFIRMED for v in verdicts):
-        return verdicts
-    import numpy as np
-
-    from kanalyze.dynamic.gates.prc001_ieee_error_bound import GROSS
-
-    out = []
-    for v in verdicts:
-        if v.code == "CMP001" and v.status == CONFIRMED and "metric" in v.details:
-            expected = [value for key, value in v.arrays.items() if key.startswith("expected")]
-            scale = max((float(np.max(np.abs(e[np.isfinite(e)]), initial=0.0)) for e in expected
-                         if e.dtype.kind == "f"), default=0.0)
-            error = v.details["metric"].get("max_abs_error")
-            if scale and error is not None and error / scale <= GROSS:
-                v = replace(v, summary=v.summary + " (the size of the reduced precision PRC001 confirms: its cause)")
-        out.append(v)
-    return out
-
-
-def _without_lost_power(verdict: Verdict, lost: list[Result]) -> Verdict:
-    """A refutation needs every case its gate planned: with some lost to kanalyze's own
-    failures, it becomes unconfirmed.  A confirmation stands (the candidate did it)."""
-    if not lost or verdict.status != REFUTED:
-        return verdict
-    why = (f"{len(lost)} of the gate's cases did not run ({lost[0].kanalyze_failure()}); "
-           f"the rest: {verdict.summary}")
-    return replace(verdict, status=UNCONFIRMED, summary=why)
-
-
-def _protocol_violation(result: Result, codes: list[str], gates: dict) -> list[Verdict]:
-    """The candidate wrote on kanalyze's status channel: INT001, with what it sent; no
-    other verdict of the run can be trusted."""
-    sent = result.violation()
-    verdicts = [Verdict("INT001", CONFIRMED, sent, [result.case], {"sent": sent}, gate="worker-protocol")]
-    why = "the candidate broke kanalyze's worker protocol (INT001), so no other result of this run is trusted"
-    verdicts += [Verdict(code, UNCONFIRMED, why, gate=gates[code].name) for code in codes if code != "INT001"]
-    return verdicts
 
 
 @dataclass

@@ -155,7 +155,7 @@ class Session:
 
         The baseline (the problem's own inputs) goes first through both sides: a candidate that
         fails there (it does not import, crashes, or runs out of time) blocks every gate
-        (runner._judge), so the other cases are not computed at all; at a problem's real sizes
+        (judging.judge), so the other cases are not computed at all; at a problem's real sizes
         their references alone can take minutes.  On the first run of its problem in this
         process, the baseline's float64 reference too waits until the candidate has run there (a
         float64 convolution on a GPU takes seconds); a reference left without it is not kept.
@@ -219,7 +219,8 @@ class Session:
             for result in results:
                 if result.case.call is None and by_key.get(result.case.input_key) is not None:
                     result.reference = by_key[result.case.input_key]
-        self.ahead.close()
+        if not (self.spec["judge_held"] and self.mode == "cuda"):
+            self.ahead.close()   # (held on a GPU, the judge maps what it handed over: it ends with the session)
         self._took("release", started)
         for role in ("reference", "candidate"):   # each worker's start, from this side
             ready = self.environment.get(f"{role}_start_seconds", {}).get("ready")
@@ -373,7 +374,7 @@ class Session:
     def _failed_baseline(results: list[Result], base: list[int]) -> tuple[str, str] | None:
         """(why, whose) when the candidate could not be run on the problem's own inputs: its own
         failure ("candidate"), or it ran short of memory or disk ("kanalyze": every gate is then
-        undecided, runner._judge, and the other cases would run as short), else None."""
+        undecided, judging.judge, and the other cases would run as short), else None."""
         for i in base:
             result = results[i]
             if not result.reference_ok or result.candidate is None:
@@ -400,8 +401,8 @@ class Session:
         self.seconds[what] = round(self.seconds.get(what, 0.0) + time.perf_counter() - started - minus, 3)
 
     def close(self) -> None:
+        self.judges.close()   # first: the judge may map the second reference worker's arrays
         self.ahead.close()
-        self.judges.close()
         for worker in [self._reference, self._judge, *self.candidates.values()]:
             if worker is not None:
                 worker.close()

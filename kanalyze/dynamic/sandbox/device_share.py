@@ -77,6 +77,13 @@ def read(descriptor) -> torch.Tensor:
     return _mapped(descriptor).clone()
 
 
+def mapped(descriptor) -> torch.Tensor:
+    """The tensor a descriptor names, mapped into this process, not copied: only from a trusted
+    exporter that keeps it alive, and never changes it, while this process reads it (the
+    second reference worker, until its session closes)."""
+    return _mapped(descriptor)
+
+
 def write(descriptor, value: torch.Tensor) -> None:
     """Copy `value` into the tensor a descriptor names: a candidate's worker handing over a buffer
     of its own for its inputs (sandbox/delivery.py).  Only the span of that one tensor is

@@ -315,11 +315,13 @@ def hand_over(store: Store) -> dict:
     return {"exported": exported, "saved": saved}
 
 
-def adopt(store: Store, exported, saved, max_bytes: int) -> dict:
+def adopt(store: Store, exported, saved, max_bytes: int, map_exported: bool = False) -> dict:
     """Hold what another worker handed over (`hand_over`) or saved (`saved`: {name: folder, key,
     dtype}, a candidate's outputs on the CPU too); what finds no room here is saved into its
-    case's folder.  Returns {"held": {name: dtype and shape}} or {"error": why}."""
-    from kanalyze.dynamic.sandbox.device_share import Refused, read
+    case's folder.  Exported arrays are copied, or with `map_exported` (the second reference
+    worker's, which lives until the session closes) mapped where they are: no second copy on
+    the device.  Returns {"held": {name: dtype and shape}} or {"error": why}."""
+    from kanalyze.dynamic.sandbox.device_share import Refused, mapped, read
     from kanalyze.dynamic.sandbox.transport import ArrayFolder, numpy_to_tensor
 
     described, total = {}, 0
@@ -328,7 +330,7 @@ def adopt(store: Store, exported, saved, max_bytes: int) -> dict:
             if not isinstance(name, str) or "/" not in name:
                 return {"error": "an array to adopt has no name"}
             if name in (exported or {}):
-                tensor = read(where)
+                tensor = mapped(where) if map_exported else read(where)
             else:
                 array = ArrayFolder(where["folder"])[where["key"]]
                 tensor = numpy_to_tensor(array, where["dtype"])

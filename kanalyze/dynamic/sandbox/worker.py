@@ -206,7 +206,8 @@ def _serve_jobs(role, control, status, side, harness, import_error, device_map, 
             continue
         if job["kind"] == "adopt" and role == "reference":   # arrays another worker held or saved (held.py)
             _send(status, event="job-done", job=job.get("id"),
-                  **held.adopt(side.store, job.get("exported"), job.get("saved"), job["max_bytes"]))
+                  **held.adopt(side.store, job.get("exported"), job.get("saved"), job["max_bytes"],
+                               map_exported=job.get("map") is True))
             continue
         if job["kind"] == "float64" and role == "reference":   # the baseline's, once the candidate ran there
             later = {str(index): side.float64_later(os.path.join(job["out"], f"case-{index}"))
