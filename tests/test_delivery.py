@@ -70,6 +70,23 @@ def test_another_reference_worker_draws_the_same_inputs_again(tmp_path: Path) ->
     assert "other inputs than the case's" in second.fill(offered, {"in0": {}}, None)
 
 
+def test_upstream_gradients_are_offered_and_drawn_again_not_saved(tmp_path: Path) -> None:
+    """CMP002's upstream gradients are as large as the outputs (1 GiB at a real size): offered
+    like the inputs, drawn again from the case's seed, never written beside the reference."""
+    side = ReferenceSide({"kind": "kernelbench", "problem": str(PROBLEM)}, "cpu", lambda: None, deliver=True)
+    result = side.run(_case(5, gradients=True), str(tmp_path / "case-5"), str(tmp_path / "inputs-5"))
+    assert result["status"] == "ok" and "gradients_error" not in result, result.get("gradients_error")
+    offered = result["deliver"]
+    assert sorted(offered["arrays"]) == ["in0", "upstream0"]
+    assert not (tmp_path / "inputs-5" / "upstream0.npy").exists(), "drawn again, not saved"
+    other = ReferenceSide({"kind": "kernelbench", "problem": str(PROBLEM)}, "cpu", lambda: None, deliver=True)
+    assert other.fill(offered, None, str(tmp_path / "delivered")) is None
+    upstream = numpy_to_tensor(ArrayFolder(str(tmp_path / "delivered"))["upstream0"], "float32")
+    assert list(upstream.shape) == [SIZES["batch_size"], SIZES["out_features"]]
+    assert digest(upstream) == offered["arrays"]["upstream0"]["digest"]
+    assert other.fill({**offered, "case": {**offered["case"], "seed": 6}}, None, str(tmp_path / "other")) is not None
+
+
 def test_inputs_a_gate_compares_are_saved_with_the_reference(tmp_path: Path) -> None:
     side = ReferenceSide({"kind": "kernelbench", "problem": str(PROBLEM)}, "cpu", lambda: None, deliver=True)
     result = side.run(_case(4, return_inputs=True), str(tmp_path / "case-4"), str(tmp_path / "inputs-4"))

@@ -3,7 +3,8 @@
 The reference side draws one upstream gradient per floating output (seeded),
 back-propagates it through the problem's model in the working dtype and in
 float64, and keeps the input gradients and those of the model's parameters
-(by name); the upstream gradients go to the candidate with its inputs.  The
+(by name); the upstream gradients go to the candidate with its inputs (drawn again
+from the case's seed where the inputs are handed over: delivery.py).  The
 candidate side calls the candidate on the same inputs with gradients on,
 back-propagates the same upstream gradients (the call and the backward pass
 are the candidate's code) and keeps its input gradients and the gradients of
@@ -55,8 +56,18 @@ def _keep(tensors: list, prefix: str, arrays: dict) -> dict:
             "nbytes": nbytes}
 
 
-def reference_gradients(model, values: list, seed: int, result: dict, arrays: dict) -> None:
-    """The reference's input gradients for seeded upstream gradients, in the working dtype and float64."""
+def upstream_gradients(outputs: list[tuple[list[int], torch.dtype]], seed: int, device) -> list[torch.Tensor]:
+    """The upstream gradients of a case's floating outputs ((shape, dtype) each, in order), drawn
+    from its seed: the same values wherever they are drawn again (delivery.py)."""
+    generator = torch.Generator().manual_seed(seed * 7919 + 29)
+    return [torch.randn(shape, generator=generator, dtype=torch.float64).to(device, dtype) for shape, dtype in outputs]
+
+
+def reference_gradients(model, values: list, seed: int, result: dict, arrays: dict,
+                        offered: dict | None = None) -> None:
+    """The reference's input gradients for seeded upstream gradients, in the working dtype and
+    float64.  With `offered` (delivery.py), the upstream gradients are offered to the candidate's
+    worker, drawn again when its case starts, instead of kept with the inputs."""
     inputs = _differentiable(values)
     parameters = _parameters(model)
     try:
@@ -65,11 +76,14 @@ def reference_gradients(model, values: list, seed: int, result: dict, arrays: di
             if not outputs or not any(o.requires_grad for o in outputs):
                 result["gradients_error"] = "the reference's outputs carry no gradient"
                 return
-            generator = torch.Generator().manual_seed(seed * 7919 + 29)
-            upstream = [torch.randn(o.shape, generator=generator, dtype=torch.float64).to(o.device, o.dtype)
-                        for o in outputs]
+            upstream = upstream_gradients([(list(o.shape), o.dtype) for o in outputs], seed, outputs[0].device)
             torch.autograd.backward(outputs, upstream)
-        result["upstream"] = _keep(upstream, "upstream", arrays)
+        result["upstream"] = _keep(upstream, "upstream", arrays if offered is None else {})
+        if offered is not None:
+            from kanalyze.dynamic.sandbox import delivery
+
+            for i, value in enumerate(upstream):
+                delivery.describe(offered["arrays"], f"upstream{i}", value)
         result["gradients"] = _keep(_input_gradients(inputs), "grad", arrays)
         result["parameters"] = [name for name, _ in parameters]
         result["parameter_gradients"] = _keep(_input_gradients([p for _, p in parameters]), "pgrad", arrays)
@@ -91,8 +105,9 @@ def reference_gradients(model, values: list, seed: int, result: dict, arrays: di
 def candidate_gradients(model, base_inputs: list, reference: dict, reference_arrays, arrays: dict, phase) -> dict:
     """The candidate's input gradients for the reference's upstream gradients, as a run record."""
     described = reference["upstream"]
-    upstream = [numpy_to_tensor(reference_arrays[f"{described['prefix']}{i}"], dtype)
-                for i, dtype in enumerate(described["dtypes"])]
+    upstream = [value if isinstance(value, torch.Tensor) else numpy_to_tensor(value, dtype)   # (handed over)
+                for value, dtype in ((reference_arrays[f"{described['prefix']}{i}"], dtype)
+                                     for i, dtype in enumerate(described["dtypes"]))]
     inputs = _differentiable(base_inputs)
     record: dict = {"status": "ok", "gradients_run": True}
     own = dict(_parameters(model))

@@ -183,7 +183,7 @@ class ReferenceSide:
             from kanalyze.dynamic.gradients import reference_gradients
 
             try:
-                reference_gradients(model, values, case["seed"], result, arrays)
+                reference_gradients(model, values, case["seed"], result, arrays, offered)
             except BaseException as exc:  # the problem cannot be differentiated: the gate says so
                 result["gradients_error"] = describe_error(exc)
         if case.get("repeat_new_values"):
@@ -316,6 +316,13 @@ class ReferenceSide:
                 drawn.update((f"in{i}", v) for i, v in enumerate(self._first_values(problem, case)))
             if any(key.startswith("second_") for key in wanted):
                 drawn.update((f"second_in{i}", v) for i, v in enumerate(self._second_values(problem, case)))
+            upstream = sorted((key for key in wanted if key.startswith("upstream")), key=lambda k: int(k[8:]))
+            if upstream:   # CMP002's upstream gradients, from the case's seed (gradients.py)
+                from kanalyze.dynamic.gradients import upstream_gradients
+
+                drawn.update(zip(upstream, upstream_gradients(
+                    [(wanted[k]["shape"], getattr(torch, wanted[k]["dtype"])) for k in upstream], case["seed"],
+                    self.device)))
             for key, spec in wanted.items():
                 if not isinstance(drawn.get(key), torch.Tensor) or delivery.digest(drawn[key]) != spec["digest"]:
                     what = ("the problem's model, built again from the same seed, has other values for its "
