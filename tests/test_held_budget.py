@@ -82,3 +82,26 @@ def test_gates_run_in_sessions_of_their_own_say_what_one_session_says(name, held
     else:
         assert all(status == "refuted" for code, status in statuses.items()), said[1]
         assert runs[1].environment["sessions"] == 5 and sorted(own) == sorted(c for c in ran[None] if c != "baseline")
+
+
+def test_a_protocol_broken_in_a_later_session_leaves_no_verdict_of_the_run_trusted(tmp_path) -> None:
+    """A candidate that behaves on the problem's own inputs and forges a status line only once
+    NaN reaches it (EXC001's session): INT001 confirmed, and the first session's refutations
+    no longer stand, as in one session."""
+    from kanalyze.dynamic.harness import find_harness
+    from kanalyze.dynamic.runner import Options, run_gates
+    from kanalyze.dynamic.sandbox.process import Limits
+
+    source = (KB / "hostile" / "level1_problem6_status_forgery.py").read_text()
+    marker = "        forged = b'"
+    candidate = tmp_path / "level1_problem6_forges_on_nan.py"
+    candidate.write_text(source.replace(marker, "        if not torch.isnan(x).any():\n"
+                                                "            return leaky_relu(x, self.negative_slope)\n" + marker, 1))
+    harness = find_harness(str(candidate), kernelbench=str(KB))
+    run = run_gates(harness, ["CMP001", "EXC001", "MEM002"],
+                    options=Options(mode="cpu", limits=Limits(case_seconds=60), held_budget=1))
+    verdicts = {v.code: v for v in run.verdicts}
+    assert run.environment["sessions"] == 3
+    assert verdicts["INT001"].status == "confirmed" and "12345" in verdicts["INT001"].summary
+    assert all(verdicts[code].status == "unconfirmed" and "worker protocol" in verdicts[code].summary
+               for code in ("CMP001", "EXC001", "MEM002")), run.verdicts

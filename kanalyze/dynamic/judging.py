@@ -23,6 +23,8 @@ from kanalyze.dynamic.session import BASELINE
 from kanalyze.dynamic.traces import value_dependent_paths
 
 NO_CASE = "no case of this gate in the witness"   # a gate left to a later session (held_budget.py)
+PROTOCOL_GATE = "worker-protocol"
+PROTOCOL_BROKEN = "the candidate broke kanalyze's worker protocol (INT001), so no other result of this run is trusted"
 
 # Gates that judge values against the reference: a candidate already wrong on the
 # problem's own inputs fails them all for that one reason (reported once, as CMP001),
@@ -202,10 +204,21 @@ def _protocol_violation(result: Result, codes: list[str], gates: dict) -> list[V
     """The candidate wrote on kanalyze's status channel: INT001, with what it sent; no
     other verdict of the run can be trusted."""
     sent = result.violation()
-    verdicts = [Verdict("INT001", CONFIRMED, sent, [result.case], {"sent": sent}, gate="worker-protocol")]
-    why = "the candidate broke kanalyze's worker protocol (INT001), so no other result of this run is trusted"
-    verdicts += [Verdict(code, UNCONFIRMED, why, gate=gates[code].name) for code in codes if code != "INT001"]
+    verdicts = [Verdict("INT001", CONFIRMED, sent, [result.case], {"sent": sent}, gate=PROTOCOL_GATE)]
+    verdicts += [Verdict(code, UNCONFIRMED, PROTOCOL_BROKEN, gate=gates[code].name) for code in codes if code != "INT001"]
     return verdicts
 
 
-__all__ = ["NO_CASE", "NO_DEVICE_MARKERS", "VALUE_GATES", "held_windows", "judge", "name_the_cause"]
+def distrusted(verdicts: list[Verdict]) -> list[Verdict]:
+    """The verdicts of a run in several sessions, one of which the candidate broke the worker
+    protocol in: its INT001, and every other verdict of the run unconfirmed, as in one session."""
+    broke = next((v for v in verdicts if v.gate == PROTOCOL_GATE), None)
+    if broke is None:
+        return verdicts
+    return [broke] + [v if v.status == UNCONFIRMED and v.summary == PROTOCOL_BROKEN else
+                      replace(v, status=UNCONFIRMED, summary=PROTOCOL_BROKEN, arrays={})
+                      for v in verdicts if v.code != "INT001"]
+
+
+__all__ = ["NO_CASE", "NO_DEVICE_MARKERS", "PROTOCOL_BROKEN", "VALUE_GATES", "distrusted", "held_windows",
+           "judge", "name_the_cause"]

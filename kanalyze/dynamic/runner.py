@@ -23,7 +23,7 @@ from kanalyze.dynamic.cases import Case, Run
 from kanalyze.dynamic.gates import gates_by_code
 from kanalyze.dynamic.gates.base import UNCONFIRMED, GateContext, Verdict
 from kanalyze.dynamic.harness import Harness
-from kanalyze.dynamic.judging import NO_CASE, held_windows, judge
+from kanalyze.dynamic.judging import NO_CASE, distrusted, held_windows, judge
 from kanalyze.dynamic.results import Result
 from kanalyze.dynamic.sandbox import extensions, rundir
 from kanalyze.dynamic.sandbox.process import Limits, Outcome
@@ -178,8 +178,8 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
                                        {code: plan[code] for code in todo}, contexts, gates, flags, environment,
                                        account, [v.code for v in verdicts])
             ran += 1
-    if sessions:
-        verdicts.sort(key=lambda v: codes.index(v.code) if v.code in codes else -1)
+    if sessions:   # (a worker protocol broken in any session leaves no verdict of the run trusted)
+        verdicts = distrusted(sorted(verdicts, key=lambda v: codes.index(v.code) if v.code in codes else -1))
         environment["sessions"] = ran
     if account:
         environment["judge"] = account
