@@ -70,8 +70,10 @@ def kanalyze(problem: str, candidate: str, device: str, timeout: float, gates: s
     # the candidate's slowest cases (gate, case, seconds)
     cases = next(((f.get("evidence") or {}).get("case_seconds") for f in findings or []
                   if (f.get("evidence") or {}).get("case_seconds")), None)
+    sessions = next(((f.get("evidence") or {}).get("sessions") for f in findings or []
+                     if (f.get("evidence") or {}).get("sessions")), 1)
     return {"seconds": time.perf_counter() - started, "error": error, "verdicts": verdicts, "phases": phases,
-            "cases": cases, "disk_bytes": disk.peak}
+            "cases": cases, "sessions": sessions, "disk_bytes": disk.peak}
 
 
 class DiskPeak:
@@ -139,7 +141,8 @@ def main() -> int:
             print(f"    {(v['result'] or '')[:220]}", flush=True)
         if args.all:
             every = ", ".join(f"{v['code']} {v['status']}" for v in row["all"]["verdicts"]) or "no verdict"
-            print(f"    all gates {row['all']['seconds']:.1f} s (disk {row['all']['disk_bytes'] / 2 ** 20:.0f} MiB): "
+            print(f"    all gates {row['all']['seconds']:.1f} s (disk {row['all']['disk_bytes'] / 2 ** 20:.0f} MiB"
+                  + (f", {row['all']['sessions']} sessions" if row["all"]["sessions"] > 1 else "") + "): "
                   f"{every}"
                   + (f" ({row['all']['error']})" if row["all"]["error"] else ""), flush=True)
             if row["all"]["phases"]:

@@ -244,8 +244,11 @@ def _apply(gate_run: GateRun, harness: Harness, flagged: list[Finding], flags: d
 def _run_account(environment: dict) -> dict:
     """What a finding's evidence says of the gate run behind it: where its time went (`gate_seconds`),
     the candidate's slowest cases, slowest first (`case_seconds`), and what the gates asked of
-    the arrays the judge held (`judge`)."""
+    the arrays the judge held (`judge`), and how many sessions the gates ran in where more than
+    one (`sessions`: held_budget.py)."""
     account = {"gate_seconds": environment.get("seconds", {})}
+    if environment.get("sessions"):
+        account["sessions"] = environment["sessions"]
     if environment.get("case_seconds"):
         account["case_seconds"] = sorted(environment["case_seconds"], key=lambda c: -c["seconds"])[:12]
     if environment.get("judge"):
