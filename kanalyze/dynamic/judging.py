@@ -36,36 +36,8 @@ NO_DEVICE_MARKERS = ("libcuda.so cannot found", "0 active drivers", "Found no NV
                      "No CUDA GPUs are available", "Torch not compiled with CUDA enabled")
 
 
-def _baseline_verdict(result: Result) -> Verdict | None:
-    """CMP001 from the baseline (the problem's own inputs), when it fails there."""
-    failure, details = value_failure(result)
-    if not failure:
-        return None
-    run = result.runs[0] if result.runs else None
-    arrays = witness_arrays(run.outputs if run is not None and run.ok else None, result.expected64)
-    arrays.update({f"input{i}": leaf.array for i, leaf in enumerate(result.inputs)})
-    case = Case.from_dict({**result.case.to_dict(), "id": "CMP001/baseline", "gate": "CMP001"})
-    return Verdict("CMP001", CONFIRMED, f"on the problem's own inputs: {failure}", [case], details, arrays,
-                   "cmp001-calibrated-value")
-
-
-
-def held_windows(verdict) -> dict:
-    """The verdict's arrays, each one the judge holds cut to the window a witness keeps around the
-    failing element (witness.failing_slices); one it cannot give is left out of the witness."""
-    from kanalyze.dynamic.gates.base import MAX_WITNESS_ELEMENTS, first_index
-    from kanalyze.dynamic.held_arrays import HeldArray, windows
-
-    try:
-        return windows(verdict.arrays, first_index(verdict.details), MAX_WITNESS_ELEMENTS)
-    except CannotJudge as exc:
-        verdict.details["arrays_left_out"] = str(exc)
-        return {k: v for k, v in verdict.arrays.items() if not isinstance(v, HeldArray)}
-
-
-
 def judge(results: list[Result], codes, contexts, gates, replay: bool,
-           flags_by_code: dict) -> tuple[list[Verdict], dict | None]:
+          flags_by_code: dict) -> tuple[list[Verdict], dict | None]:
     """Each gate's verdict, and what the baseline showed.  A candidate that fails on the
     problem's own inputs blocks every gate (reported once, as CMP001); one whose values are
     wrong there blocks the value gates that no static flag asked for (they would all fail for
@@ -145,6 +117,32 @@ def judge(results: list[Result], codes, contexts, gates, replay: bool,
     if blocked and outcome["status"] != "failed":
         outcome = {"status": "undecided", "summary": blocked}
     return name_the_cause(verdicts), outcome
+
+
+def _baseline_verdict(result: Result) -> Verdict | None:
+    """CMP001 from the baseline (the problem's own inputs), when it fails there."""
+    failure, details = value_failure(result)
+    if not failure:
+        return None
+    run = result.runs[0] if result.runs else None
+    arrays = witness_arrays(run.outputs if run is not None and run.ok else None, result.expected64)
+    arrays.update({f"input{i}": leaf.array for i, leaf in enumerate(result.inputs)})
+    case = Case.from_dict({**result.case.to_dict(), "id": "CMP001/baseline", "gate": "CMP001"})
+    return Verdict("CMP001", CONFIRMED, f"on the problem's own inputs: {failure}", [case], details, arrays,
+                   "cmp001-calibrated-value")
+
+
+def held_windows(verdict) -> dict:
+    """The verdict's arrays, each one the judge holds cut to the window a witness keeps around the
+    failing element (witness.failing_slices); one it cannot give is left out of the witness."""
+    from kanalyze.dynamic.gates.base import MAX_WITNESS_ELEMENTS, first_index
+    from kanalyze.dynamic.held_arrays import HeldArray, windows
+
+    try:
+        return windows(verdict.arrays, first_index(verdict.details), MAX_WITNESS_ELEMENTS)
+    except CannotJudge as exc:
+        verdict.details["arrays_left_out"] = str(exc)
+        return {k: v for k, v in verdict.arrays.items() if not isinstance(v, HeldArray)}
 
 
 def _undecided(gate, why: str, results: list[Result]) -> list[Verdict]:
