@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -105,3 +106,25 @@ def test_a_protocol_broken_in_a_later_session_leaves_no_verdict_of_the_run_trust
     assert verdicts["INT001"].status == "confirmed" and "12345" in verdicts["INT001"].summary
     assert all(verdicts[code].status == "unconfirmed" and "worker protocol" in verdicts[code].summary
                for code in ("CMP001", "EXC001", "MEM002")), run.verdicts
+
+
+@pytest.mark.parametrize("held", ["0", "1"])
+def test_a_confirmation_of_a_later_session_has_a_witness_that_replays(tmp_path, monkeypatch, held) -> None:
+    """MEM002 confirmed in a session of its own (an in-place bias and ReLU): its witness holds the
+    windows cut before that session's judge ended, and replays to the same failure."""
+    from kanalyze.dynamic import witness
+    from kanalyze.dynamic.harness import find_harness
+    from kanalyze.dynamic.runner import Options, run_gates
+    from kanalyze.dynamic.sandbox.process import Limits
+
+    monkeypatch.setenv("KANALYZE_JUDGE_HELD", held)
+    harness = find_harness(str(KB / "candidates" / "level1_problem7_bias_relu_inplace.py"), kernelbench=str(KB))
+    run = run_gates(harness, ["CMP001", "MEM002"],
+                    options=Options(mode="cpu", limits=Limits(case_seconds=60), held_budget=1))
+    assert run.environment["sessions"] == 2
+    [confirmed] = [v for v in run.verdicts if v.code == "MEM002"]
+    assert confirmed.status == "confirmed", confirmed.summary
+    assert confirmed.arrays and all(isinstance(a, np.ndarray) for a in confirmed.arrays.values()), confirmed.arrays
+    path = witness.write(confirmed, harness, run.environment, str(tmp_path / "witnesses"))
+    again = witness.replay(path, Options(mode="cpu", limits=Limits(case_seconds=60)))
+    assert (again.code, again.status) == ("MEM002", "confirmed"), again.summary
