@@ -27,6 +27,12 @@ def test_a_case_holds_its_outputs_their_float64_copy_and_each_run() -> None:
     # 1 GiB of float32 outputs: itself, 2 GiB of float64, 1 GiB a candidate run
     assert held_budget.case_bytes(case("X"), base, [GIB], ["float32"]) == 4 * GIB
     assert held_budget.case_bytes(case("X", runs=3), base, [GIB], ["float32"]) == 6 * GIB
+    second = case("X")
+    second.repeat_new_values = True   # a second input set: its outputs, float64 copies and run again
+    assert held_budget.case_bytes(second, base, [GIB], ["float32"]) == 8 * GIB
+    compared = case("X")
+    compared.return_inputs = True     # the inputs kept, and returned by the candidate
+    assert held_budget.case_bytes(compared, base, [GIB], ["float32"], inputs=GIB) == 6 * GIB
     assert held_budget.case_bytes(case("X"), base, [GIB], ["float16"]) == 6 * GIB   # float64 is 4x float16
     assert held_budget.case_bytes(case("X"), base, [GIB], ["int64"]) == 2 * GIB     # no float64 copy
     # a size past the base one scales it; a smaller one never lowers the estimate
@@ -45,6 +51,8 @@ def test_gates_go_into_sessions_that_fit_and_the_first_gates_stay_first() -> Non
     assert held_budget.sessions(plan, baseline, [GIB], ["float32"], 1000 * GIB) == [["INT001", "CMP003", "EXC001",
                                                                                       "ORD001"]]
     assert held_budget.baseline_output({"output": {"nbytes": [4, "x"], "dtypes": ["float32", "int"]}}) is None
+    assert held_budget.baseline_output({"output": {"nbytes": [4], "dtypes": ["float32"]}, "problem_bytes": 12}) \
+        == ([4], ["float32"], 8)
 
 
 @pytest.mark.parametrize("held", ["0", "1"])

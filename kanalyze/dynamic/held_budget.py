@@ -33,8 +33,9 @@ FIRST = ("CMP001", "INT001", "PRC001")
 FLOAT_WIDTH = 8     # bytes of an element of the float64 reference
 
 
-def baseline_output(meta: dict) -> tuple[list[int], list[str]] | None:
-    """(bytes, dtypes) of the reference's outputs on the problem's own inputs, as its worker said."""
+def baseline_output(meta: dict) -> tuple[list[int], list[str], int] | None:
+    """(bytes, dtypes) of the reference's outputs on the problem's own inputs, as its worker said,
+    and the bytes of what else the problem holds (its inputs and its model's state)."""
     output = meta.get("output") if isinstance(meta, dict) else None
     if not isinstance(output, dict):
         return None
@@ -42,25 +43,31 @@ def baseline_output(meta: dict) -> tuple[list[int], list[str]] | None:
     if not (isinstance(nbytes, list) and isinstance(dtypes, list) and len(nbytes) == len(dtypes)
             and all(type(n) is int and n >= 0 for n in nbytes)):
         return None
-    return nbytes, [str(d) for d in dtypes]
+    problem = meta.get("problem_bytes")
+    inputs = problem - sum(nbytes) if type(problem) is int and problem >= sum(nbytes) else 0
+    return nbytes, [str(d) for d in dtypes], inputs
 
 
-def case_bytes(case: Case, base_sizes: dict[str, int], nbytes: list[int], dtypes: list[str]) -> int:
-    """What a case's arrays take while the judge holds them: the reference's outputs and their
-    float64 copies, and each candidate run's outputs, scaled from the baseline's outputs."""
+def case_bytes(case: Case, base_sizes: dict[str, int], nbytes: list[int], dtypes: list[str],
+               inputs: int = 0) -> int:
+    """What a case's arrays take while the judge holds them, scaled from the baseline's outputs:
+    the reference's outputs and their float64 copies, and each candidate run's outputs (twice
+    for a second set of inputs, INT001's); the inputs, kept and returned, where a gate compares
+    them (MEM002)."""
     reference = sum(nbytes)
     wide = sum(n // _itemsize(d) * FLOAT_WIDTH for n, d in zip(nbytes, dtypes) if _is_float(d))
-    runs = len(case.runs) + (1 if case.repeat_new_values else 0)
+    total = (reference * (1 + len(case.runs)) + wide) * (2 if case.repeat_new_values else 1)
+    total += 2 * inputs if case.return_inputs else 0
     scale = math.prod(max(1.0, case.sizes.get(k, v) / v) for k, v in base_sizes.items() if v > 0)
-    return int((reference * (1 + runs) + wide) * scale)
+    return int(total * scale)
 
 
 def sessions(plan: dict[str, list[Case]], baseline: Case, nbytes: list[int], dtypes: list[str],
-             budget: int) -> list[list[str]]:
+             budget: int, inputs: int = 0) -> list[list[str]]:
     """The gates of `plan` in sessions, in order: FIRST's in the first, then each gate in the
     first session with room for it, or a new one.  Every session also holds the baseline."""
     def estimate(cases: list[Case]) -> int:
-        return sum(case_bytes(c, baseline.sizes, nbytes, dtypes) for c in cases)
+        return sum(case_bytes(c, baseline.sizes, nbytes, dtypes, inputs) for c in cases)
 
     room = budget - estimate([baseline])
     groups: list[list[str]] = [[code for code in plan if code in FIRST]]

@@ -199,7 +199,8 @@ def _sessions(plan: dict[str, list[Case]], baseline: Case, baseline_results: lis
         budget = int(reported * held_budget.HELD_SHARE)
     if output is None or budget is None:
         return [list(plan)]
-    return held_budget.sessions(plan, baseline, *output, budget)
+    nbytes, dtypes, inputs = output
+    return held_budget.sessions(plan, baseline, nbytes, dtypes, budget, inputs)
 
 
 def _no_case(verdicts: list[Verdict], code: str) -> bool:
