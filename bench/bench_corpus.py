@@ -67,7 +67,7 @@ def kanalyze(problem: str, candidate: str, device: str, timeout: float, gates: s
     # where the gate run's time went (plan, reference, candidate, read_back, release, judge)
     phases = next(((f.get("evidence") or {}).get("gate_seconds") for f in findings or []
                    if (f.get("evidence") or {}).get("gate_seconds")), None)
-    # the candidate's slowest cases (gate, case, seconds)
+    # the candidate's slowest cases (gate, case, seconds; a case's name starts with its gate's)
     cases = next(((f.get("evidence") or {}).get("case_seconds") for f in findings or []
                   if (f.get("evidence") or {}).get("case_seconds")), None)
     sessions = next(((f.get("evidence") or {}).get("sessions") for f in findings or []
@@ -135,7 +135,7 @@ def main() -> int:
         if row["targeted"]["phases"]:
             print("    seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in row["targeted"]["phases"].items()), flush=True)
         if row["targeted"].get("cases"):
-            print("    slowest cases: " + ", ".join(f"{c['gate']} {c['case']} {c['seconds']:.1f}"
+            print("    slowest cases: " + ", ".join(f"{c['case']} {c['seconds']:.1f}"
                                                    for c in row["targeted"]["cases"][:6]), flush=True)
         for v in row["targeted"]["verdicts"]:
             print(f"    {(v['result'] or '')[:220]}", flush=True)
@@ -148,7 +148,7 @@ def main() -> int:
             if row["all"]["phases"]:
                 print("    seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in row["all"]["phases"].items()), flush=True)
             if row["all"].get("cases"):
-                print("    slowest cases: " + ", ".join(f"{c['gate']} {c['case']} {c['seconds']:.1f}"
+                print("    slowest cases: " + ", ".join(f"{c['case']} {c['seconds']:.1f}"
                                                        for c in row["all"]["cases"][:6]), flush=True)
         if args.json:  # after every pair: a run cut short keeps what it measured
             Path(args.json).write_text(json.dumps(rows, indent=1))
