@@ -35,6 +35,7 @@ def test_a_case_holds_its_outputs_their_float64_copy_and_each_run() -> None:
     assert held_budget.case_bytes(compared, base, [GIB], ["float32"], inputs=GIB) == 6 * GIB
     assert held_budget.case_bytes(case("X"), base, [GIB], ["float16"]) == 6 * GIB   # float64 is 4x float16
     assert held_budget.case_bytes(case("X"), base, [GIB], ["int64"]) == 2 * GIB     # no float64 copy
+    assert held_budget.case_bytes(case("X"), base, [GIB], ["float8_e4m3fn"]) == 10 * GIB
     # a size past the base one scales it; a smaller one never lowers the estimate
     assert held_budget.case_bytes(case("X", N=2000), base, [GIB], ["float32"]) == 8 * GIB
     assert held_budget.case_bytes(case("X", N=10), base, [GIB], ["float32"]) == 4 * GIB

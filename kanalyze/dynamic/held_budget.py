@@ -23,6 +23,7 @@ limit on what a case may use.
 from __future__ import annotations
 
 import math
+import re
 
 from kanalyze.dynamic.cases import Case
 
@@ -87,8 +88,10 @@ def sessions(plan: dict[str, list[Case]], baseline: Case, nbytes: list[int], dty
 
 
 def _itemsize(dtype: str) -> int:
-    digits = "".join(ch for ch in dtype if ch.isdigit())
-    return max(1, int(digits) // 8) if digits else (1 if dtype == "bool" else 4)
+    """Bytes of an element: the first number in the dtype's name is its width in bits
+    (`float8_e4m3fn`: 1, `bfloat16`: 2, `complex64`: 8); `bool` is 1."""
+    width = re.search(r"\d+", dtype)
+    return max(1, int(width.group()) // 8) if width else (1 if dtype == "bool" else 4)
 
 
 def _is_float(dtype: str) -> bool:
