@@ -20,7 +20,7 @@ import copy
 import torch
 
 from kanalyze.dynamic.sandbox.device_share import put
-from kanalyze.dynamic.sandbox.transport import dtype_name, numpy_to_tensor
+from kanalyze.dynamic.sandbox.transport import dtype_name
 
 
 def _differentiable(values: list, dtype=None) -> list:
@@ -102,12 +102,14 @@ def reference_gradients(model, values: list, seed: int, result: dict, arrays: di
         result["gradients64_error"] = f"{type(exc).__name__}: {exc}"
 
 
-def candidate_gradients(model, base_inputs: list, reference: dict, reference_arrays, arrays: dict, phase) -> dict:
+def candidate_gradients(model, base_inputs: list, reference: dict, reference_arrays, arrays: dict, phase,
+                        device: str) -> dict:
     """The candidate's input gradients for the reference's upstream gradients, as a run record."""
+    from kanalyze.dynamic.sandbox.execute import decode_tensor
+
     described = reference["upstream"]
-    upstream = [value if isinstance(value, torch.Tensor) else numpy_to_tensor(value, dtype)   # (handed over)
-                for value, dtype in ((reference_arrays[f"{described['prefix']}{i}"], dtype)
-                                     for i, dtype in enumerate(described["dtypes"]))]
+    upstream = [decode_tensor(reference_arrays[f"{described['prefix']}{i}"], dtype, device)
+                for i, dtype in enumerate(described["dtypes"])]
     inputs = _differentiable(base_inputs)
     record: dict = {"status": "ok", "gradients_run": True}
     own = dict(_parameters(model))

@@ -23,9 +23,9 @@ limit on what a case may use.
 from __future__ import annotations
 
 import math
-import re
 
 from kanalyze.dynamic.cases import Case
+from kanalyze.dynamic.sandbox.transport import FLOAT_DTYPES, storage_dtype
 
 HELD_SHARE = 0.45   # of the memory the reference's worker reported, for one session's held arrays
 # Gates that go in the first session whatever they hold: they read the baseline's verdict
@@ -88,14 +88,14 @@ def sessions(plan: dict[str, list[Case]], baseline: Case, nbytes: list[int], dty
 
 
 def _itemsize(dtype: str) -> int:
-    """Bytes of an element: the first number in the dtype's name is its width in bits
-    (`float8_e4m3fn`: 1, `bfloat16`: 2, `complex64`: 8); `bool` is 1."""
-    width = re.search(r"\d+", dtype)
-    return max(1, int(width.group()) // 8) if width else (1 if dtype == "bool" else 4)
+    try:
+        return storage_dtype(dtype).itemsize
+    except TypeError:   # a dtype numpy does not name: as wide as float32
+        return 4
 
 
 def _is_float(dtype: str) -> bool:
-    return dtype.startswith(("float", "bfloat", "complex"))
+    return dtype in FLOAT_DTYPES or dtype.startswith("complex")
 
 
 __all__ = ["FIRST", "HELD_SHARE", "baseline_output", "case_bytes", "sessions"]

@@ -224,7 +224,7 @@ class CandidateSide:
                 from kanalyze.dynamic.gradients import candidate_gradients
 
                 self._record(result, candidate_gradients(model, base_inputs, reference, reference_arrays, arrays,
-                                                         self.phase))
+                                                         self.phase, self.device))
         since = lap(seconds, "runs", since)
         self._finish(arrays, out_base, result)
         lap(seconds, "finish", since)

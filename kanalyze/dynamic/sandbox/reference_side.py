@@ -316,7 +316,8 @@ class ReferenceSide:
                 drawn.update((f"in{i}", v) for i, v in enumerate(self._first_values(problem, case)))
             if any(key.startswith("second_") for key in wanted):
                 drawn.update((f"second_in{i}", v) for i, v in enumerate(self._second_values(problem, case)))
-            upstream = sorted((key for key in wanted if key.startswith("upstream")), key=lambda k: int(k[8:]))
+            upstream = sorted((key for key in wanted if key.startswith("upstream")),
+                              key=lambda key: int(key.removeprefix("upstream")))
             if upstream:   # CMP002's upstream gradients, from the case's seed (gradients.py)
                 from kanalyze.dynamic.gradients import upstream_gradients
 
