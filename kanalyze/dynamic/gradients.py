@@ -102,14 +102,8 @@ def reference_gradients(model, values: list, seed: int, result: dict, arrays: di
         result["gradients64_error"] = f"{type(exc).__name__}: {exc}"
 
 
-def candidate_gradients(model, base_inputs: list, reference: dict, reference_arrays, arrays: dict, phase,
-                        device: str) -> dict:
-    """The candidate's input gradients for the reference's upstream gradients, as a run record."""
-    from kanalyze.dynamic.sandbox.execute import decode_tensor
-
-    described = reference["upstream"]
-    upstream = [decode_tensor(reference_arrays[f"{described['prefix']}{i}"], dtype, device)
-                for i, dtype in enumerate(described["dtypes"])]
+def candidate_gradients(model, base_inputs: list, upstream: list, reference: dict, arrays: dict, phase) -> dict:
+    """The candidate's input gradients for the reference's `upstream` gradients (tensors), as a run record."""
     inputs = _differentiable(base_inputs)
     record: dict = {"status": "ok", "gradients_run": True}
     own = dict(_parameters(model))

@@ -223,8 +223,11 @@ class CandidateSide:
             if case.get("gradients") and "upstream" in reference:
                 from kanalyze.dynamic.gradients import candidate_gradients
 
-                self._record(result, candidate_gradients(model, base_inputs, reference, reference_arrays, arrays,
-                                                         self.phase, self.device))
+                described = reference["upstream"]   # (saved, or handed over: delivery.py)
+                upstream = [decode_tensor(reference_arrays[f"{described['prefix']}{i}"], dtype, self.device)
+                            for i, dtype in enumerate(described["dtypes"])]
+                self._record(result, candidate_gradients(model, base_inputs, upstream, reference, arrays,
+                                                         self.phase))
         since = lap(seconds, "runs", since)
         self._finish(arrays, out_base, result)
         lap(seconds, "finish", since)
