@@ -164,18 +164,20 @@ def test_a_candidate_whose_work_depends_on_its_input_values_is_int001() -> None:
 
 
 def test_a_candidate_that_silences_or_unhooks_the_recorders_is_caught() -> None:
-    """Torch calls hidden by switching torch function modes off for the call, and Triton's launch
-    entry point put back at import: each leaves a record whose seal fails (INT001), so RES001 is
-    never refuted on what the silenced recorder saw; the honest twin's seal holds."""
+    """Torch calls hidden by switching torch function modes off for the call, Triton's launch
+    entry point put back at import, and the recorder found on torch's mode stack and cleared:
+    each leaves a record whose seal fails (INT001), so RES001 is never refuted on what the
+    silenced recorder saw; the honest twin's seal holds."""
     verdicts = {}
     for name in ("hostile/level1_problem6_hidden_torch.py", "hostile/level1_problem6_unhooked_launches.py",
-                 "candidates/level1_problem6_leaky_relu.py"):
+                 "hostile/level1_problem6_erased_record.py", "candidates/level1_problem6_leaky_relu.py"):
         gate_run = run_gates(find_harness(str(KB / name), kernelbench=str(KB)), ["RES001"], options=Options(mode="cpu"))
         verdicts[name] = {v.code: v for v in gate_run.verdicts}
-    hidden, unhooked, honest = verdicts.values()
+    hidden, unhooked, erased, honest = verdicts.values()
     assert hidden["INT001"].status == "confirmed" and "DisableTorchFunction" in hidden["INT001"].summary, hidden
     assert unhooked["INT001"].status == "confirmed" and "launch counter" in unhooked["INT001"].summary, unhooked
-    assert hidden["RES001"].status == unhooked["RES001"].status == "unconfirmed"
+    assert erased["INT001"].status == "confirmed" and "mode stack" in erased["INT001"].summary, erased
+    assert hidden["RES001"].status == unhooked["RES001"].status == erased["RES001"].status == "unconfirmed"
     assert "INT001" not in honest and honest["RES001"].status == "refuted", honest
 
 

@@ -252,6 +252,47 @@ def test_work_done_in_pytorch_beside_a_decoy_or_failed_launch_is_res001() -> Non
     assert [v.status for v in run.verdicts if v.code == "RES001"] == [REFUTED]
 
 
+def test_torch_work_on_a_thread_the_candidate_starts_is_recorded() -> None:
+    """Torch function modes are kept per thread: a candidate that computes with PyTorch on a
+    thread it joins before returning is still seen (RES001 confirmed, naming the op)."""
+    plant = KB / "hostile" / "level1_problem6_threaded_torch.py"
+    run = run_gates(find_harness(str(plant), kernelbench=str(KB)), ["RES001"], options=Options(mode="cpu"))
+    [verdict] = [v for v in run.verdicts if v.code == "RES001"]
+    assert verdict.status == CONFIRMED and "torch leaky_relu" in verdict.summary, verdict.summary
+
+
+def test_every_way_of_starting_a_thread_is_followed() -> None:
+    """`threading.Thread`, a thread pool and a raw `_thread.start_new_thread`: each thread's torch
+    calls land in the run's recorder; a thread inside a launch (or kanalyze's own work) is
+    looked away from on that thread alone.  In a fresh interpreter: the patch is process-wide."""
+    script = """
+import _thread, concurrent.futures, threading, time
+import torch
+from kanalyze.dynamic.recording import CallRecorder, LaunchCounter, follow_threads
+launches = LaunchCounter()
+recorder = CallRecorder(launches)
+follow_threads(lambda: recorder)
+x = torch.ones(4)
+thread = threading.Thread(target=lambda: torch.relu(x)); thread.start(); thread.join()
+with concurrent.futures.ThreadPoolExecutor(1) as pool:
+    pool.submit(torch.sigmoid, x).result()
+done = threading.Event()
+_thread.start_new_thread(lambda: (torch.tanh(x), done.set()), ())
+done.wait(5)
+def inside_a_launch():
+    with launches.looking_away():
+        torch.exp(x)
+with launches.looking_away():   # the calling thread's launch: not the other thread's
+    thread = threading.Thread(target=lambda: torch.abs(x)); thread.start(); thread.join()
+thread = threading.Thread(target=inside_a_launch); thread.start(); thread.join()
+print(sorted(recorder.calls))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=str(KB.parent.parent))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[-2] == str(sorted(["relu", "sigmoid", "tanh", "abs"])), done.stdout
+
+
 def test_float_atomic_order_is_not_blamed_on_fresh_memory() -> None:
     """The ORD001 plant (a float atomic sum) varies with program order whatever the poison:
     ORD002 leaves it to ORD001; the ORD002 plant still varies with the poison alone."""

@@ -152,7 +152,9 @@ def test_a_candidate_sees_nothing_that_names_kanalyze(tmp_path, monkeypatch, no_
     started = gate_run.environment["candidate_confinement"]["start"]
     assert started.startswith("forked" if start == "zygote" else "fresh process"), started
     assert {"import", "call", "recorder"} <= {s["where"] for s in seen}, [s["where"] for s in seen]
-    assert {v.code: v.status for v in gate_run.verdicts}["RES001"] == "confirmed", gate_run.verdicts
+    # Its lookups of torch's mode stack (where it reads the recorder's repr) are caught themselves.
+    verdicts = {v.code: v for v in gate_run.verdicts}
+    assert verdicts["INT001"].status == "confirmed" and "mode stack" in verdicts["INT001"].summary, verdicts
     for s in seen:
         where = s["where"]
         assert s["modules"] == [] and s["name"] != "" and not _mentions(s["name"]), (where, s["modules"], s["name"])

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 
-from kanalyze.dynamic.recording import CallRecorder, LaunchCounter, ModeGuard
+from kanalyze.dynamic.recording import CallRecorder, LaunchCounter, ModeGuard, follow_threads
 
 
 class Environment:
@@ -36,6 +36,7 @@ class Environment:
         self.launches = LaunchCounter()
         self.modes = ModeGuard()
         self._ops = None
+        follow_threads(lambda: self._ops)   # a thread's torch calls go to the run's recorder too
         self._seal: dict | None = None
         self.poison: int | None = None
         self._patch_allocations()
@@ -49,13 +50,10 @@ class Environment:
 
         def fill(tensor):
             if environment.poison is not None and isinstance(tensor, torch.Tensor) and tensor.numel() > 0:
-                environment.launches.depth += 1  # kanalyze's own calls: not the candidate's
-                try:
+                with environment.launches.looking_away():  # kanalyze's own calls: not the candidate's
                     storage = tensor.untyped_storage()
                     bytes_view = empty(0, dtype=torch.uint8, device=tensor.device).set_(storage)
                     bytes_view.fill_(environment.poison)
-                finally:
-                    environment.launches.depth -= 1
             return tensor
 
         def wrap(original):

@@ -4,13 +4,19 @@ Worker-side only.  Two recorders, on while a case asks for them:
 
 * `LaunchCounter` wraps Triton's launch entry points (`JITFunction.run` on a GPU,
   `InterpretedFunction.run` under the interpreter) and counts launches per
-  kernel; while a launch runs (or kanalyze itself fills fresh memory), the
-  call recorder looks away: the interpreter stages arguments with torch calls.
+  kernel; while a launch runs on a thread (or kanalyze itself fills fresh
+  memory there), the call recorder looks away from that thread: the
+  interpreter stages arguments with torch calls.
 * `CallRecorder`, a TorchFunctionMode, counts every torch function and tensor
   method the candidate's Python code calls (`matmul`, `linear`, `softmax`,
   `item`, `cpu` …).  A TorchFunctionMode rather than a TorchDispatchMode: it
   sees the same library calls at the level the candidate wrote them, and
   entering a dispatch mode imports torch._dynamo (seconds per worker).
+* `follow_threads`: torch function modes are kept per thread, so the recorder
+  on the calling thread's stack never sees what a thread the candidate starts
+  computes (one it joins before returning leaves nothing running).  Every
+  thread started in the worker runs under a `ThreadCalls` mode that counts its
+  calls into the run's recorder.
 
 Both live in the candidate's process, so both say after every call whether
 they are still the ones installed (`tampered`): the launch hooks still in
@@ -27,7 +33,9 @@ while the verdicts are computed outside the candidate's process.)
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
+import threading
 
 import torch
 from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
@@ -36,9 +44,23 @@ from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
 class LaunchCounter:
     def __init__(self) -> None:
         self.launches: collections.Counter = collections.Counter()
-        self.depth = 0      # > 0 while a launch (or kanalyze's own work) runs
+        self._inside = threading.local()   # per thread: > 0 while a launch (or kanalyze's own work) runs
         self.installed: dict[type, tuple] = {}   # class -> (our run, its code)
         self._install()
+
+    def busy(self) -> bool:
+        """Whether this thread is inside a launch or kanalyze's own work: its torch calls are not
+        the candidate's."""
+        return getattr(self._inside, "depth", 0) > 0
+
+    @contextlib.contextmanager
+    def looking_away(self):
+        """This thread's torch calls inside are not the candidate's (a launch, kanalyze's own work)."""
+        self._inside.depth = getattr(self._inside, "depth", 0) + 1
+        try:
+            yield
+        finally:
+            self._inside.depth -= 1
 
     def tampered(self) -> list[str]:
         """How the launch hooks differ from the ones installed (empty: intact)."""
@@ -52,11 +74,8 @@ class LaunchCounter:
         @functools.wraps(original)
         def run(fn, *args, **kwargs):
             name = getattr(getattr(fn, "fn", None), "__name__", None) or getattr(fn, "__name__", "kernel")
-            counter.depth += 1
-            try:
+            with counter.looking_away():
                 launched = original(fn, *args, **kwargs)
-            finally:
-                counter.depth -= 1
             # Counted once it returned: a launch that raised (a fallback's decoy) did no work.
             if not kwargs.get("warmup"):
                 counter.launches[name] += 1
@@ -79,10 +98,13 @@ class LaunchCounter:
 class ModeGuard:
     """Calls from outside torch and Triton that switch torch function modes off
     (`torch._C.DisableTorchFunction`) or pop them off the stack: how a candidate would hide
-    its torch calls from the recorder for the length of its call and put it back after."""
+    its torch calls from the recorder for the length of its call and put it back after; and
+    lookups of the modes on the stack, where a candidate finds the recorder to clear it."""
 
     NAMES = (("torch._C", "DisableTorchFunction"), ("torch._C", "_pop_torch_function_stack"),
-             ("torch.overrides", "_pop_mode"), ("torch.overrides", "_pop_mode_temporarily"))
+             ("torch.overrides", "_pop_mode"), ("torch.overrides", "_pop_mode_temporarily"),
+             ("torch.overrides", "_get_current_function_mode_stack"), ("torch._C", "_get_function_stack_at"))
+    LOOKUPS = ("_get_current_function_mode_stack", "_get_function_stack_at")
 
     def __init__(self) -> None:
         import importlib
@@ -99,7 +121,9 @@ class ModeGuard:
                 setattr(module, name, self._watch(f"{module_name}.{name}", original))
 
     def tampered(self) -> list[str]:
-        return [f"torch function modes switched off: {seen}" for seen in self.seen]
+        return [f"torch's mode stack, where kanalyze's recorder is, looked up: {seen}"
+                if any(name in seen.split(" called from")[0] for name in self.LOOKUPS)
+                else f"torch function modes switched off: {seen}" for seen in self.seen]
 
     def _watch(self, name: str, original):
         import sys
@@ -141,11 +165,61 @@ class CallRecorder(TorchFunctionMode):
         if args and args[0] is self.canary:   # kanalyze's canary, not the candidate's call
             self.canaries.append(int(args[1]))
             return func(*args, **(kwargs or {}))
-        if self.launches.depth == 0:
+        self.note(func)
+        return func(*args, **(kwargs or {}))
+
+    def note(self, func) -> None:
+        """Count a torch call made on any thread, unless that thread is inside a launch."""
+        if not self.launches.busy():
             name = getattr(func, "__name__", None) or str(func)
             if not name.startswith("__") or name in ("__matmul__", "__rmatmul__", "__float__", "__int__"):
                 self.calls[name] += 1
-        return func(*args, **(kwargs or {}))
 
 
 RECORDER_CODE = CallRecorder.__torch_function__.__code__
+
+
+class ThreadCalls(TorchFunctionMode):
+    """On a thread started in the worker, for the thread's life: its torch calls go to the run's
+    recorder (`current()`, None between runs)."""
+
+    def __init__(self, current) -> None:
+        super().__init__()
+        self.current = current
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        recorder = self.current()
+        if recorder is not None:
+            recorder.note(func)
+        return func(*args, **(kwargs or {}))
+
+
+# Where Python starts a thread: `threading` calls its own alias of the `_thread` function
+# (`_start_new_thread` up to 3.12, `_start_joinable_thread` from 3.13).
+_THREAD_STARTS = (("_thread", "start_new_thread"), ("_thread", "start_new"), ("_thread", "start_joinable_thread"),
+                  ("threading", "_start_new_thread"), ("threading", "_start_joinable_thread"))
+
+
+def follow_threads(current) -> None:
+    """Every thread started from now on (through `threading` or `_thread`) runs its function
+    under a `ThreadCalls` mode.  Installed before the candidate is imported."""
+    import importlib
+
+    def covered(function):
+        @functools.wraps(function)
+        def run(*args, **kwargs):
+            with ThreadCalls(current):
+                return function(*args, **kwargs)
+        return run
+
+    def starting(original):
+        @functools.wraps(original)
+        def start(function, *args, **kwargs):
+            return original(covered(function), *args, **kwargs)
+        return start
+
+    for module_name, name in _THREAD_STARTS:
+        module = importlib.import_module(module_name)
+        original = getattr(module, name, None)
+        if original is not None:
+            setattr(module, name, starting(original))
