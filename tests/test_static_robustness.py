@@ -410,6 +410,32 @@ def test_a_thousand_successive_statements_are_analyzed_in_seconds(statement: str
         assert codes(findings).count("EXC001") == 1000
 
 
+def _branches_calling_helpers(helpers: int, branches: int) -> str:
+    """Branches that each call two of many helpers, which call one another: ORD001's kind
+    inference re-read every definition of every name it met, exponential in this shape."""
+    text = "import triton\nimport triton.language as tl\n\n\n"
+    for h in range(helpers):
+        text += (f"@triton.jit\ndef helper_{h}(v, w):\n    if w > 0:\n        return v * w\n"
+                 f"    return {f'helper_{h - 1}(v, w - 1)' if h else 'v'}\n\n\n")
+    body = "".join(f"    if c == {b}:\n        acc = helper_{b % helpers}(acc, c) + helper_{b * 7 % helpers}(acc, 1)\n"
+                   for b in range(branches))
+    return (text + "@triton.jit\ndef branchy(x_ptr, c, BLOCK: tl.constexpr):\n    offs = tl.arange(0, BLOCK)\n"
+            "    acc = tl.load(x_ptr + offs)\n" + body + "    tl.atomic_add(x_ptr + offs, acc)\n")
+
+
+@pytest.mark.parametrize("shape", ["a thousand where statements", "branches calling helpers"])
+def test_float_atomic_kinds_are_inferred_in_linear_time(shape: str) -> None:
+    """Found by bench/fuzz_static.py: each of these took ORD001 past 100 s (the file's findings lost
+    to the per-file budget); each name's kind is now worked out once."""
+    text = (_successive("y = tl.where(y > 0, y, c)", 1000).replace("tl.store(x_ptr, y)", "tl.atomic_add(x_ptr, y)")
+            if shape.startswith("a thousand") else _branches_calling_helpers(20, 80))
+    started = time.process_time()
+    findings, _ = analyze_source("atomic.py", text, proofs={"proofs": False})
+    assert time.process_time() - started < 8
+    assert not [f for f in findings if f.code.startswith("KAN")]
+    assert codes(findings).count("ORD001") == 1
+
+
 def test_a_chain_of_five_hundred_method_calls_is_analyzed_in_seconds() -> None:
     started = time.process_time()
     findings, _ = analyze_source("chain.py", kernel_with("x" + ".to(tl.float32)" * 495), proofs={"proofs": False})

@@ -237,6 +237,14 @@ class _Kinds:
     def __init__(self, model: TritonModule) -> None:
         self.model = model
         self.active: set[tuple[int, int]] = set()
+        # A name's kind, once known: (function, name, depth) -> kind.  A name met again while
+        # its own kind is being worked out adds nothing (the join is a maximum), so the search
+        # stops there, and a kind worked out without a cut above its own name is final:
+        # linear in the definitions, where re-reading every definition of every name read
+        # was exponential (a thousand `y = tl.where(.., y, ..)`, branches calling helpers).
+        self.known: dict[tuple[int, str, int], Kind] = {}
+        self.open: dict[tuple[int, str, int], int] = {}   # names being worked out -> their level
+        self.cut = float("inf")                             # the lowest level a cut reached
 
     def of(self, func: Function, expr: cst.BaseExpression | None, depth: int = 6) -> Kind:
         key = (id(func.node), id(expr))
@@ -274,6 +282,24 @@ class _Kinds:
         return UNKNOWN, ""
 
     def _name(self, func: Function, name: str, depth: int) -> Kind:
+        key = (id(func.node), name, depth)
+        if key in self.known:
+            return self.known[key]
+        if key in self.open:
+            self.cut = min(self.cut, self.open[key])
+            return NONE, ""
+        level = self.open[key] = len(self.open)
+        outer, self.cut = self.cut, float("inf")
+        try:
+            kind = self._name_defs(func, name, depth)
+        finally:
+            del self.open[key]
+        if self.cut >= level:   # no cut above this name: its kind does not wait on one being worked out
+            self.known[key] = kind
+        self.cut = min(outer, self.cut)
+        return kind
+
+    def _name_defs(self, func: Function, name: str, depth: int) -> Kind:
         kinds = []
         for d in self.model.flow(func).defs_of(name):
             if d.kind == "param":

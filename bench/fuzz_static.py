@@ -1,0 +1,387 @@
+#!/usr/bin/env python3
+"""Fuzz the static pass: seeded mutants of real-looking kernels, and extreme shapes.
+
+    python bench/fuzz_static.py --count 5000                 # thousands, as a benchmark
+    python bench/fuzz_static.py --count 300 --seed 7 --keep failures/
+    python bench/fuzz_static.py --seeds ~/src/fla/fla        # mutate other code as well
+
+Each mutant starts from a file of `fixtures/` (Triton and CUDA kernels, KernelBench
+candidates, problems) or of `--seeds`, and takes one to three mutations: lines dropped,
+doubled, swapped, re-indented or cut short; numbers made huge, negative or non-integral;
+names respelled (fullwidth letters, which Python folds back to ASCII, other names of the
+file); operators swapped; unusual but valid statements inserted (match, walrus, starred
+targets and calls, nested comprehensions, `*args` launches, async, `except*`, deep
+brackets); other line endings, a byte-order mark, bytes that are not UTF-8.  Besides
+them, generated extremes: kernels of thousands of statements, many branches calling many
+helpers, long chains just under the nesting guard.
+
+The mutants go through `kanalyze check --output-format json` in batches, in a subprocess
+(a crash costs the batch, not this script).  A mutant may be refused (KAN000: it does not
+parse, or nests past the guard) but the run must never: end in a traceback or an
+unexpected exit code, report an internal error (KAN001: a rule failed, a worker crashed,
+the analysis ran past its per-file budget), or hang.  Prints the counts, the time per
+file, and each failure; `--keep` saves the failing inputs.  tests/test_static_fuzz.py
+runs a few hundred mutants of a fixed seed in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+SUFFIXES = (".py", ".cu", ".cuh")
+BATCH = 60                    # mutants per `kanalyze check` run
+BATCH_SECONDS = 600           # a batch that runs longer hangs
+
+
+# ------------------------------------------------------------------ seeds
+
+def seed_files(extra: list[Path] = ()) -> list[tuple[str, str]]:
+    """(name, text) of every source file under fixtures/ and `extra`, in a fixed order."""
+    found = []
+    for base in [FIXTURES, *extra]:
+        for path in sorted(Path(base).rglob("*")):
+            if path.suffix in SUFFIXES and path.is_file() and path.stat().st_size < 200_000:
+                found.append((path.name, path.read_text(encoding="utf-8", errors="replace")))
+    return found
+
+
+# ------------------------------------------------------------------ mutations on lines
+
+def _lines(text: str) -> list[str]:
+    return text.split("\n")
+
+
+def drop_line(text: str, rng: random.Random) -> str:
+    lines = _lines(text)
+    del lines[rng.randrange(len(lines))]
+    return "\n".join(lines)
+
+
+def duplicate_line(text: str, rng: random.Random) -> str:
+    lines = _lines(text)
+    i = rng.randrange(len(lines))
+    return "\n".join(lines[:i + 1] + [lines[i]] * rng.choice([1, 2, 50]) + lines[i + 1:])
+
+
+def swap_lines(text: str, rng: random.Random) -> str:
+    lines = _lines(text)
+    if len(lines) > 1:
+        i = rng.randrange(len(lines) - 1)
+        lines[i], lines[i + 1] = lines[i + 1], lines[i]
+    return "\n".join(lines)
+
+
+def reindent_line(text: str, rng: random.Random) -> str:
+    lines = _lines(text)
+    i = rng.randrange(len(lines))
+    lines[i] = ("    " + lines[i]) if rng.random() < 0.5 else lines[i][4:] if lines[i].startswith("    ") else lines[i]
+    return "\n".join(lines)
+
+
+def cut_short(text: str, rng: random.Random) -> str:
+    return text[:rng.randrange(len(text) + 1)]
+
+
+# ------------------------------------------------------------------ mutations on tokens
+
+NUMBERS = ("0", "-1", "1" + "0" * 30, "1" + "0" * 400, "0x" + "f" * 40, "1e308", "1e-400", "2**63", "-(2**31)",
+           "3.5", "True", "None", "0b1", "1_000_000")
+OPERATORS = {"+": "-", "-": "+", "*": "//", "//": "%", "<": "<=", ">=": ">", "==": "!=", "&": "|", "%": "*"}
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
+_NAME = re.compile(r"\b[A-Za-z_]\w*\b")
+_OPERATOR = re.compile(r"(?<=[\w)\]] )(//|>=|==|[+\-*<&%])(?= [\w(\[])")
+_ASSIGN = re.compile(r"^(\s*)([A-Za-z_]\w*) = (.+)$", re.MULTILINE)
+_LAUNCH = re.compile(r"(\w+)\[([^\]\n]+)\]\(([^()\n]*)\)")
+
+
+def _replace_one(pattern: re.Pattern, text: str, rng: random.Random, replace) -> str:
+    matches = list(pattern.finditer(text))
+    if not matches:
+        return text
+    m = rng.choice(matches)
+    return text[:m.start()] + replace(m) + text[m.end():]
+
+
+def replace_number(text: str, rng: random.Random) -> str:
+    return _replace_one(_NUMBER, text, rng, lambda m: rng.choice(NUMBERS))
+
+
+def fullwidth(name: str) -> str:
+    """The name in fullwidth letters: Python folds it back to the ASCII name (NFKC)."""
+    return "".join(chr(ord(c) + 0xFEE0) if c.isascii() and c.isalnum() else c for c in name)
+
+
+def respell_name(text: str, rng: random.Random) -> str:
+    names = sorted({m.group(0) for m in _NAME.finditer(text)})
+
+    def other(m: re.Match) -> str:
+        choice = rng.random()
+        if choice < 0.4:
+            return fullwidth(m.group(0))
+        if choice < 0.7 and names:
+            return rng.choice(names)
+        return rng.choice(["ñ" + m.group(0), m.group(0) + "_", "_", "self", "tl", "torch", "match", "print"])
+    return _replace_one(_NAME, text, rng, other)
+
+
+def swap_operator(text: str, rng: random.Random) -> str:
+    return _replace_one(_OPERATOR, text, rng, lambda m: OPERATORS.get(m.group(1), m.group(1)))
+
+
+def unusual_assignment(text: str, rng: random.Random) -> str:
+    """`x = e` as a starred target, a walrus, an annotated or augmented assignment."""
+    def rewrite(m: re.Match) -> str:
+        indent, name, value = m.groups()
+        return indent + rng.choice([f"*rest, {name} = {value}, 0", f"({name} := {value})",
+                                    f"{name}: int = {value}", f"{name}, = ({value},)",
+                                    f"[{name}] = [{value}]", f"{name} += {value}"])
+    return _replace_one(_ASSIGN, text, rng, rewrite)
+
+
+def starred_launch(text: str, rng: random.Random) -> str:
+    """`kernel[grid](a, b)` launched through `*args`, `**kwargs`, or a lambda grid."""
+    def rewrite(m: re.Match) -> str:
+        kernel, grid, args = m.groups()
+        return rng.choice([f"{kernel}[{grid}](*({args},))", f"{kernel}[{grid}](*[{args}])",
+                           f"{kernel}[lambda meta: ({grid})](**dict(zip(('a',), ({args},))))",
+                           f"{kernel}[({grid})]({args}, *(), **{{}})"])
+    return _replace_one(_LAUNCH, text, rng, rewrite)
+
+
+PYTHON_SNIPPETS = (
+    "match n:\n    case 0:\n        pass\n    case [a, *rest] if a:\n        n = a\n    case {'k': v, **kw}:\n        pass\n"
+    "    case Point(x=0) | None:\n        pass\n    case _:\n        pass",
+    "total = [[i * j for j in range(i) if j % 2] for i in range(4) if (k := i)]",
+    "first, *middle, last = (lambda *a, **k: a)(*range(5), **{})",
+    "if (m := len(str(10 ** 50))) > 0:\n    pass",
+    "try:\n    pass\nexcept* ValueError as group:\n    pass",
+    "async def _helper(*args, **kwargs):\n    async with args as a:\n        await a\n    return [x async for x in a]",
+    "def _decorated():\n    @staticmethod\n    @(lambda f: f)\n    def inner(a, /, b, *, c=1):\n        nonlocal_value = a\n"
+    "        return inner\n    return _decorated",
+    "x = (" * 40 + "1" + ")" * 40,
+    "y = " + " + ".join(["z"] * 900),
+    "value = f\"{f'{1 + 2!r:>{10}}'}\"",
+    "del a, (b, c), [d]",
+    "assert (q := 3) and q, f'{q=}'",
+    "global GLOBAL_N\nGLOBAL_N = 0x" + "F" * 300,
+    "items = {**{}, 'a': 1, **dict(b=2)}; s = {*(), *[]}",
+    "with (open('a') as f, open('b') as g):\n    pass",
+    "grid = lambda META: (triton.cdiv(n, META['BLOCK']), *[1] * 2)",
+    "ｔｌ = tl\nz = ｔｌ.ｍａｘｉｍｕｍ(z, 0.0)",
+    "b = b'\\xff\\x00' + bytes(3)",
+    "class Point:\n    __match_args__ = ('x',)\n    x: int = 0",
+    "print(*(i for i in range(3)), sep='', end='\\n' * 2)",
+)
+
+CUDA_SNIPPETS = (
+    "#define HUGE 0x" + "F" * 64 + "ULL",
+    "#define WIDTH " + "9" * 80,
+    "template <typename T, int N = 4>\n__device__ __forceinline__ T twice(T v) { return v + v; }",
+    "auto f = [&](int i) -> float { return i * 2.0f; };",
+    "asm volatile(\"add.ftz.f32 %0, %1, %2;\" : \"=f\"(a) : \"f\"(b), \"f\"(c));",
+    "#define CALL(...) foo(__VA_ARGS__)",
+    "namespace a { namespace b { __global__ void __launch_bounds__(256, 2) k(float* x) { x[0] = 1; } } }",
+    "const char* s = R\"(raw \\ string with ) and \" quotes)\";",
+    "#if 0\n#error never\n#endif",
+    "__shared__ float tile[32][33];\nextern __shared__ float dynamic[];",
+)
+
+
+def insert_snippet(text: str, rng: random.Random, cuda: bool = False) -> str:
+    lines = _lines(text)
+    i = rng.randrange(len(lines) + 1)
+    before = lines[i - 1] if i else ""
+    indent = re.match(r"\s*", before).group(0) + ("    " if before.rstrip().endswith(":") else "")
+    snippet = rng.choice(CUDA_SNIPPETS if cuda else PYTHON_SNIPPETS)
+    return "\n".join(lines[:i] + [indent + line for line in snippet.split("\n")] + lines[i:])
+
+
+def line_endings(text: str, rng: random.Random) -> str:
+    return rng.choice([text.replace("\n", "\r\n"), text.replace("\n", "\r"),
+                       "".join(c + ("\r" if c == "\n" and rng.random() < 0.3 else "") for c in text)])
+
+
+def bytes_in_text(text: str, rng: random.Random) -> str:
+    """A byte-order mark, a tab, a form feed, a NUL or a lone surrogate (written as bytes that
+    are not UTF-8) somewhere in the text."""
+    i = rng.randrange(len(text) + 1)
+    return text[:i] + rng.choice(["\ufeff", "\t", "\f", "\x00", "\udcff", "\u202e", "\u00a0"]) + text[i:]
+
+
+PY_MUTATIONS = (drop_line, duplicate_line, swap_lines, reindent_line, cut_short, replace_number, respell_name,
+                swap_operator, unusual_assignment, starred_launch, insert_snippet, insert_snippet, line_endings,
+                bytes_in_text)
+CUDA_MUTATIONS = (drop_line, duplicate_line, swap_lines, cut_short, replace_number, respell_name, swap_operator,
+                  line_endings, bytes_in_text)
+
+
+def mutate(name: str, text: str, rng: random.Random) -> str:
+    cuda = not name.endswith(".py")
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        if not text:
+            break
+        mutation = rng.choice(CUDA_MUTATIONS if cuda else PY_MUTATIONS)
+        text = insert_snippet(text, rng, cuda=True) if cuda and rng.random() < 0.2 else mutation(text, rng)
+    return text
+
+
+# ------------------------------------------------------------------ generated extremes
+
+HEAD = ("import triton\nimport triton.language as tl\n\n\n")
+
+
+def long_kernel(rng: random.Random) -> str:
+    body = "".join(f"    y = tl.where(y > {i % 7}, y, t * {i})\n" for i in range(rng.choice([1000, 3000])))
+    return (HEAD + "@triton.jit\ndef long_kernel(x_ptr, n, BLOCK: tl.constexpr):\n"
+            "    offs = tl.arange(0, BLOCK)\n    y = tl.load(x_ptr + offs)\n    t = y\n" + body +
+            "    tl.atomic_add(x_ptr + offs, y)\n")
+
+
+def branching_helpers(rng: random.Random) -> str:
+    """Many branches, each calling many helpers: the shape whose inference once grew exponentially."""
+    helpers = rng.choice([8, 20])
+    text = HEAD
+    for h in range(helpers):
+        text += (f"@triton.jit\ndef helper_{h}(v, w):\n    if w > 0:\n        return v * w\n"
+                 f"    return {'helper_' + str(h - 1) + '(v, w - 1)' if h else 'v'}\n\n\n")
+    body = "".join(f"    if c == {b}:\n        acc = helper_{b % helpers}(acc, c) + helper_{(b * 7) % helpers}(acc, 1)\n"
+                   for b in range(rng.choice([30, 80])))
+    return (text + "@triton.jit\ndef branchy(x_ptr, c, BLOCK: tl.constexpr):\n    offs = tl.arange(0, BLOCK)\n"
+            "    acc = tl.load(x_ptr + offs)\n" + body + "    tl.atomic_add(x_ptr + offs, acc)\n")
+
+
+def deep_chain(rng: random.Random) -> str:
+    n = rng.choice([300, 900, 990, 1200])
+    shape = rng.choice(["x" + ".a" * n, "-" * n + "x", " + ".join(["x"] * n), "x" + "[0]" * n, "not " * n + "x"])
+    return HEAD + "@triton.jit\ndef deep(x_ptr, BLOCK: tl.constexpr):\n    x = tl.load(x_ptr)\n" \
+                  f"    y = {shape}\n    tl.store(x_ptr, y)\n"
+
+
+EXTREMES = (long_kernel, branching_helpers, deep_chain)
+
+
+def mutants(seed: int, count: int, seeds: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """`count` (file name, text) pairs, the same for the same seed and seed files."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        if rng.random() < 0.04:
+            make = rng.choice(EXTREMES)
+            out.append((f"m{i:05d}_{make.__name__}.py", make(rng)))
+            continue
+        name, text = rng.choice(seeds)
+        out.append((f"m{i:05d}_{name}", mutate(name, text, rng)))
+    return out
+
+
+# ------------------------------------------------------------------ checking
+
+@dataclass
+class Outcome:
+    files: int = 0
+    refused: int = 0                          # KAN000: does not parse, or nests too deep
+    findings: int = 0
+    failures: list[str] = field(default_factory=list)   # "file: what went wrong"
+    seconds: list[float] = field(default_factory=list)  # per batch, per file
+
+
+def check(batch: list[tuple[str, str]], select: str | None = None, timeout: float = BATCH_SECONDS) -> Outcome:
+    """One `kanalyze check` over the batch, in a subprocess; what it said, and what went wrong."""
+    outcome = Outcome(files=len(batch))
+    with tempfile.TemporaryDirectory(prefix="fuzz-") as folder:
+        root = Path(folder)
+        (root / "pyproject.toml").write_text("[tool.kanalyze]\n")
+        for name, text in batch:
+            (root / name).write_bytes(text.encode("utf-8", errors="surrogateescape"))
+        argv = ["check", ".", "--output-format", "json", "--no-cache", "--jobs", "2", "--exit-zero"]
+        if select:
+            argv += ["--select", select]
+        started = time.perf_counter()
+        try:
+            done = subprocess.run([sys.executable, "-m", "kanalyze", *argv], cwd=root, capture_output=True,
+                                  text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        except subprocess.TimeoutExpired:
+            outcome.failures.append(f"{batch[0][0]}..{batch[-1][0]}: the batch ran past {timeout:.0f} s")
+            return outcome
+        outcome.seconds.append((time.perf_counter() - started) / max(1, len(batch)))
+        if done.returncode != 0 or "Traceback" in done.stderr:
+            outcome.failures.append(f"{batch[0][0]}..{batch[-1][0]}: exit {done.returncode}: {done.stderr[-600:]}")
+            return outcome
+        try:
+            items = json.loads(done.stdout or "[]")
+        except ValueError:
+            outcome.failures.append(f"{batch[0][0]}..: not JSON: {done.stdout[:300]!r}")
+            return outcome
+    for item in items:
+        code = item.get("code")
+        where = Path(item.get("filename") or "?").name
+        if code == "KAN000":
+            outcome.refused += 1
+        elif code == "KAN001":   # (KAN003, a proof's budget reached, is a result: the run went on)
+            outcome.failures.append(f"{where}:{(item.get('location') or {}).get('row')}: {code} {item.get('message')}")
+        else:
+            outcome.findings += 1
+    return outcome
+
+
+def run(seed: int, count: int, seeds: list[tuple[str, str]], select_all_every: int = 4,
+        keep: Path | None = None, progress: bool = False) -> Outcome:
+    total = Outcome()
+    made = mutants(seed, count, seeds)
+    texts = dict(made)
+    for n, start in enumerate(range(0, len(made), BATCH)):
+        batch = made[start:start + BATCH]
+        # Every few batches with the opt-in proofs too (MEM003/MEM004 read host-side shapes).
+        outcome = check(batch, select="ALL" if select_all_every and n % select_all_every == select_all_every - 1
+                        else None)
+        total.files += outcome.files
+        total.refused += outcome.refused
+        total.findings += outcome.findings
+        total.failures += outcome.failures
+        total.seconds += outcome.seconds
+        if keep is not None:
+            for failure in outcome.failures:
+                name = failure.split(":")[0].split("..")[0]
+                if name in texts:
+                    keep.mkdir(parents=True, exist_ok=True)
+                    (keep / name).write_bytes(texts[name].encode("utf-8", errors="surrogateescape"))
+        if progress:
+            print(f"  {total.files}/{count} files, {len(total.failures)} failures", file=sys.stderr)
+    return total
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--count", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seeds", type=Path, action="append", default=[], help="more folders of code to mutate")
+    parser.add_argument("--keep", type=Path, help="save the failing inputs here")
+    args = parser.parse_args(argv)
+    seeds = seed_files(args.seeds)
+    started = time.perf_counter()
+    outcome = run(args.seed, args.count, seeds, keep=args.keep, progress=True)
+    per_file = sorted(outcome.seconds)
+    print(f"{outcome.files} mutants of {len(seeds)} seed files (seed {args.seed}) in {time.perf_counter() - started:.0f} s: "
+          f"{outcome.refused} refused (KAN000), {outcome.findings} findings, {len(outcome.failures)} failures")
+    if per_file:
+        print(f"wall seconds per file, per batch of {BATCH}: median {per_file[len(per_file) // 2]:.3f}, "
+              f"most {per_file[-1]:.3f}")
+    for failure in outcome.failures:
+        print("  FAIL", failure)
+    return 1 if outcome.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
