@@ -43,7 +43,7 @@ class NanEscape(NanPaths):
         for operand in operands:
             reads = self.reads(operand)
             data |= {d for defs in reads for d in defs if d.kind == "param"}
-            data |= {d for d in self.closure(reads) if d.value is not None and self.evidence(d.value)[1]}
+            data |= self.loaded_upstream(reads)
         for holder in holders:
             # `shifted = x - tl.max(x)`, `x -= tl.max(x)`: the value that holds the call
             # also holds x itself, and so does everything downstream of it.

@@ -36,6 +36,9 @@ class NanPaths:
         self._feeds: dict[tuple[Def, bool | str], list[list[Def]]] = {}
         self._pointer_cache = self._address_cache = self._sink_cache = self._by_value = None
         self._evidence_cache: dict[int, tuple[bool, bool]] = {}
+        self._floaty: set[Def] | None = None
+        self._into: dict[Def, list[Def]] | None = None          # definition -> those it flows into
+        self._load_bits: tuple[list[Def], dict[Def, int]] | None = None
 
     def nan_data(self, expr: cst.BaseExpression, levels: tuple[int, ...] = (LANE, ROW)) -> bool:
         """Can `expr` hold a NaN of the input (a float from memory, not an index,
@@ -48,14 +51,62 @@ class NanPaths:
         the arguments its callers pass."""
         if self.evidence(expr)[0]:
             return True
-        for d in self.closure(self.reads(expr)):
-            if d.value is not None and self.evidence(d.value)[0]:
+        floaty = self._floaty_defs()
+        return any(d in floaty for defs in self.reads(expr) for d in defs)
+
+    def _floaty_defs(self) -> set[Def]:
+        """The definitions whose value can hold floating-point data: those with a float of
+        their own (a literal, a float-producing call, a helper parameter whose callers pass
+        one) and every definition they flow into.  Worked out once per function, forward
+        from those: asking each expression for the whole of what flows into it was
+        quadratic in a kernel of many statements."""
+        if self._floaty is None:
+            self._floaty = self._downstream({d for d in self.reach.flow.defs if (
+                d.value is not None and self.evidence(d.value)[0]) or self._floaty_param(d)})
+        return self._floaty
+
+    def loaded_upstream(self, reads: list[list[Def]]) -> set[Def]:
+        """The definitions holding a `tl.load` whose value flows into `reads` (those reads'
+        own included): what `closure(reads)` holds of them, from each load's downstream
+        worked out once per function."""
+        if self._load_bits is None:
+            loads = [d for d in self.reach.flow.defs if d.value is not None and self.evidence(d.value)[1]]
+            bits: dict[Def, int] = {}
+            for i, load in enumerate(loads):
+                for d in self._downstream({load}):
+                    bits[d] = bits.get(d, 0) | 1 << i
+            self._load_bits = (loads, bits)
+        loads, bits = self._load_bits
+        mask = 0
+        for defs in reads:
+            for d in defs:
+                mask |= bits.get(d, 0)
+        return {load for i, load in enumerate(loads) if mask >> i & 1}
+
+    def _downstream(self, sources: set[Def]) -> set[Def]:
+        """`sources` and every definition their values flow into (the reverse of `closure`)."""
+        if self._into is None:
+            self._into = {}
+            for d in self.reach.flow.defs:
+                for defs in self.feeding(d):
+                    for source in defs:
+                        self._into.setdefault(source, []).append(d)
+        found = set(sources)
+        stack = list(found)
+        while stack:
+            for d in self._into.get(stack.pop(), ()):
+                if d not in found:
+                    found.add(d)
+                    stack.append(d)
+        return found
+
+    def _floaty_param(self, d: Def) -> bool:
+        if d.kind != "param" or not self.jit.called_from:
+            return False
+        for caller, call in self.jit.called_from:
+            arg = bind_call_args(call, self.jit.params).get(d.name)
+            if arg is not None and any(self.evidence(e)[0] for _, e in self.model.sources(caller, arg, depth=1)):
                 return True
-            if d.kind == "param" and self.jit.called_from:
-                for caller, call in self.jit.called_from:
-                    arg = bind_call_args(call, self.jit.params).get(d.name)
-                    if arg is not None and any(self.evidence(e)[0] for _, e in self.model.sources(caller, arg, depth=1)):
-                        return True
         return False
 
     def evidence(self, expr: cst.CSTNode) -> tuple[bool, bool]:

@@ -8,6 +8,7 @@ kernel model; nothing is imported or run.
 
 from __future__ import annotations
 
+import itertools
 import operator
 import re
 
@@ -15,7 +16,7 @@ import libcst as cst
 
 from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.triton.calls import int_literal, keyword
-from kanalyze.analyzer.triton.dataflow import Dataflow
+from kanalyze.analyzer.triton.dataflow import Dataflow, names_read
 from kanalyze.analyzer.triton.dataflow import Def
 from kanalyze.analyzer.triton.entities import Function, JitFunction
 from kanalyze.analyzer.triton.model import TritonModule
@@ -94,8 +95,19 @@ def is_modulo(expr) -> bool:
 # --- shapes --------------------------------------------------------------------
 
 def reaches(model: TritonModule, jit: JitFunction, expr, qualname: str) -> bool:
-    """Does a call to `qualname` feed `expr` (through locals and jit helper arguments)?"""
-    return any(qualname in model.called_within(e) for _, e in model.sources(jit, expr))
+    """Does a call to `qualname` feed `expr` (through locals and jit helper arguments)?
+    Past `expr` itself, what feeds it depends only on the names it reads: answered once per
+    set of names (a thousand `y > 0` of one kernel ask once, not a thousand times)."""
+    if qualname in model.called_within(expr):
+        return True
+    names = frozenset(names_read(expr))
+    if not names:
+        return False
+    memo = model.flow(jit).memo
+    key = ("reaches", names, qualname)
+    if key not in memo:
+        memo[key] = any(qualname in model.called_within(e) for _, e in itertools.islice(model.sources(jit, expr), 1, None))
+    return memo[key]
 
 
 def shape_kind(model: TritonModule, fn: Function, expr) -> str | None:
