@@ -439,6 +439,20 @@ def test_float_atomic_kinds_are_inferred_in_linear_time(shape: str) -> None:
         assert codes(findings).count("EXC001") == 3000
 
 
+def test_a_shape_index_past_any_rank_is_not_a_million_dimensions() -> None:
+    """Found by bench/fuzz_static.py: `K=a.shape[1_000_000]` in a launch made the MEM003 proofs
+    build a size symbol for each of a million dimensions (past the 30 s budget: KAN001)."""
+    text = TF32_KERNEL.replace("def matmul(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr)",
+                               "def matmul(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr, K: tl.constexpr)")
+    text += ("\n\ndef run(a, b):\n    c = torch.empty_like(a)\n"
+             "    matmul[(1,)](a, b, c, BLOCK=a.shape[0], K=a.shape[1_000_000])\n    return c\n")
+    started = time.process_time()
+    findings, _ = analyze_source("proofs.py", "import torch\n" + text, proofs={"proofs": True})
+    assert time.process_time() - started < 8
+    assert not [f for f in findings if f.code == "KAN001"], findings
+    assert "PRC001" in codes(findings)
+
+
 def test_a_chain_of_five_hundred_method_calls_is_analyzed_in_seconds() -> None:
     started = time.process_time()
     findings, _ = analyze_source("chain.py", kernel_with("x" + ".to(tl.float32)" * 495), proofs={"proofs": False})

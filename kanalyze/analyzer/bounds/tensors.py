@@ -29,6 +29,9 @@ ALLOC_LIKE = {"torch.empty_like", "torch.zeros_like", "torch.ones_like", "torch.
 SAME_SHAPE = {"contiguous", "float", "half", "bfloat16", "double", "int", "long", "to", "cuda", "cpu",
               "detach", "clone", "type_as", "requires_grad_", "zero_", "fill_", "normal_", "uniform_"}
 NEW = {"new_empty", "new_zeros", "new_ones", "new_full"}
+# PyTorch's tensors have at most 64 dimensions: a read past that (`x.shape[1_000_000]`) is not
+# a dimension to make a size symbol for (one per dimension up to it, a million).
+MAX_RANK = 64
 DTYPE_NAMES = {"float16", "float32", "float64", "bfloat16", "half", "float", "double", "int8", "int16",
                "int32", "int64", "uint8", "bool", "long", "int", "float8_e4m3fn", "float8_e5m2"}
 
@@ -137,13 +140,13 @@ class TensorReads:
         fewest dimensions its indices need; None when only `x.numel()` is read."""
         exact, indices = self._rank_reads(name, function, 2)
         if exact is not None:
-            return exact
+            return _within_rank(name, exact)
         if not indices:
             return None
         positive = [i + 1 for i in indices if i >= 0]
         negative = [-i for i in indices if i < 0]
         rank = max(positive + negative)
-        return max(rank, 2) if positive and negative else rank
+        return _within_rank(name, max(rank, 2) if positive and negative else rank)
 
     def _rank_reads(self, name: str, function: Function | None, depth: int) -> tuple[int | None, set[int]]:
         if function is None:
@@ -328,3 +331,7 @@ def short_text(node) -> str:
     return text if len(text) <= 60 else text[:59] + "…"
 
 
+def _within_rank(name: str, rank: int) -> int:
+    if rank > MAX_RANK:
+        raise Unsupported(f"`{name}` read as a tensor of {rank} dimensions (PyTorch's have at most {MAX_RANK})")
+    return rank
