@@ -243,7 +243,7 @@ HEAD = ("import triton\nimport triton.language as tl\n\n\n")
 
 
 def long_kernel(rng: random.Random) -> str:
-    body = "".join(f"    y = tl.where(y > {i % 7}, y, t * {i})\n" for i in range(rng.choice([1000, 3000])))
+    body = "".join(f"    y = tl.where(y > {i % 7}, y, t * {i})\n" for i in range(rng.choice([1000, 2000])))
     return (HEAD + "@triton.jit\ndef long_kernel(x_ptr, n, BLOCK: tl.constexpr):\n"
             "    offs = tl.arange(0, BLOCK)\n    y = tl.load(x_ptr + offs)\n    t = y\n" + body +
             "    tl.atomic_add(x_ptr + offs, y)\n")

@@ -113,7 +113,7 @@ class ModeGuard:
         import triton
 
         self.trusted = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, triton))
-        self.seen: list[str] = []   # since the last `clear`: one run's
+        self.seen: list[tuple[str, str]] = []   # (name, where called) since the last `clear`: one run's
         for module_name, name in self.NAMES:
             module = importlib.import_module(module_name)
             original = getattr(module, name, None)
@@ -121,9 +121,12 @@ class ModeGuard:
                 setattr(module, name, self._watch(f"{module_name}.{name}", original))
 
     def tampered(self) -> list[str]:
-        return [f"torch's mode stack, where kanalyze's recorder is, looked up: {seen}"
-                if any(name in seen.split(" called from")[0] for name in self.LOOKUPS)
-                else f"torch function modes switched off: {seen}" for seen in self.seen]
+        problems = []
+        for name, where in self.seen:
+            what = ("torch's mode stack, where kanalyze's recorder is, looked up"
+                    if name.rpartition(".")[2] in self.LOOKUPS else "torch function modes switched off")
+            problems.append(f"{what}: {name} called from {where}")
+        return problems
 
     def _watch(self, name: str, original):
         import sys
@@ -133,7 +136,7 @@ class ModeGuard:
         def watched(*args, **kwargs):
             caller = sys._getframe(1)
             if not caller.f_code.co_filename.startswith(guard.trusted) and len(guard.seen) < 8:
-                guard.seen.append(f"{name} called from {caller.f_code.co_filename}:{caller.f_lineno}")
+                guard.seen.append((name, f"{caller.f_code.co_filename}:{caller.f_lineno}"))
             return original(*args, **kwargs)
         return watched
 
