@@ -230,6 +230,35 @@ def test_reading_the_checkers_heap_or_frames_is_int001_and_logging_is_not() -> N
     assert verdict.status == REFUTED and "no read of the heap or the stack" in verdict.summary, verdict.summary
 
 
+def test_code_the_candidate_compiles_under_another_files_name_is_still_its_own(tmp_path) -> None:
+    """A frame read from code the candidate compiled under a library's file name, or under
+    `<string>` by `exec`, is the candidate's read; code of that name it did not make is not.
+    In a fresh interpreter: an audit hook cannot be removed."""
+    (tmp_path / "cand.py").write_text(
+        "import sys\n"
+        "def run():\n"
+        "    exec(compile('import sys\\nsys._getframe(1)', '/usr/lib/python3/somewhere.py', 'exec'))\n"
+        "    exec('import sys\\nsys._getframe(0)')\n")
+    script = f"""
+import importlib.util, sys
+from kanalyze.dynamic.integrity import Snoops
+snoops = Snoops()
+exec(compile('import sys\\nsys._getframe(0)', '/usr/lib/python3/elsewhere.py', 'exec'))   # before: not its own
+snoops.folder = {str(tmp_path)!r}
+spec = importlib.util.spec_from_file_location("cand", {str(tmp_path / "cand.py")!r})
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+module.run()
+exec(compile('import sys\\nsys._getframe(0)', '/usr/lib/python3/elsewhere.py', 'exec'))   # kanalyze's: not its own
+print(snoops.seen)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          cwd=str(KB.parent.parent))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == str(["sys._getframe() at line 2 of somewhere.py",
+                                       "sys._getframe() at line 2 of <string>"]), done.stdout
+
+
 def test_a_wrong_value_is_not_called_a_precision_loss() -> None:
     """A matmul that leaves whole blocks at zero: CMP001 on the problem's own inputs, and PRC001
     does not claim the error for reduced precision."""

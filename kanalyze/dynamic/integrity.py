@@ -19,6 +19,7 @@ import os
 import sys
 import threading
 import time
+import types
 
 from kanalyze.dynamic import numerics
 
@@ -49,6 +50,10 @@ def _resolve(name: str):
 # Audit events that read the checker's state: the heap, every thread's stack, a caller's frame.
 HEAP_AND_STACKS = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames")
 FRAME = "sys._getframe"
+# Audit events that name the file code will say it comes from: (source, filename), (code, filename, ...);
+# and the event of code run by `exec` (code,).
+NAMING = ("compile", "code.__new__")
+EXEC = "exec"
 
 
 class Snoops:
@@ -56,18 +61,30 @@ class Snoops:
     reads made by the candidate's own code: a `gc` walk or `sys._current_frames` while a frame
     of the candidate's files is on the stack, or `sys._getframe` called from one (logging's
     own `sys._getframe`, called for a candidate's `logging.info`, is not the candidate's).  The
-    candidate's files are those of its folder (its module and what it imports beside it); code
-    it compiles under another name escapes this record, as any observation made inside its
-    process can be escaped (docs/worker-protocol.md, known gaps)."""
+    candidate's files are those of its folder (its module and what it imports beside it), the
+    file names it gives code it compiles or builds itself (`compile(src, "/usr/lib/x.py", ...)`,
+    `code.replace(co_filename=...)`), and the code it runs through `exec` (a string's code is
+    named `<string>`, as is the worker's own bootstrap: by the code object, not the name).
+    Any observation made inside its process can be escaped (docs/worker-protocol.md, known
+    gaps)."""
 
     def __init__(self) -> None:
         self.folder: str | None = None      # set before the candidate's import
         self.seen: list[str] = []
+        self.names: set[str] = set()        # file names the candidate's code gave code it made
+        # Code objects it ran through `exec`, and theirs within, by identity (code objects compare
+        # equal by content, file name aside): id -> the object, kept so that the id stays its own.
+        self.codes: dict[int, types.CodeType] = {}
         self._busy = threading.local()
         sys.addaudithook(self._hook)
 
     def _hook(self, event: str, args) -> None:
-        if self.folder is None or (event != FRAME and event not in HEAP_AND_STACKS) or getattr(self._busy, "on", 0):
+        if self.folder is None or getattr(self._busy, "on", 0):
+            return
+        if event in NAMING or event == EXEC:
+            self._made(event, args)
+            return
+        if event != FRAME and event not in HEAP_AND_STACKS:
             return
         self._busy.on = 1                   # the frame read below raises an event of its own
         try:
@@ -81,9 +98,30 @@ class Snoops:
         finally:
             self._busy.on = 0
 
+    def _made(self, event: str, args) -> None:
+        """Code made or run by the candidate's own code (the frame calling `compile`, building
+        a code object or calling `exec`) is the candidate's from now on: by its file name where
+        it names a file, by the code object run through `exec`."""
+        self._busy.on = 1
+        try:
+            if len(self.names) + len(self.codes) >= 10_000 or not self._candidates(sys._getframe(2)):
+                return
+            if event == EXEC:
+                stack = [args[0]] if args and isinstance(args[0], types.CodeType) else []
+                while stack:
+                    code = stack.pop()
+                    self.codes[id(code)] = code
+                    stack += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+            elif len(args) > 1 and isinstance(args[1], str) and not args[1].startswith("<"):
+                self.names.add(args[1])
+        finally:
+            self._busy.on = 0
+
     def _candidates(self, frame) -> bool:
-        filename = frame.f_code.co_filename
-        return os.path.isabs(filename) and os.path.dirname(filename) == self.folder
+        code = frame.f_code
+        filename = code.co_filename
+        return ((os.path.isabs(filename) and os.path.dirname(filename) == self.folder) or filename in self.names
+                or self.codes.get(id(code)) is code)
 
 
 _snoops: Snoops | None = None
