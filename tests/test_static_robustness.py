@@ -453,6 +453,17 @@ def test_a_shape_index_past_any_rank_is_not_a_million_dimensions() -> None:
     assert "PRC001" in codes(findings)
 
 
+def test_a_module_written_out_fifty_times_is_analyzed_in_seconds() -> None:
+    """Found by bench/fuzz_static.py: a candidate repeated fifty times in one file (each host
+    function defined fifty times, each call resolving to fifty callers) made MEM002's walk up the
+    callers of callers exponential (past 100 s); each function's inputs are now found once."""
+    text = (FIXTURES / "kernelbench" / "hostile" / "level1_problem6_setsid_daemon.py").read_text()
+    started = time.process_time()
+    findings, _ = analyze_source("repeated.py", "\n".join([text] * 50), proofs={"proofs": False})
+    assert time.process_time() - started < 8
+    assert not [f for f in findings if f.code.startswith("KAN")], findings
+
+
 def test_a_chain_of_five_hundred_method_calls_is_analyzed_in_seconds() -> None:
     started = time.process_time()
     findings, _ = analyze_source("chain.py", kernel_with("x" + ".to(tl.float32)" * 495), proofs={"proofs": False})

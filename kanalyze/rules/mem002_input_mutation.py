@@ -151,6 +151,10 @@ class InputMutation(Rule):
         self.model = model
         self._reaching: dict[int, Reaching] = {}
         self._bases_cache: dict = {}  # pointer_bases' cache, shared with the destination questions
+        # Each host function's inputs, once known (a file defining the same names many times over
+        # made callers of callers an exponential walk); not kept where a cycle of calls was cut.
+        self._inputs: dict[int, set[str]] = {}
+        self._cuts = 0
         yield from self._check_stores()
         for function in candidate_functions(model):
             yield from self._check_host(function)
@@ -166,8 +170,21 @@ class InputMutation(Rule):
         """The parameters of `function` that receive a caller's tensor: all of
         them for `forward` and for a wrapper nobody in the file calls, else
         those that some caller binds to one of *its* inputs."""
+        key = id(function.node)
+        if key in self._inputs:
+            return self._inputs[key]
+        if key in seen:
+            self._cuts += 1
+            return set()
+        cuts = self._cuts
+        found = self._inputs_of(function, seen | {key})
+        if self._cuts == cuts:
+            self._inputs[key] = found
+        return found
+
+    def _inputs_of(self, function: Function, seen: frozenset) -> set[str]:
         params = host_params(function)
-        if function.name == "__init__" or id(function.node) in seen:
+        if function.name == "__init__":
             return set()
         callers = list(host_calls(self.model, function))
         if function.name in ("forward", "__call__") or not callers:
@@ -175,7 +192,7 @@ class InputMutation(Rule):
                     if not OUTPUT_NAME.match(p) and not destination(self.model, function, p, self._bases_cache)}
         found: set[str] = set()
         for caller, call in callers:
-            caller_inputs = self.inputs(caller, seen | {id(function.node)})
+            caller_inputs = self.inputs(caller, seen)
             for param, arg in bind_call_args(call, params).items():
                 if not OUTPUT_NAME.match(param) and self.aliases(caller, arg, call, caller_inputs):
                     found.add(param)

@@ -46,7 +46,7 @@ def host_params(function: Function, with_nodes: bool = False) -> list:
 def host_calls(model: TritonModule, function: Function) -> Iterator[tuple[Function, cst.Call]]:
     """Calls of a host function from other host functions in the file: `f(...)`,
     or `self.f(...)` from a method of the same class."""
-    for site in model.calls:
+    for site in model.calls_by_callee.get(function.name, ()):
         caller, func = site.function, site.node.func
         if caller is None or caller.node is function.node:
             continue

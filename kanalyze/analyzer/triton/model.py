@@ -149,6 +149,18 @@ class TritonModule:
         return [c for c in self.calls if c.qualname in wanted]
 
     @cached_property
+    def calls_by_callee(self) -> dict[str, list[CallSite]]:
+        """The call sites in functions by the name they call: `f(...)` and `x.f(...)` under `f`."""
+        found: dict[str, list[CallSite]] = {}
+        for site in self.calls:
+            func = site.node.func
+            name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) \
+                else None
+            if site.function is not None and name is not None:
+                found.setdefault(name, []).append(site)
+        return found
+
+    @cached_property
     def host_functions(self) -> list[Function]:
         """Functions that are not jit functions: wrappers, forwards, helpers."""
         jit_nodes = {id(j.node) for j in self.jit.values()}
