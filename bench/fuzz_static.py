@@ -16,7 +16,8 @@ them, generated extremes: kernels of thousands of statements, many branches call
 helpers, long chains just under the nesting guard.
 
 The mutants go through `kanalyze check --output-format json` in batches, in a subprocess
-(a crash costs the batch, not this script).  A mutant may be refused (KAN000: it does not
+(a crash costs the batch, not this script), every other batch through `--diff
+--unsafe-fixes` as well.  A mutant may be refused (KAN000: it does not
 parse, or nests past the guard) but the run must never: end in a traceback or an
 unexpected exit code, report an internal error (KAN001: a rule failed, a worker crashed,
 the analysis ran past its per-file budget), or hang.  Prints the counts, the time per
@@ -297,8 +298,10 @@ class Outcome:
     seconds: list[float] = field(default_factory=list)  # per batch, per file
 
 
-def check(batch: list[tuple[str, str]], select: str | None = None, timeout: float = BATCH_SECONDS) -> Outcome:
-    """One `kanalyze check` over the batch, in a subprocess; what it said, and what went wrong."""
+def check(batch: list[tuple[str, str]], select: str | None = None, fixes: bool = False,
+          timeout: float = BATCH_SECONDS) -> Outcome:
+    """One `kanalyze check` over the batch, in a subprocess; what it said, and what went wrong.
+    With `fixes`, `check --diff --unsafe-fixes` over it too (the fixers parse and rewrite)."""
     outcome = Outcome(files=len(batch))
     with tempfile.TemporaryDirectory(prefix="fuzz-") as folder:
         root = Path(folder)
@@ -319,6 +322,13 @@ def check(batch: list[tuple[str, str]], select: str | None = None, timeout: floa
         if done.returncode != 0 or "Traceback" in done.stderr:
             outcome.failures.append(f"{batch[0][0]}..{batch[-1][0]}: exit {done.returncode}: {done.stderr[-600:]}")
             return outcome
+        if fixes:   # exit 1: something to fix; 2: an internal error
+            diff = subprocess.run([sys.executable, "-m", "kanalyze", "check", ".", "--diff", "--unsafe-fixes",
+                                   "--no-cache", "--jobs", "2"], cwd=root, capture_output=True, text=True,
+                                  timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
+            if diff.returncode not in (0, 1) or "Traceback" in diff.stderr:
+                outcome.failures.append(f"{batch[0][0]}..{batch[-1][0]}: --diff exit {diff.returncode}: "
+                                        f"{diff.stderr[-600:]}")
         try:
             items = json.loads(done.stdout or "[]")
         except ValueError:
@@ -345,7 +355,7 @@ def run(seed: int, count: int, seeds: list[tuple[str, str]], select_all_every: i
         batch = made[start:start + BATCH]
         # Every few batches with the opt-in proofs too (MEM003/MEM004 read host-side shapes).
         outcome = check(batch, select="ALL" if select_all_every and n % select_all_every == select_all_every - 1
-                        else None)
+                        else None, fixes=n % 2 == 0)
         total.files += outcome.files
         total.refused += outcome.refused
         total.findings += outcome.findings

@@ -179,6 +179,26 @@ def test_diff_writes_nothing_and_exits_1_when_there_is_something_to_fix(tmp_path
     assert {p.name: p.read_text() for p in project.glob("*.py")} == before
 
 
+def test_a_fixer_failing_on_one_file_costs_that_files_fixes_alone(tmp_path, monkeypatch, capsys) -> None:
+    """A fixer's internal error on one file is a warning naming it; the other files' fixes are
+    still offered and the exit code says there is something to fix (no exit 2)."""
+    import kanalyze.fixes as fixes
+
+    _project(tmp_path, monkeypatch, "mem004_int64_offsets.py", "exc001_where_nan.py")
+    real = fixes.fix_until_stable
+
+    def failing(source, findings, check, **kwargs):
+        if findings and findings[0].location.file.endswith("exc001_where_nan.py"):
+            raise KeyError(12345)
+        return real(source, findings, check, **kwargs)
+
+    monkeypatch.setattr(fixes, "fix_until_stable", failing)
+    assert main(["check", ".", "--diff", "--select", "MEM004,EXC001"]) == 1
+    out, err = capsys.readouterr()
+    assert "--- mem004_int64_offsets.py" in out and "--- exc001_where_nan.py" not in out
+    assert "exc001_where_nan.py: cannot fix: kanalyze's fixer failed: KeyError: 12345" in err, err
+
+
 def test_fix_from_stdin_prints_the_fixed_text(tmp_path, monkeypatch, capsys) -> None:
     import io
     import sys

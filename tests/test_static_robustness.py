@@ -464,6 +464,22 @@ def test_a_module_written_out_fifty_times_is_analyzed_in_seconds() -> None:
     assert not [f for f in findings if f.code.startswith("KAN")], findings
 
 
+def test_a_file_too_deep_for_the_fixers_is_left_as_it_is_and_the_run_goes_on(tmp_path: Path) -> None:
+    """Found by bench/fuzz_static.py: `--diff` over a file holding a 900-term sum ended the whole
+    run (exit 2: a KeyError in the span recorder hid LibCST's RecursionError); that file is now
+    left unfixed and the others' fixes are offered."""
+    (tmp_path / "pyproject.toml").write_text("[tool.kanalyze]\n")
+    deep = TF32_KERNEL.replace("    c = tl.dot(a, b)\n", "    c = tl.dot(a, b)\n    d = " + " + ".join(["a"] * 900) + "\n")
+    assert deep != TF32_KERNEL
+    (tmp_path / "deep.py").write_text(deep)
+    (tmp_path / "kern.py").write_text(TF32_KERNEL)
+    done = subprocess.run([sys.executable, "-m", "kanalyze", "check", ".", "--diff", "--unsafe-fixes", "--no-cache",
+                           "--jobs", "2", "--profile", "candidate"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "KANALYZE_CACHE_DIR": str(tmp_path / ".cache")})
+    assert done.returncode == 1 and "internal error" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert "+++ kern.py" in done.stdout or "kern.py" in done.stdout, done.stdout
+
+
 def test_a_chain_of_five_hundred_method_calls_is_analyzed_in_seconds() -> None:
     started = time.process_time()
     findings, _ = analyze_source("chain.py", kernel_with("x" + ".to(tl.float32)" * 495), proofs={"proofs": False})

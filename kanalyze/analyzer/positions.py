@@ -55,15 +55,13 @@ class _OffsetState(CodegenState):
     def record_syntactic_position(self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None,
                                   end_node: cst.CSTNode | None = None) -> Iterator[None]:
         start = self.offset
-        try:
-            yield
-        finally:
-            end = self.offset
-            if start_node is not None:
-                start = self.spans[id(start_node)][0]
-            if end_node is not None:
-                end = self.spans[id(end_node)][1]
-            self.spans[id(node)] = (start, end)
+        yield   # (an error inside, a RecursionError on a deep tree, goes on up as it is: no span)
+        end = self.offset
+        if start_node is not None:
+            start = self.spans[id(start_node)][0]
+        if end_node is not None:
+            end = self.spans[id(end_node)][1]
+        self.spans[id(node)] = (start, end)
 
 
 class Positions:

@@ -80,7 +80,12 @@ def fix_files(findings: list[Finding], config, *, unsafe: bool, write: bool,
             result = run_text(path, new.encode(encoding), config)
             return apply_profiles(result.findings, config, result.profiles)
 
-        new, applied, remaining = fix_until_stable(text, members, check, unsafe=unsafe)
+        try:
+            new, applied, remaining = fix_until_stable(text, members, check, unsafe=unsafe)
+        except Exception as exc:  # a fixer's failure on one file costs that file's fixes, not the run
+            outcome.warnings.append(f"{path}: cannot fix: kanalyze's fixer failed: {type(exc).__name__}: {exc}")
+            outcome.findings += members
+            continue
         if not unsafe:
             outcome.hidden += hidden_unsafe(new, remaining)
         outcome.findings += remaining
