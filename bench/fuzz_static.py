@@ -17,7 +17,8 @@ helpers, long chains just under the nesting guard.
 
 The mutants go through `kanalyze check --output-format json` in batches, in a subprocess
 (a crash costs the batch, not this script), every other batch through `--diff
---unsafe-fixes` as well.  A mutant may be refused (KAN000: it does not
+--unsafe-fixes` as well, and every third into the full text report, which must print none
+of the mutants' control characters raw.  A mutant may be refused (KAN000: it does not
 parse, or nests past the guard) but the run must never: end in a traceback or an
 unexpected exit code, report an internal error (KAN001: a rule failed, a worker crashed,
 the analysis ran past its per-file budget), or hang.  Prints the counts, the time per
@@ -228,13 +229,19 @@ CUDA_MUTATIONS = (drop_line, duplicate_line, swap_lines, cut_short, replace_numb
                   line_endings, bytes_in_text)
 
 
+# A mutant may grow (a doubled line, a snippet), not balloon: fifty copies of a file written
+# on one line (carriage returns only) are 13,000 lines, past any per-file budget by size alone.
+MAX_GROWTH = 100_000
+
+
 def mutate(name: str, text: str, rng: random.Random) -> str:
     cuda = not name.endswith(".py")
     for _ in range(rng.choice([1, 1, 2, 3])):
         if not text:
             break
         mutation = rng.choice(CUDA_MUTATIONS if cuda else PY_MUTATIONS)
-        text = insert_snippet(text, rng, cuda=True) if cuda and rng.random() < 0.2 else mutation(text, rng)
+        mutated = insert_snippet(text, rng, cuda=True) if cuda and rng.random() < 0.2 else mutation(text, rng)
+        text = mutated if len(mutated) <= len(text) + MAX_GROWTH else text
     return text
 
 
@@ -298,10 +305,16 @@ class Outcome:
     seconds: list[float] = field(default_factory=list)  # per batch, per file
 
 
-def check(batch: list[tuple[str, str]], select: str | None = None, fixes: bool = False,
+# What a report must never print raw, whatever the checked text holds: a NUL, an escape
+# sequence's start, a carriage return that rewrites the line, a right-to-left override.
+RAW = ("\x00", "\x1b", "\r", "\u202e")
+
+
+def check(batch: list[tuple[str, str]], select: str | None = None, fixes: bool = False, render: bool = False,
           timeout: float = BATCH_SECONDS) -> Outcome:
     """One `kanalyze check` over the batch, in a subprocess; what it said, and what went wrong.
-    With `fixes`, `check --diff --unsafe-fixes` over it too (the fixers parse and rewrite)."""
+    With `fixes`, `check --diff --unsafe-fixes` over it too (the fixers parse and rewrite); with
+    `render`, the full text report, which must hold no raw control character of the mutants."""
     outcome = Outcome(files=len(batch))
     with tempfile.TemporaryDirectory(prefix="fuzz-") as folder:
         root = Path(folder)
@@ -329,6 +342,15 @@ def check(batch: list[tuple[str, str]], select: str | None = None, fixes: bool =
             if diff.returncode not in (0, 1) or "Traceback" in diff.stderr:
                 outcome.failures.append(f"{batch[0][0]}..{batch[-1][0]}: --diff exit {diff.returncode}: "
                                         f"{diff.stderr[-600:]}")
+        if render:
+            full = subprocess.run([sys.executable, "-m", "kanalyze", "check", ".", "--output-format", "full",
+                                   "--no-cache", "--jobs", "2"], cwd=root, capture_output=True, timeout=timeout,
+                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
+            text = full.stdout.decode("utf-8", errors="replace")
+            raw = sorted({repr(c) for c in RAW if c in text})
+            if full.returncode not in (0, 1) or b"Traceback" in full.stderr or raw:
+                outcome.failures.append(f"{batch[0][0]}..{batch[-1][0]}: the full report (exit {full.returncode}) "
+                                        f"{'prints raw ' + ', '.join(raw) if raw else full.stderr[-600:]!r}")
         try:
             items = json.loads(done.stdout or "[]")
         except ValueError:
@@ -355,7 +377,7 @@ def run(seed: int, count: int, seeds: list[tuple[str, str]], select_all_every: i
         batch = made[start:start + BATCH]
         # Every few batches with the opt-in proofs too (MEM003/MEM004 read host-side shapes).
         outcome = check(batch, select="ALL" if select_all_every and n % select_all_every == select_all_every - 1
-                        else None, fixes=n % 2 == 0)
+                        else None, fixes=n % 2 == 0, render=n % 3 == 1)
         total.files += outcome.files
         total.refused += outcome.refused
         total.findings += outcome.findings

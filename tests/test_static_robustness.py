@@ -480,6 +480,16 @@ def test_a_file_too_deep_for_the_fixers_is_left_as_it_is_and_the_run_goes_on(tmp
     assert "+++ kern.py" in done.stdout or "kern.py" in done.stdout, done.stdout
 
 
+def test_a_boolean_where_a_loop_bound_is_expected_is_unsupported_not_a_rule_failure() -> None:
+    """Found by bench/fuzz_static.py: `BLOCK=True` launched into `for k in range(0, n, BLOCK)` made
+    the MEM003/MEM004 proofs compare a z3 boolean with an integer (a TypeError: KAN001)."""
+    text = HEAD.replace("def kernel(x_ptr, n, c, BLOCK: tl.constexpr):", "def kernel(x_ptr, n, BLOCK: tl.constexpr):")
+    text += ("    acc = 0.0\n    for k in range(0, n, BLOCK):\n        acc += tl.load(x_ptr + k)\n"
+             "    tl.store(x_ptr, acc)\n\n\ndef run(x):\n    kernel[(1,)](x, x.numel(), BLOCK=True)\n")
+    findings, _ = analyze_source("flag.py", "import torch\n" + text, proofs={"proofs": True})
+    assert not [f for f in findings if f.code == "KAN001"], findings
+
+
 def test_a_chain_of_five_hundred_method_calls_is_analyzed_in_seconds() -> None:
     started = time.process_time()
     findings, _ = analyze_source("chain.py", kernel_with("x" + ".to(tl.float32)" * 495), proofs={"proofs": False})

@@ -163,6 +163,8 @@ class Flow:
             raise Unsupported(f"`{self.text(call)}`")
         start, stop, step = (constant(0), args[0], constant(1)) if len(args) == 1 else (
             args[0], args[1], args[2] if len(args) == 3 else constant(1))
+        if any(t.kind != "int" for t in (start, stop, step)):   # `range(BLOCK)` with `BLOCK=True`
+            raise Unsupported(f"`{self.text(call)}` over a boolean")
         (a, ca), (b, cb), (s, cs) = (t.at(()) for t in (start, stop, step))
         if concrete(s) is not None and concrete(s) <= 0:
             raise Unsupported(f"`{self.text(call)}` steps down")

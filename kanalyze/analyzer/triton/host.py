@@ -28,10 +28,12 @@ def candidate_functions(model: TritonModule) -> list[Function]:
     to the candidate (`class Model`, `ref_*` / `torch_*`): what the reference
     does is the contract, not a violation of it."""
     found = list(model.forward_path)
+    ids = {id(f) for f in found}
     for callee in found:  # grows while iterating: callers of callers
         for caller, _ in host_calls(model, callee):
-            if caller.name != "__init__" and not any(caller is f for f in found):
+            if caller.name != "__init__" and id(caller) not in ids:
                 found.append(caller)
+                ids.add(id(caller))
     return [f for f in found if not REFERENCE_FUNCTION.match(f.name) and not REFERENCE_CLASS.match(f.class_name or "")]
 
 

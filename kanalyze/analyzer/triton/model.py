@@ -140,9 +140,18 @@ class TritonModule:
         return self._flows[id(node)]
 
     def calls_in(self, function: Function | JitFunction, *qualnames: str) -> list[CallSite]:
-        node = function.node
-        return [c for c in self.calls if c.function is not None and c.function.node is node
-                and (not qualnames or c.qualname in qualnames)]
+        within = self._calls_by_function.get(id(function.node), [])
+        return [c for c in within if not qualnames or c.qualname in qualnames]
+
+    @cached_property
+    def _calls_by_function(self) -> dict[int, list[CallSite]]:
+        """The call sites of each function, by its node's id: asking every call of the file for
+        each function was quadratic in a file of many functions."""
+        found: dict[int, list[CallSite]] = {}
+        for site in self.calls:
+            if site.function is not None:
+                found.setdefault(id(site.function.node), []).append(site)
+        return found
 
     def calls_to(self, *qualnames: str) -> list[CallSite]:
         wanted = set(qualnames)
