@@ -86,9 +86,13 @@ def swap_lines(text: str, rng: random.Random) -> str:
 
 
 def reindent_line(text: str, rng: random.Random) -> str:
+    """One line four spaces further in, or (where it has them) four spaces out."""
     lines = _lines(text)
     i = rng.randrange(len(lines))
-    lines[i] = ("    " + lines[i]) if rng.random() < 0.5 else lines[i][4:] if lines[i].startswith("    ") else lines[i]
+    if rng.random() < 0.5:
+        lines[i] = "    " + lines[i]
+    elif lines[i].startswith("    "):
+        lines[i] = lines[i][4:]
     return "\n".join(lines)
 
 
