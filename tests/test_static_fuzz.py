@@ -29,6 +29,23 @@ def test_mutants_of_the_fixtures_never_crash_hang_or_fail_inside() -> None:
     assert outcome.refused < COUNT // 2 and outcome.findings > COUNT // 2, (outcome.refused, outcome.findings)
 
 
+def test_the_editors_layout_reads_every_mutant_without_raising() -> None:
+    """The language server cuts a document into blocks it can analyse apart (lsp/layout.py):
+    on a mutant it may give up (a reason, the file analysed whole) but never raise.  Found by
+    the mutants: a block of nothing but a continuation (IndexError), a block nested deeper than
+    the block reader follows (RecursionError)."""
+    from kanalyze.lsp.blocks import block_facts
+    from kanalyze.lsp.layout import cut
+
+    previous = None
+    for name, text in fuzz_static.mutants(SEED + 5, 600, fuzz_static.seed_files()):
+        if not name.endswith(".py"):
+            continue
+        layout = cut(text, previous)
+        previous = layout if not isinstance(layout, str) else previous
+        block_facts(text, True)
+
+
 def test_the_mutants_are_the_same_for_the_same_seed_and_mutate_every_way() -> None:
     seeds = fuzz_static.seed_files()
     first, again = fuzz_static.mutants(SEED, 50, seeds), fuzz_static.mutants(SEED, 50, seeds)

@@ -100,12 +100,17 @@ def block_facts(text: str, single: bool) -> BlockFacts:
             statements = ast.parse(text).body
     except Exception:  # `from __future__` past the top, say: parsed in the file, not alone
         return unparsable()
+    if not statements:   # nothing but a comment or a line continuation once cut out
+        return unparsable()
     words = IDENTIFIER.findall(text if text.isascii() else unicodedata.normalize("NFKC", text))
     top = statements[0]
     unit = single and len(statements) == 1 and isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
     reader = _Reader(text)
-    for statement in statements:
-        reader.visit(statement, function=None, klass=None)
+    try:
+        for statement in statements:
+            reader.visit(statement, function=None, klass=None)
+    except RecursionError:   # nested deeper than the reader follows: the file is analysed whole
+        return unparsable()
     counts = Counter(words)
     counts.subtract(reader.defined)
     names = set(reader.defined) | reader.class_bound
