@@ -54,59 +54,60 @@ class Outcome:
 RAW = ("\x00", "\x1b", "\r", "\u202e")
 
 
+def _kanalyze(root: Path, argv: list[str], timeout: float) -> tuple[int, str, str]:
+    """`kanalyze ARGV` in `root`, in a subprocess: (exit code, stdout, stderr), decoded as text
+    whatever bytes the report holds."""
+    done = subprocess.run([sys.executable, "-m", "kanalyze", *argv], cwd=root, capture_output=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return done.returncode, done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace")
+
+
 def check(batch: list[tuple[str, str]], select: str | None = None, fixes: bool = False, render: bool = False,
           timeout: float = BATCH_SECONDS) -> Outcome:
     """One `kanalyze check` over the batch, in a subprocess; what it said, and what went wrong.
     With `fixes`, `check --diff --unsafe-fixes` over it too (the fixers parse and rewrite); with
     `render`, the full text report, which must hold no raw control character of the mutants."""
     outcome = Outcome(files=len(batch))
+    where = f"{batch[0][0]}..{batch[-1][0]}"
     with tempfile.TemporaryDirectory(prefix="fuzz-") as folder:
         root = Path(folder)
         (root / "pyproject.toml").write_text("[tool.kanalyze]\n")
         for name, text in batch:
             (root / name).write_bytes(text.encode("utf-8", errors="surrogateescape"))
-        argv = ["check", ".", "--output-format", "json", "--no-cache", "--jobs", "2", "--exit-zero"]
-        if select:
-            argv += ["--select", select]
+        common = ["check", ".", "--no-cache", "--jobs", "2"]
         started = time.perf_counter()
         try:
-            done = subprocess.run([sys.executable, "-m", "kanalyze", *argv], cwd=root, capture_output=True,
-                                  text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
+            code, out, err = _kanalyze(root, common + ["--output-format", "json", "--exit-zero"]
+                                       + (["--select", select] if select else []), timeout)
+            outcome.seconds.append((time.perf_counter() - started) / max(1, len(batch)))
+            if code != 0 or "Traceback" in err:
+                outcome.failures.append(f"{where}: exit {code}: {err[-600:]}")
+                return outcome
+            if fixes:   # exit 1: something to fix; 2: an internal error
+                fixed, _, fix_err = _kanalyze(root, common + ["--diff", "--unsafe-fixes"], timeout)
+                if fixed not in (0, 1) or "Traceback" in fix_err:
+                    outcome.failures.append(f"{where}: --diff exit {fixed}: {fix_err[-600:]}")
+            if render:
+                shown, text, show_err = _kanalyze(root, common + ["--output-format", "full"], timeout)
+                raw = sorted({repr(c) for c in RAW if c in text})
+                if shown not in (0, 1) or "Traceback" in show_err or raw:
+                    why = "prints raw " + ", ".join(raw) if raw else repr(show_err[-600:])
+                    outcome.failures.append(f"{where}: the full report (exit {shown}) {why}")
         except subprocess.TimeoutExpired:
-            outcome.failures.append(f"{batch[0][0]}..{batch[-1][0]}: the batch ran past {timeout:.0f} s")
+            outcome.failures.append(f"{where}: a run ran past {timeout:.0f} s")
             return outcome
-        outcome.seconds.append((time.perf_counter() - started) / max(1, len(batch)))
-        if done.returncode != 0 or "Traceback" in done.stderr:
-            outcome.failures.append(f"{batch[0][0]}..{batch[-1][0]}: exit {done.returncode}: {done.stderr[-600:]}")
-            return outcome
-        if fixes:   # exit 1: something to fix; 2: an internal error
-            diff = subprocess.run([sys.executable, "-m", "kanalyze", "check", ".", "--diff", "--unsafe-fixes",
-                                   "--no-cache", "--jobs", "2"], cwd=root, capture_output=True, text=True,
-                                  timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
-            if diff.returncode not in (0, 1) or "Traceback" in diff.stderr:
-                outcome.failures.append(f"{batch[0][0]}..{batch[-1][0]}: --diff exit {diff.returncode}: "
-                                        f"{diff.stderr[-600:]}")
-        if render:
-            full = subprocess.run([sys.executable, "-m", "kanalyze", "check", ".", "--output-format", "full",
-                                   "--no-cache", "--jobs", "2"], cwd=root, capture_output=True, timeout=timeout,
-                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
-            text = full.stdout.decode("utf-8", errors="replace")
-            raw = sorted({repr(c) for c in RAW if c in text})
-            if full.returncode not in (0, 1) or b"Traceback" in full.stderr or raw:
-                outcome.failures.append(f"{batch[0][0]}..{batch[-1][0]}: the full report (exit {full.returncode}) "
-                                        f"{'prints raw ' + ', '.join(raw) if raw else full.stderr[-600:]!r}")
-        try:
-            items = json.loads(done.stdout or "[]")
-        except ValueError:
-            outcome.failures.append(f"{batch[0][0]}..: not JSON: {done.stdout[:300]!r}")
-            return outcome
+    try:
+        items = json.loads(out or "[]")
+    except ValueError:
+        outcome.failures.append(f"{where}: not JSON: {out[:300]!r}")
+        return outcome
     for item in items:
         code = item.get("code")
-        where = Path(item.get("filename") or "?").name
+        at = Path(item.get("filename") or "?").name
         if code == "KAN000":
             outcome.refused += 1
         elif code == "KAN001":   # (KAN003, a proof's budget reached, is a result: the run went on)
-            outcome.failures.append(f"{where}:{(item.get('location') or {}).get('row')}: {code} {item.get('message')}")
+            outcome.failures.append(f"{at}:{(item.get('location') or {}).get('row')}: {code} {item.get('message')}")
         else:
             outcome.findings += 1
     return outcome
