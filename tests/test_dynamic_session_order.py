@@ -86,6 +86,35 @@ def test_the_verdicts_of_a_candidate_that_does_not_import(tmp_path: Path) -> Non
         assert "fails on the problem's own inputs" in verdicts[code].summary, verdicts[code].summary
 
 
+def test_value_gates_the_baseline_decides_run_no_case(monkeypatch) -> None:
+    """A candidate already wrong on the problem's own inputs (a grid whose floor leaves the tail
+    unwritten): the value gates no static flag asked for are decided by that alone, so where the
+    judge can compare the baseline while the session runs (arrays held: a GPU's default) their
+    cases are never run, and the verdicts are word for word those of a run that ran them all
+    (arrays saved: compared only once the session ends).  A flagged one still runs its cases."""
+    from kanalyze.dynamic.reference_cache import REFERENCES
+
+    candidate = KB / "candidates" / "level1_problem6_leaky_relu_floor_grid.py"
+    codes = ["CMP001", "CMP003", "EXC001", "EXC002", "MEM002"]
+    said, ran = {}, {}
+    for held in ("0", "1"):
+        REFERENCES.clear()   # (references kept from an earlier run are files, read once the session ends)
+        monkeypatch.setenv("KANALYZE_JUDGE_HELD", held)
+        run = run_gates(find_harness(str(candidate), kernelbench=str(KB)), codes, {},
+                        Options(mode="cpu", limits=Limits(case_seconds=120)))
+        said[held] = [(v.code, v.status, v.summary) for v in run.verdicts]
+        ran[held] = {c["case"].split("/")[0] for c in run.environment["case_seconds"]}
+    assert said["1"] == said["0"], said
+    statuses = {code: status for code, status, _ in said["1"]}
+    assert statuses["CMP001"] == CONFIRMED and all(statuses[c] == UNCONFIRMED for c in ("CMP003", "EXC001", "EXC002"))
+    assert {"CMP003", "EXC001", "EXC002"} <= ran["0"], ran["0"]
+    assert ran["1"] == {"baseline", "CMP001", "MEM002"}, ran["1"]
+    flagged = run_gates(find_harness(str(candidate), kernelbench=str(KB)), codes, {"CMP003": [{"row": 1}]},
+                        Options(mode="cpu", limits=Limits(case_seconds=120)))
+    assert any(c["gate"] == "CMP003" for c in flagged.environment["case_seconds"])
+    assert {v.code: v.status for v in flagged.verdicts}["CMP003"] == CONFIRMED, flagged.verdicts
+
+
 def test_prc002_plans_from_the_shapes_of_the_baselines_outputs(tmp_path: Path) -> None:
     """PRC002 lengthens the knobs a reduction runs over: those that are no dimension of the
     reference's output.  It plans once the baseline has run, from the shapes of the reference's

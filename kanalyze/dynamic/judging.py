@@ -119,6 +119,23 @@ def judge(results: list[Result], codes, contexts, gates, replay: bool,
     return name_the_cause(verdicts), outcome
 
 
+def decided_by_baseline(baseline_results: list[Result], codes, flags_by_code: dict) -> list[str]:
+    """The value gates of `codes` that `judge` will decide from the baseline alone: the candidate's
+    values are already wrong on the problem's own inputs and no static flag asked for them, so
+    their cases would be run only to be set aside (at a problem's real sizes, CMP003's new sizes
+    alone take seconds each).  The runner leaves their cases out; `judge` says why."""
+    baseline = next((r for r in baseline_results if r.case.id == BASELINE), None)
+    if (baseline is None or not baseline.reference_ok or baseline.kanalyze_failure()
+            or baseline.candidate_failed()):
+        return []
+    try:
+        if _baseline_verdict(baseline) is None:
+            return []
+    except CannotJudge:
+        return []
+    return [code for code in codes if code in VALUE_GATES and not flags_by_code.get(code)]
+
+
 def _baseline_verdict(result: Result) -> Verdict | None:
     """CMP001 from the baseline (the problem's own inputs), when it fails there."""
     failure, details = value_failure(result)
@@ -218,5 +235,5 @@ def distrusted(verdicts: list[Verdict]) -> list[Verdict]:
                       for v in verdicts if v.code != "INT001"]
 
 
-__all__ = ["NO_CASE", "NO_DEVICE_MARKERS", "PROTOCOL_BROKEN", "VALUE_GATES", "distrusted", "held_windows",
-           "judge", "name_the_cause"]
+__all__ = ["NO_CASE", "NO_DEVICE_MARKERS", "PROTOCOL_BROKEN", "VALUE_GATES", "decided_by_baseline", "distrusted",
+           "held_windows", "judge", "name_the_cause"]
