@@ -19,6 +19,9 @@ the cases (dispatch.run_cases) it answers these jobs, each with one `job-done`:
 * `release`: save the outputs it withheld while candidates ran (`release`), and hand
   over what it held (the second reference worker's, `export`).
 
+`judged_now` lets the judge compare a case while the session still runs (the
+baseline, to leave out the cases of gates it decides: runner.py).
+
 A job that is not answered in a case's time, or a worker that ends, is said in
 words; nothing here is ever a verdict on the candidate.
 """
@@ -32,6 +35,7 @@ import time
 from typing import TYPE_CHECKING
 
 from kanalyze.dynamic.held_arrays import with_held
+from kanalyze.dynamic.results import Result
 from kanalyze.dynamic.sandbox.dispatch import READ_NOW_BYTES, Unanswered, ask
 from kanalyze.dynamic.sandbox.process import Limits, Outcome, ProtocolViolation, Worker, WorkerGone
 from kanalyze.dynamic.sandbox.transport import ArrayFolder
@@ -145,6 +149,25 @@ def hand_back(session: "Session", computed: list[str], ahead_keys: set[str], by_
                                   inputs=outcome.inputs, output=outcome.output)
         outcomes[key] = outcome
     return outcomes
+
+
+def judged_now(session: "Session", result: Result) -> Result | None:
+    """`result` as its judge can compare it while the session runs: the reference's outputs,
+    float64 ones included, read from what the judge holds (sandbox/held.py).  None where
+    some are not held (withheld in a reference worker until `release`, or saved): those are
+    read only once the session hands them back."""
+    meta, judge = result.reference.meta, session._judge
+    held = meta.get("held") or {}
+    outputs = [meta.get("output"), meta.get("output64")]
+    if (judge is None or not session.spec["judge_held"] or not isinstance(result.reference.arrays, str)
+            or not all(isinstance(o, dict) and o.get("dtypes") for o in outputs)):
+        return None
+    if any(f"{o.get('prefix')}{i}" not in held for o in outputs for i in range(len(o["dtypes"]))):
+        return None
+    folder = result.reference.arrays
+    view = Outcome("done", meta=meta, arrays=with_held(folder, session.judges.of(judge), folder, held),
+                   inputs=result.reference.inputs, output=result.reference.output)
+    return Result(result.case, view, result.candidate, nonces=result.nonces)
 
 
 class Reader:

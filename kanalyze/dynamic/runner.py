@@ -24,6 +24,7 @@ from kanalyze.dynamic.gates import gates_by_code
 from kanalyze.dynamic.gates.base import UNCONFIRMED, GateContext, Verdict
 from kanalyze.dynamic.harness import Harness
 from kanalyze.dynamic.judging import NO_CASE, decided_by_baseline, distrusted, held_windows, judge
+from kanalyze.dynamic.reference_jobs import judged_now
 from kanalyze.dynamic.results import Result
 from kanalyze.dynamic.sandbox import extensions, rundir
 from kanalyze.dynamic.sandbox.process import Limits, Outcome
@@ -149,7 +150,7 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
                     plan.update(planned_later(baseline_results))
                     # Gates the baseline decides need no case (judge says why), where the judge
                     # can compare the baseline already: on a GPU, where it holds the arrays.
-                    viewed = [session.judged_now(r) for r in baseline_results]
+                    viewed = [judged_now(session, r) for r in baseline_results]
                     for code in decided_by_baseline([r for r in viewed if r is not None], codes, flags):
                         plan[code] = []
                     groups = _sessions({code: plan[code] for code in codes}, baseline, baseline_results,

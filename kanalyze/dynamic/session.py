@@ -35,7 +35,7 @@ from kanalyze.dynamic.ahead import SecondReference
 from kanalyze.dynamic.cases import Case, by_model
 from kanalyze.dynamic.harness import Harness
 from kanalyze.dynamic.reference_cache import REFERENCES
-from kanalyze.dynamic.held_arrays import Judges, with_held
+from kanalyze.dynamic.held_arrays import Judges
 from kanalyze.dynamic.reference_jobs import Reader, float64_later, hand_back
 from kanalyze.dynamic.results import Result
 from kanalyze.dynamic.sandbox import zygote_client
@@ -369,24 +369,6 @@ class Session:
                 self.case_seconds.append({"gate": results[i].case.gate, "case": results[i].case.id,
                                           "variant": variant, "seconds": round(taken, 3)})
         return time.perf_counter() - started - (reader.seconds - read_before)
-
-    def judged_now(self, result: Result) -> Result | None:
-        """`result` as its judge can compare it while the session runs: the reference's outputs,
-        float64 ones included, read from what the judge holds (sandbox/held.py).  None where
-        some are not held (withheld in a reference worker until `release`, or saved): those are
-        read only once the session hands them back."""
-        meta, judge = result.reference.meta, self._judge
-        held = meta.get("held") or {}
-        outputs = [meta.get("output"), meta.get("output64")]
-        if (judge is None or not self.spec["judge_held"] or not isinstance(result.reference.arrays, str)
-                or not all(isinstance(o, dict) and o.get("dtypes") for o in outputs)):
-            return None
-        if any(f"{o.get('prefix')}{i}" not in held for o in outputs for i in range(len(o["dtypes"]))):
-            return None
-        folder = result.reference.arrays
-        view = Outcome("done", meta=meta, arrays=with_held(folder, self.judges.of(judge), folder, held),
-                       inputs=result.reference.inputs, output=result.reference.output)
-        return Result(result.case, view, result.candidate, nonces=result.nonces)
 
     @staticmethod
     def _failed_baseline(results: list[Result], base: list[int]) -> tuple[str, str] | None:
