@@ -233,7 +233,9 @@ POWER = {code: entry["power"] for code, entry in CONTROLS.items() if "power" in 
 @pytest.mark.parametrize("code", sorted(POWER))
 def test_power_plants_are_confirmed_through_the_scaling(code) -> None:
     """Plants whose violation needs the problem's own size of one knob (ORD001: at least three
-    blocks adding to a row; PRC002: the full K): on the CPU the gate keeps that knob whole."""
+    blocks adding to a row; PRC002: the full K): on the CPU the gate keeps that knob whole.
+    CMP003's needs a width no block of four divides in a problem that rejects odd ones (a GLU
+    floor grid): before that size was tried, the plant was refuted at the three sizes that ran."""
     flags = {code: [{"row": None}]}
     plant = run_gates(_harness("candidates", POWER[code]["plant"]), [code], flags, Options(mode="cpu"))
     twin = run_gates(_harness("candidates", POWER[code]["twin"]), [code], flags, Options(mode="cpu"))

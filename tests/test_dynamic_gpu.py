@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 KB = ROOT / "fixtures" / "kernelbench"
 CONTROLS = {k: v for k, v in json.loads((KB / "controls.json").read_text()).items() if not k.startswith("_")}
 CUDA_CONTROLS = {code: entry["cuda"] for code, entry in CONTROLS.items() if "cuda" in entry}
+POWER = {code: entry["power"] for code, entry in CONTROLS.items() if "power" in entry}
 # CUDA C++ candidates that fail: the failure is a recorded result (CMP001 on the problem's own inputs).
 HOSTILE_CUDA = {"level1_problem6_build_error_cuda.py": "Error building extension 'leaky_relu_broken'",
                 "level1_problem6_illegal_address_cuda.py": "illegal memory access"}
@@ -54,6 +55,7 @@ def gpu_verdicts(extension_cache):
             for role in ("plant", "twin")]
     jobs += [("hostile", "MEM002", "hostile", name) for name in HOSTILE_CUDA]
     jobs += [("triton", code, role, CONTROLS[code][role]) for code in sorted(CONTROLS) for role in ("plant", "twin")]
+    jobs += [("power", code, role, POWER[code][role]) for code in sorted(POWER) for role in ("plant", "twin")]
 
     def run(job):
         kind, code, role, name = job
@@ -79,6 +81,16 @@ def gpu_verdicts(extension_cache):
 def test_plant_confirmed_and_twin_refuted_on_the_gpu(gpu_verdicts, code) -> None:
     _, plant = gpu_verdicts[("triton", code, "plant", CONTROLS[code]["plant"])]
     _, twin = gpu_verdicts[("triton", code, "twin", CONTROLS[code]["twin"])]
+    assert plant[code].status == "confirmed", plant[code].summary
+    assert twin[code].status == "refuted", twin[code].summary
+
+
+@pytest.mark.parametrize("code", sorted(POWER))
+def test_power_plant_confirmed_and_twin_refuted_on_the_gpu(gpu_verdicts, code) -> None:
+    """The plants whose violation needs the gate's power (three blocks adding to a row, the full
+    K, a width no block of four divides), at the problems' own sizes on the device."""
+    _, plant = gpu_verdicts[("power", code, "plant", POWER[code]["plant"])]
+    _, twin = gpu_verdicts[("power", code, "twin", POWER[code]["twin"])]
     assert plant[code].status == "confirmed", plant[code].summary
     assert twin[code].status == "refuted", twin[code].summary
 

@@ -102,7 +102,26 @@ def test_perturbed_sizes_cover_each_knob_and_leave_flags_alone() -> None:
     assert len({json.dumps(sorted(s.items())) for _, s in tried}) == len(tried) == 8
     # One knob: the same six sizes, each named by the knob.
     assert [label for label, _ in perturbed_sizes({"n": 8})] == [
-        "n=9 (+1)", "n=16 (x2)", "n=7 (-1)", "n=11 (prime)", "n=1 (1)", "n=13 (non-power-of-two)"]
+        "n=9 (+1)", "n=16 (x2)", "n=7 (-1)", "n=11 (prime)", "n=1 (1)", "n=14 (non-power-of-two)"]
+    # The non-power-of-two is twice an odd number: even, for a problem that takes only even sizes.
+    assert all(v % 4 == 2 for k, v in together["every size non-power-of-two"].items() if k != "axis")
+
+
+def test_cmp003_refutes_only_at_sizes_that_could_show_a_specialisation() -> None:
+    """CMP003's power: among the sizes that ran, one that changed every size knob and one that
+    left every size knob off a multiple of four (no block of four or more divides it)."""
+    from kanalyze.dynamic.gates.cmp003_perturbed_shapes import missing_power
+
+    base = {"rows": 16, "dim": 2048, "axis": 1}
+    tried = perturbed_sizes(base)
+    assert missing_power(base, [s for _, s in tried]) is None
+    even = [s for _, s in tried if s["dim"] % 2 == 0]        # a problem that takes only even widths (a GLU)
+    assert missing_power(base, even) is None                  # twice an odd number still ran
+    multiples = [s for s in even if s["dim"] % 4 == 0]
+    assert "left every size knob off a multiple of 4 (rows, dim)" in missing_power(base, multiples)
+    alone = [s for label, s in tried if not label.startswith("every size")]
+    assert "changed every size knob" in missing_power(base, alone)
+    assert missing_power({"axis": 1}, []) is None             # no size knob: nothing to specialise to
 
 
 # ---------------------------------------------------------------- judging

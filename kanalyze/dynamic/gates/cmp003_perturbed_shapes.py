@@ -1,12 +1,20 @@
 """CMP003 shape: the candidate works at sizes other than the benchmark's.
 
 Each size knob alone one past its value and twice as large, then every size
-knob at once one below, at a prime, at 1 and at a non-power-of-two
-(cases.perturbed_sizes).  The first size at which the candidate gives wrong
+knob at once one below, at a prime, at 1 and at a non-power-of-two that is twice
+an odd number (cases.perturbed_sizes).  The first size at which the candidate gives wrong
 values (calibrated bound against float64), crashes, or reads or writes out of
 bounds (reported by the interpreter with the program id and offset) is the
 witness.  A size the
 reference itself rejects (channels not divisible by groups, say) is skipped.
+
+Power: a size-specialised kernel shows at a size where what it assumed no longer
+holds.  A refutation needs, among the sizes that ran, one at which every size knob
+changed (a literal size or a pinned shape no longer matches) and one at which no
+size knob is a multiple of four (no block of four or more divides it: a grid that
+rounds down or an unmasked tail shows; the sizes all odd, or all twice an odd
+number for a problem that takes only even ones).  Where the reference rejected
+those, the gate could not have seen the violation: `unconfirmed`, with why.
 
 `judge_sizes` is also the entry point for sizes found elsewhere (the z3 bounds
 pass hands its counterexample sizes to `runner.run_at_sizes`).
@@ -65,4 +73,26 @@ class PerturbedShapes(Gate):
             return self.verdict(UNCONFIRMED, f"the reference rejected all {skipped} perturbed sizes",
                                 [r.case for r in results])
         note = f"; {skipped} sizes the reference rejects skipped" if skipped else ""
-        return self.verdict(REFUTED, f"correct at {ran} perturbed sizes{note}", [r.case for r in results])
+        lacking = missing_power(ctx.sizes, [r.case.sizes for r in results if size_outcome(r)[0] != "rejected"])
+        if lacking:
+            return self.verdict(UNCONFIRMED, f"correct at {ran} perturbed sizes{note}, but {lacking}, so a kernel "
+                                             f"specialised to the benchmark's sizes could still pass them",
+                                [r.case for r in results])
+        return self.verdict(REFUTED, f"correct at {ran} perturbed sizes, among them every size knob changed and "
+                                     f"none a multiple of 4{note}", [r.case for r in results])
+
+
+def missing_power(base: dict[str, int], ran: list[dict[str, int]]) -> str | None:
+    """What the sizes that ran lack to show a size specialisation (the gate's power), in words,
+    or None: a size where every size knob of `base` (value 2 or more) changed, and one where
+    none is a multiple of four."""
+    knobs = [name for name, value in base.items() if value >= 2]
+    if not knobs:
+        return None
+    changed = any(all(sizes.get(k) != base[k] for k in knobs) for sizes in ran)
+    uneven = any(all(sizes.get(k, 0) % 4 for k in knobs) for sizes in ran)
+    if changed and uneven:
+        return None
+    what = [w for w, lacks in (("changed every size knob", not changed),
+                               ("left every size knob off a multiple of 4", not uneven)) if lacks]
+    return f"none of the sizes the reference accepted {' or '.join(what)} ({', '.join(knobs)})"
