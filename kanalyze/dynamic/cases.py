@@ -157,9 +157,9 @@ def perturbed_sizes(base: dict[str, int]) -> list[tuple[str, dict[str, int]]]:
     Each size knob alone one past its value (its own remainder, every other size as the
     benchmark has it, so that a path taken only when the others divide evenly still runs) and
     twice as large; then every size knob at once one below its value, at a prime, at 1 and at a
-    non-power-of-two that is twice an odd number: the same question for every knob in one run each.  At a problem's real
-    size each new size costs both sides a model build and the candidate an autotuning, so the
-    questions that one run can ask of every knob are asked once.  Knobs of value 0 or 1 are flags
+    non-power-of-two that is twice an odd number: the same question for every knob in one run
+    each.  At a problem's real size each new size costs both sides a model build and the
+    candidate an autotuning, so the questions that one run can ask of every knob are asked once.  Knobs of value 0 or 1 are flags
     and axes, not sizes: they stay as they are.
     """
     sizes = {name: value for name, value in base.items() if value >= 2}

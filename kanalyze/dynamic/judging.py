@@ -131,7 +131,7 @@ def decided_by_baseline(baseline_results: list[Result], codes, flags_by_code: di
     try:
         if _baseline_verdict(baseline) is None:
             return []
-    except CannotJudge:
+    except Exception:   # (CannotJudge, or a comparison that cannot be made yet: every case runs, as before)
         return []
     return [code for code in codes if code in VALUE_GATES and not flags_by_code.get(code)]
 
