@@ -194,6 +194,7 @@ class CandidateSide:
             return result
         finally:
             self.phase("kanalyze")
+        since = lap(seconds, "model", since)
         if offered_state:
             try:
                 result["state_loaded"], crossed = self._offered_state(reference, offered_state)
@@ -207,7 +208,7 @@ class CandidateSide:
                 return result
         model = self.built[1]
         seed_all(case["seed"])
-        since = lap(seconds, "model", since)
+        since = lap(seconds, "state" if offered_state else "model", since)
         output_bytes = output_sizes(reference)
         values: list = []
         for j, run in enumerate(case["runs"]):

@@ -120,6 +120,7 @@ class ReferenceSide:
         since = time.perf_counter()
         try:
             problem = self.problem(case["sizes"], case.get("dtype"))
+            since = lap(seconds, "problem", since)
             model, init_inputs, key = self.model(problem, case)
             since = lap(seconds, "model", since)
             values = self._first_values(problem, case)
