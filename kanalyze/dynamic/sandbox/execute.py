@@ -125,6 +125,13 @@ def lap(seconds: dict, step: str, since: float) -> float:
     return now
 
 
+def apart(seconds: dict, parts: dict, whole: str) -> None:
+    """Move `parts` (steps timed within the step `whole`) out of it into steps of their own."""
+    for step, value in parts.items():
+        seconds[step] = value
+        seconds[whole] = round(max(0.0, seconds.get(whole, 0.0) - value), 3)
+
+
 def seed_all(seed: int) -> None:
     torch.manual_seed(seed)
     np.random.seed(seed % 2 ** 32)
@@ -155,6 +162,7 @@ class CandidateSide:
         self.ask_inputs = None     # asks the parent for a case's inputs (worker.py; delivery.py)
         # (model key, model, the state restored before each case, whether it took the reference's)
         self.built: tuple | None = None
+        self.build_seconds: dict[str, float] = {}   # the last new model's build (run's account)
 
     def run(self, case: dict, reference: dict, reference_arrays, out_base: str) -> dict:
         self.exported = {}
@@ -185,6 +193,7 @@ class CandidateSide:
             return result
         since = lap(seconds, "prepare", since)
         self.phase("candidate")
+        self.build_seconds = {}
         try:
             result["state_loaded"] = self._model(key, case, init_inputs, state)
         except BaseException as exc:
@@ -195,6 +204,7 @@ class CandidateSide:
         finally:
             self.phase("kanalyze")
         since = lap(seconds, "model", since)
+        apart(seconds, self.build_seconds, "model")
         if offered_state:
             try:
                 result["state_loaded"], crossed = self._offered_state(reference, offered_state)
@@ -208,7 +218,7 @@ class CandidateSide:
                 return result
         model = self.built[1]
         seed_all(case["seed"])
-        since = lap(seconds, "state" if offered_state else "model", since)
+        since = lap(seconds, "model", since)
         output_bytes = output_sizes(reference)
         values: list = []
         for j, run in enumerate(case["runs"]):
@@ -240,8 +250,11 @@ class CandidateSide:
         changed in its parameters is undone, its gradients dropped).  True when it took the state."""
         if self.built is None:
             seed_all(model_seed(case))
+            started = time.perf_counter()
             model = built_on(self.device, lambda: build_candidate(self.module, self.harness, init_inputs),
                              lambda: seed_all(model_seed(case)))
+            synchronize(self.device)
+            self.build_seconds = {"model_build": round(time.perf_counter() - started, 3)}
             loaded = load_matching_state(model, state)
             if not loaded and isinstance(model, torch.nn.Module):   # its own seeded parameters
                 state = {name: value.detach().clone() for name, value in model.state_dict().items()}

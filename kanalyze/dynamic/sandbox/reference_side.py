@@ -45,8 +45,9 @@ from kanalyze.dynamic.loading import Problem, built_on
 from kanalyze.dynamic.reductions import ReductionRecorder
 from kanalyze.dynamic.sandbox import delivery, held
 from kanalyze.dynamic.sandbox.device_share import DeviceArrays
-from kanalyze.dynamic.sandbox.execute import (CANDIDATE_SIDE_KEYS, REPEAT_SEED_OFFSET, describe_error, encode_list,
-                                              encode_output, lap, seed_all, synchronize, traceback_tail)
+from kanalyze.dynamic.sandbox.execute import (CANDIDATE_SIDE_KEYS, REPEAT_SEED_OFFSET, apart, describe_error,
+                                              encode_list, encode_output, lap, seed_all, synchronize,
+                                              traceback_tail)
 from kanalyze.dynamic.sandbox.transport import dtype_name, save_arrays, tensor_to_numpy
 
 WITHHOLD_BYTES = 8 * 2 ** 30   # reference outputs kept in memory until release; more is saved at once
@@ -61,6 +62,7 @@ class ReferenceSide:
         self.deliver = deliver   # inputs drawn again when the candidate's case starts (delivery.py)
         self._problems: dict[str, Problem] = {}
         self._models: dict[str, tuple] = {}
+        self.build_seconds: dict[str, float] = {}   # the last new model's steps (model)
         self._states: dict[str, str] = {}   # model key -> the folder its state was saved in
         self._state_offers: dict[str, dict] = {}   # model key -> its state as offered (delivery.py)
         self._withheld: dict[str, dict[str, np.ndarray]] = {}
@@ -82,15 +84,22 @@ class ReferenceSide:
         seed_all(model_seed(case))
         init_inputs = problem.init_inputs()
         key = model_key(case, None if problem.sized_model else init_inputs)
+        self.build_seconds = {}   # a new model's steps, for the case's account (run)
         if key not in self._models:
+            since = time.perf_counter()
             if len(self._models) >= KEPT_MODELS:   # a problem's weights can be gigabytes: keep the latest
                 del self._models[next(iter(self._models))]
                 if self.device == "cuda":
                     torch.cuda.empty_cache()
+                since = lap(self.build_seconds, "model_evict", since)
             seed_all(model_seed(case))
             model = built_on(self.device, lambda: problem.model(init_inputs), lambda: seed_all(model_seed(case)))
+            synchronize(self.device)
+            since = lap(self.build_seconds, "model_build", since)
             state = ({k: v.detach().clone() for k, v in model.state_dict().items()}
                      if isinstance(model, torch.nn.Module) else None)
+            synchronize(self.device)
+            lap(self.build_seconds, "model_clone", since)
             self._models[key] = (model, init_inputs, state)
         model, init_inputs, state = self._models[key]
         if state:
@@ -123,6 +132,7 @@ class ReferenceSide:
             since = lap(seconds, "problem", since)
             model, init_inputs, key = self.model(problem, case)
             since = lap(seconds, "model", since)
+            apart(seconds, self.build_seconds, "model")
             values = self._first_values(problem, case)
             since = lap(seconds, "inputs", since)
         except BaseException as exc:  # the problem rejects these sizes, or is broken
