@@ -108,6 +108,37 @@ def test_names_lists_and_accumulated_strings_are_folded_in_order() -> None:
     assert cuda.compile_text.startswith("#include <torch/types.h>")
 
 
+def test_sources_assigned_in_branches_and_try_blocks_are_read() -> None:
+    """A source assigned under `if torch.cuda.is_available():` at module level, or inside a
+    `try` in `__init__`, and used in the same block: read, not a KAN000 "not a constant
+    expression" (as two cuda-l1 solutions of the development corpus write it).  The last
+    assignment before the use wins; one after it in another branch does not."""
+    source = textwrap.dedent('''\
+        import torch
+        from torch.utils.cpp_extension import load_inline
+        if torch.cuda.is_available():
+            src = "__global__ void k(float* o) { atomicAdd(o, 1.0f); }"
+            try:
+                a = load_inline(name="a", cpp_sources="", cuda_sources=src)
+            except Exception:
+                a = None
+        else:
+            src = None
+        class M:
+            def __init__(self):
+                try:
+                    body = "__global__ void m(float* o, float v) { o[0] = fmaxf(v, 0.0f); }"
+                    if True: decl = "void m_launch();"
+                    self.m = load_inline(name="m", cpp_sources=[decl], cuda_sources=[body])
+                except Exception:
+                    self.m = None
+        ''')
+    found = codes("mod.py", source)
+    assert not [f for f in found if f[2] == "KAN000"], found
+    assert (*where(source, "atomicAdd"), "ORD001") in found
+    assert (*where(source, "fmaxf"), "EXC001") in found
+
+
 def test_non_constant_sources_are_named_once_and_the_rest_is_read() -> None:
     source = textwrap.dedent('''\
         from torch.utils.cpp_extension import load_inline

@@ -4,7 +4,7 @@
 the offset of every character in the source kept), an implicit or `+`
 concatenation, an f-string or `str.format` whose fields are constants,
 `"sep".join([...])`, a list of strings, or a name assigned such values earlier
-in the same scope.  What cannot be folded becomes a hole: an identifier where a
+in the same scope (in a branch, `try` or `with` block too).  What cannot be folded becomes a hole: an identifier where a
 placeholder names one, else nothing, and a `Skipped` note saying what.
 """
 
@@ -291,7 +291,9 @@ class Folder:
 
     def _definition(self, name: str, at: cst.CSTNode):
         """The value `name` holds at `at`: the last plain assignment before it in the
-        enclosing function, else at module level; `+=` after it accumulate."""
+        enclosing function, else at module level, branches and `try` blocks included (a
+        source assigned under `if torch.cuda.is_available():` or in a `try`); `+=` after
+        it accumulate."""
         path = [at, *self.host.ancestors(at)]
         scopes: list[tuple[list, cst.CSTNode | None]] = []
         for i, node in enumerate(path):
@@ -299,13 +301,10 @@ class Folder:
                 scopes.append((list(node.body.body), path[i - 2]))
         # Module-level names are all bound by the time a function runs.
         scopes.append((list(self.host.module.body), None if scopes else path[-2] if len(path) >= 2 else None))
+        within = {id(node) for node in path}
         for statements, stop in scopes:
             values: list[cst.BaseExpression] = []
-            for statement in statements:
-                if statement is stop:
-                    break
-                if not isinstance(statement, cst.SimpleStatementLine):
-                    continue
+            for statement in _in_order(statements, stop, within):
                 for small in statement.body:
                     if isinstance(small, cst.Assign) and any(
                             isinstance(t.target, cst.Name) and t.target.value == name for t in small.targets):
@@ -324,6 +323,44 @@ class Folder:
 @dataclass
 class _Accumulated:
     values: list[cst.BaseExpression]
+
+
+_BLOCKS = (cst.If, cst.Else, cst.Try, cst.TryStar, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.With,
+           cst.For, cst.While)
+
+
+def _in_order(statements, stop: cst.CSTNode | None, within: set[int]):
+    """The simple statement lines of `statements` in source order, those of their branches,
+    `try`, `with` and loop blocks included (not of nested functions or classes), up to `stop`
+    or the statement that holds the use (whose ids are `within`); the use's own block is read
+    up to the use."""
+    for statement in statements:
+        if isinstance(statement, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            if statement is stop or id(statement) in within:
+                return
+            yield statement
+        elif isinstance(statement, _BLOCKS):
+            yield from _in_order(list(_blocks_of(statement)), None, within)
+            if statement is stop or id(statement) in within:
+                return
+        elif statement is stop:
+            return
+
+
+def _blocks_of(node: cst.CSTNode):
+    """The statements of a compound statement's blocks, in source order, as `_in_order`
+    walks them (an `else:` or `except:` clause is a node of its own, read as a block)."""
+    body = getattr(node, "body", None)
+    if isinstance(body, cst.IndentedBlock):
+        yield from body.body
+    elif isinstance(body, cst.SimpleStatementSuite):   # `if x: a = 1`
+        yield body
+    for part in ("handlers",):
+        yield from getattr(node, part, ())
+    for part in ("orelse", "finalbody"):
+        clause = getattr(node, part, None)
+        if clause is not None:
+            yield clause
 
 
 def int_folded(expr: cst.Integer) -> Folded | None:
