@@ -111,8 +111,9 @@ def test_names_lists_and_accumulated_strings_are_folded_in_order() -> None:
 def test_sources_assigned_in_branches_and_try_blocks_are_read() -> None:
     """A source assigned under `if torch.cuda.is_available():` at module level, or inside a
     `try` in `__init__`, and used in the same block: read, not a KAN000 "not a constant
-    expression" (as two cuda-l1 solutions of the development corpus write it).  The last
-    assignment before the use wins; one after it in another branch does not."""
+    expression" (as two cuda-l1 solutions of the development corpus write it); so is
+    `self.<name>` that the class assigns once (a third).  The last assignment before the use
+    wins; one after it in another branch does not."""
     source = textwrap.dedent('''\
         import torch
         from torch.utils.cpp_extension import load_inline
@@ -132,11 +133,15 @@ def test_sources_assigned_in_branches_and_try_blocks_are_read() -> None:
                     self.m = load_inline(name="m", cpp_sources=[decl], cuda_sources=[body])
                 except Exception:
                     self.m = None
+                self.kernel_source = "__global__ void s(float* o, float v) { o[0] = fminf(v, 6.0f); }"
+            def build(self):
+                return load_inline(name="s", cpp_sources="", cuda_sources=self.kernel_source)
         ''')
     found = codes("mod.py", source)
     assert not [f for f in found if f[2] == "KAN000"], found
     assert (*where(source, "atomicAdd"), "ORD001") in found
     assert (*where(source, "fmaxf"), "EXC001") in found
+    assert (*where(source, "fminf"), "EXC001") in found   # `self.kernel_source`, assigned once in `__init__`
 
 
 def test_non_constant_sources_are_named_once_and_the_rest_is_read() -> None:
@@ -412,3 +417,14 @@ def test_python_that_does_not_parse_is_reported_once() -> None:
     text = "import triton\nfrom torch.utils.cpp_extension import load_inline\n@triton.jit\ndef k(x\n"
     assert [f.code for f in analyze_source("m.py", text)[0]] == ["KAN000"]
     assert [f.code for f in analyze_source("m.py", text.replace("import triton\n", ""))[0]] == ["KAN000"]
+
+
+def test_a_fixed_size_names_the_knob_its_name_names() -> None:
+    """CMP003's `#define IN_CHANNELS 3` in a problem where `in_channels` and `kernel_size` are
+    both 3 names `in_channels` (cuda-l1's level2_57 was told `kernel_size`)."""
+    from kanalyze.rules.cmp003_shape_specialized_cuda import _same_knob
+
+    assert _same_knob("IN_CHANNELS", ["in_channels", "kernel_size"]) == "in_channels"
+    assert _same_knob("KSIZE", ["in_channels", "kernel_size"]) == "kernel_size"   # no name matches: the last
+    assert _same_knob("N", ["in_channels", "batch_size"]) == "batch_size"   # `N` names neither
+    assert _same_knob("N", []) is None

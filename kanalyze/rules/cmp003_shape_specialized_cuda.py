@@ -119,7 +119,10 @@ class ShapeSpecializedCuda(CudaRule, clause=ShapeSpecialized):
     # -- sizes written into the source ----------------------------------------
 
     def _fixed_sizes(self, cuda: CudaModule) -> Iterator[Report]:
-        problem = {v: k for k, v in cuda.problem_sizes.items() if v >= 2}
+        problem: dict[int, list[str]] = {}   # value -> the problem's knobs of that value
+        for knob, size in cuda.problem_sizes.items():
+            if size >= 2:
+                problem.setdefault(size, []).append(knob)
         candidates: list[tuple[str, int, ts.Node, str]] = []
         for name, value_node in cuda.defines.items():
             value = eval_int(cuda.text(value_node))
@@ -132,7 +135,7 @@ class ShapeSpecializedCuda(CudaRule, clause=ShapeSpecialized):
         for name, value, node, text in candidates:
             if value < 2 or NOT_A_SIZE.search(name):
                 continue
-            python = problem.get(value)
+            python = _same_knob(name, problem.get(value, []))
             if not SIZE_NAME.match(name) and python is None:
                 continue
             if _varies(cuda, name, node) or _warp_arithmetic(cuda, name):
@@ -243,6 +246,19 @@ def _block_mismatch(cuda: CudaModule, launches, axis: str, extent: int, exact: b
         if size > extent or (exact and size != extent):
             return f"`{cuda.text(launch.node, 40)}` launches {size} threads along {axis}"
     return None
+
+
+def _same_knob(name: str, knobs: list[str]) -> str | None:
+    """Of the problem's knobs of a constant's value, the one its name names (`IN_CHANNELS`:
+    `in_channels`, not `kernel_size`, where both are 3), else the last."""
+    def flat(text: str) -> str:
+        return text.lower().replace("_", "")
+
+    def names(a: str, b: str) -> bool:   # (a short name, `N`, names nothing by itself)
+        return len(a) >= 3 and a in b
+
+    named = [k for k in knobs if names(flat(k), flat(name)) or names(flat(name), flat(k))]
+    return (named or knobs or [None])[-1]
 
 
 def _int_declarations(cuda: CudaModule) -> Iterator[Variable]:

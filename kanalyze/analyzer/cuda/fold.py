@@ -3,8 +3,9 @@
 `Folder.fold(expr)` gives the value of a string literal (escapes decoded, with
 the offset of every character in the source kept), an implicit or `+`
 concatenation, an f-string or `str.format` whose fields are constants,
-`"sep".join([...])`, a list of strings, or a name assigned such values earlier
-in the same scope (in a branch, `try` or `with` block too).  What cannot be folded becomes a hole: an identifier where a
+`"sep".join([...])`, a list of strings, a name assigned such values earlier
+in the same scope (in a branch, `try` or `with` block too), or `self.<name>` that its
+class assigns once.  What cannot be folded becomes a hole: an identifier where a
 placeholder names one, else nothing, and a `Skipped` note saying what.
 """
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.cuda.sources import Skipped, Span
 from kanalyze.analyzer.names import dotted
 from kanalyze.analyzer.triton.model import TritonModule
@@ -163,6 +165,9 @@ class Folder:
             return left
         if isinstance(expr, cst.Name):
             return self._name(expr, depth)
+        if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
+            value = self._attribute(expr)
+            return self.fold(value, depth + 1) if value is not None else None
         if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
             receiver = self.fold(expr.func.value, depth + 1)
             if receiver is None or receiver.kind != "str":
@@ -289,6 +294,18 @@ class Folder:
 
     # -- names --------------------------------------------------------------
 
+    def _attribute(self, expr: cst.Attribute):
+        """The value of `self.<name>` where its class assigns it once, in any of its methods
+        (`self.cuda_source = "..."` in `__init__`, read in another method); else None."""
+        cls = next((n for n in self.host.ancestors(expr) if isinstance(n, cst.ClassDef)), None)
+        if cls is None:
+            return None
+        values = [node.value for node in walk(cls) if isinstance(node, cst.Assign)
+                  for target in node.targets if _is_self_attribute(target.target, expr.attr.value)]
+        values += [node.value for node in walk(cls) if isinstance(node, (cst.AnnAssign, cst.AugAssign))
+                   and _is_self_attribute(node.target, expr.attr.value)]
+        return values[0] if len(values) == 1 else None
+
     def _definition(self, name: str, at: cst.CSTNode):
         """The value `name` holds at `at`: the last plain assignment before it in the
         enclosing function, else at module level, branches and `try` blocks included (a
@@ -318,6 +335,11 @@ class Folder:
             if values:
                 return values[0] if len(values) == 1 else _Accumulated(values)
         return None
+
+
+def _is_self_attribute(node: cst.BaseExpression, name: str) -> bool:
+    return (isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self"
+            and node.attr.value == name)
 
 
 @dataclass
