@@ -300,10 +300,12 @@ class Folder:
         cls = next((n for n in self.host.ancestors(expr) if isinstance(n, cst.ClassDef)), None)
         if cls is None:
             return None
-        values = [node.value for node in walk(cls) if isinstance(node, cst.Assign)
-                  for target in node.targets if _is_self_attribute(target.target, expr.attr.value)]
-        values += [node.value for node in walk(cls) if isinstance(node, (cst.AnnAssign, cst.AugAssign))
-                   and _is_self_attribute(node.target, expr.attr.value)]
+        name, values = expr.attr.value, []
+        for node in walk(cls):
+            if isinstance(node, cst.Assign):
+                values += [node.value for target in node.targets if _is_self_attribute(target.target, name)]
+            elif isinstance(node, (cst.AnnAssign, cst.AugAssign)) and _is_self_attribute(node.target, name):
+                values.append(node.value)
         return values[0] if len(values) == 1 else None
 
     def _definition(self, name: str, at: cst.CSTNode):
@@ -377,8 +379,7 @@ def _blocks_of(node: cst.CSTNode):
         yield from body.body
     elif isinstance(body, cst.SimpleStatementSuite):   # `if x: a = 1`
         yield body
-    for part in ("handlers",):
-        yield from getattr(node, part, ())
+    yield from getattr(node, "handlers", ())
     for part in ("orelse", "finalbody"):
         clause = getattr(node, part, None)
         if clause is not None:
