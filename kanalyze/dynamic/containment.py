@@ -19,7 +19,11 @@ def gaps(confinement: dict | None) -> list[str]:
         return []
     missing = []
     pids = confinement.get("pid_namespace")
-    if pids is not True:
+    if pids is not True and confinement.get("signals"):   # Landlock's scope (landlock.py)
+        missing.append(f"no PID namespace of its own ({pids or 'not recorded'}): the candidate could see "
+                       f"this user's other processes (not signal them: {confinement['signals']}), and what it "
+                       f"starts may outlive the run")
+    elif pids is not True:
         missing.append(f"no PID namespace of its own ({pids or 'not recorded'}): the candidate could see "
                        f"and signal this user's other processes, and what it starts may outlive the run")
     if confinement.get("network") != "namespace":
@@ -42,7 +46,7 @@ def gaps(confinement: dict | None) -> list[str]:
     if isinstance(cgroup, str) and "no pids limit" in cgroup:
         missing.append("no task limit over the worker and its children (no pids controller): a candidate's "
                        "processes are bounded only by the user's own process limit")
-    if "hidden" in files and "/dev/shm its own" not in files:
+    if "hidden" in files and "/dev/shm its own" not in files and "/dev/shm hidden" not in files:
         missing.append("the host's /dev/shm (a GPU run: CUDA IPC needs it): POSIX shared memory of the user's "
                        "other processes in reach")
     if confinement.get("ipc") == "shared":

@@ -109,7 +109,8 @@ def apply_limits(limits: dict) -> dict:
             pass
     applied.update(namespaces.enter(network=limits.get("network_namespace", True),
                                     own_pids=limits.get("pid_namespace", True), files=limits.get("files"),
-                                    own_ipc=limits.get("ipc_namespace", False)))
+                                    own_ipc=limits.get("ipc_namespace", False),
+                                    allowed=limits.get("namespaces", True)))
     applied["tools"] = f"by real path ({len(resolve_tools().real)} allowed)"
     # In the worker itself, the namespaces' init already apart.
     if limits.get("deny_sockets") == NOW:

@@ -105,8 +105,9 @@ def candidate_view(scratch: str, caches: dict[str, str], visible: list[str], pat
             os.makedirs(folder, exist_ok=True)
         except (OSError, TypeError):
             pass
-    return plan(scratch, rundir.run_directory(), keys.key_directory(), writable, visible, [os.getcwd(), *paths],
+    view = plan(scratch, rundir.run_directory(), keys.key_directory(), writable, visible, [os.getcwd(), *paths],
                 private_shm=mode == "cpu")
+    return {**view, "mode": mode}   # (Landlock's rules, where no mount namespace holds: landlock.py)
 
 
 def runtime_folders(hidden: list[str]) -> list[str]:

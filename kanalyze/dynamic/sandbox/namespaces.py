@@ -44,7 +44,7 @@ import signal
 import socket
 import sys
 
-from kanalyze.dynamic.sandbox import mounts
+from kanalyze.dynamic.sandbox import landlock, mounts
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
@@ -117,14 +117,17 @@ def _unshare(attempts: list[int]) -> int | None:
     return None
 
 
-def enter(network: bool = True, own_pids: bool = True, files: dict | None = None, own_ipc: bool = False) -> dict:
+def enter(network: bool = True, own_pids: bool = True, files: dict | None = None, own_ipc: bool = False,
+          allowed: bool = True) -> dict:
     """Put this (single-threaded) worker into namespaces of its own, and drop every capability
     (in every case: a worker of root's with no namespace holds none either); returns, in the
     worker only, what held: `network` ("namespace" or "audit hook"), `ipc` (with `own_ipc`:
     "namespace" or "shared"), `pid_namespace` (True or
-    why not), `proc` ("own" or whose), `capabilities` ("none" or why kept) and `parent_proc`
-    (can this worker open its parent's /proc files?).  The other processes this makes never
-    return from here."""
+    why not), `proc` ("own" or whose), `files` (the view mounted, or else Landlock's:
+    landlock.py), `capabilities` ("none" or why kept) and `parent_proc` (can this worker open
+    its parent's /proc files?).  `allowed=False` makes none, as on a machine that refuses
+    them (Ubuntu's AppArmor policy for unprivileged user namespaces).  The other processes this
+    makes never return from here."""
     net = CLONE_NEWNET if network else 0
     ipc = CLONE_NEWIPC if own_ipc else 0
     record: dict = {"network": "audit hook"}
@@ -139,14 +142,14 @@ def enter(network: bool = True, own_pids: bool = True, files: dict | None = None
         return record
     try:
         _set_dumpable(True)   # inherited non-dumpable (the zygote), /proc/self/uid_map is not ours to write
-        why = probe_pid_namespace()
+        why = probe_pid_namespace() if allowed else "namespaces not allowed to the worker"
         flags = None if why else _unshare([CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | net | ipc,
                                            CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | net,
                                            CLONE_NEWPID | CLONE_NEWNS | net | ipc,
                                            CLONE_NEWPID | CLONE_NEWNS | net])
         if flags is None:
             why = why or f"unshare refused ({_error()})"
-            flags = (_unshare([CLONE_NEWUSER | net, net]) if net else None) or 0
+            flags = (_unshare([CLONE_NEWUSER | net, net]) if net and allowed else None) or 0
     except (OSError, AttributeError) as exc:
         flags, why = 0, f"unshare failed ({exc})"
     if flags & CLONE_NEWNET:
@@ -158,6 +161,8 @@ def enter(network: bool = True, own_pids: bool = True, files: dict | None = None
         record.update(_start_init(files))   # returns in the worker, PID 2 of the new namespace
     else:
         record.update(pid_namespace=why or "not asked for", proc="the host's", files="shared (no mount namespace)")
+    if files and str(record.get("files", "")).startswith("shared"):
+        record.update(landlock.confine(files))
     record["capabilities"] = _drop_capabilities()
     return record
 

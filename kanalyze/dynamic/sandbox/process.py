@@ -57,6 +57,7 @@ class Limits:
     file_bytes: int = 1 * 2 ** 30      # the candidate's worker: what it may write to one file
     output_bytes: int = 64 * 1024      # stdout/stderr kept per worker
     process_margin: int = 512
+    namespaces: bool = True            # False: none for the candidate, as where the machine refuses them
 
     def for_worker(self, mode: str, role: str = "candidate") -> dict:
         """The limits a worker applies to itself.  The reference worker runs the problem,
@@ -72,7 +73,8 @@ class Limits:
         return {"memory_bytes": memory if mode == "cpu" else None, "candidate_memory_bytes": self.memory_bytes,
                 "file_bytes": self.file_bytes if role == "candidate" else None,
                 "process_margin": self.process_margin, "pid_namespace": role == "candidate",
-                "ipc_namespace": role == "candidate", "deny_sockets": NOW if mode == "cpu" else AFTER_DEVICE}
+                "ipc_namespace": role == "candidate", "deny_sockets": NOW if mode == "cpu" else AFTER_DEVICE,
+                "namespaces": self.namespaces}
 
 
 def _reference_memory(candidate_bytes: int | None) -> int | None:
