@@ -5,7 +5,9 @@
   that an unwritten output or a read of unwritten scratch shows (MEM001, ORD002);
 * program order and TF32 emulation: set on the interpreter driver (CPU only);
 * recorders: kernel launches always, torch calls when a case asks (RES001),
-  sealed after each call with the run's nonce (recording.py, `tampered`);
+  sealed after each call with the run's nonce (recording.py, `tampered`), the seal
+  broken too where the candidate replaced what the worker reads its results and
+  writes its records with (writers.py);
 * a watch over what a benchmark relies on (integrity.py): functions replaced,
   threads left running after each call, and the candidate's reads of the heap
   and frames since its import (INT001).
@@ -40,6 +42,9 @@ class Environment:
         self._seal: dict | None = None
         self.poison: int | None = None
         self._patch_allocations()
+        from kanalyze.dynamic.writers import WriterWatch
+
+        self.writers = WriterWatch()   # after kanalyze's own patches: what replaces them later is the candidate's
 
     def op_recorder(self) -> CallRecorder:
         return CallRecorder(self.launches)
@@ -105,7 +110,8 @@ class Environment:
         """Inside the recorder, after the candidate's call: its canary and whether the hooks are intact."""
         if nonce is None:
             return
-        tampered = self.launches.tampered() + self._ops.tampered() + self.modes.tampered()
+        tampered = (self.launches.tampered() + self._ops.tampered() + self.modes.tampered()
+                    + self.writers.replaced())
         self._ops.sing(nonce)
         self._seal = {"canaries": list(self._ops.canaries), "tampered": tampered}
 

@@ -25,8 +25,11 @@ its own code, and a canary — one `torch.add` on the recorder's own tensor with
 the run's nonce, a number the trusted side drew for this run alone — recorded
 as it must be.  A candidate that unhooks, replaces or pops them leaves the
 trusted side a record without its canary: INT001 confirmed, never a clean
-trace.  (A candidate that rewrites kanalyze's own reporting code as well
-could forge the record; this check makes tampering deliberate and visible,
+trace; the seal also breaks where the candidate replaced what the worker
+reads its results and writes its records with (writers.py), and the records
+are written with the worker's own encoder (sandbox/sealed_io.py).  (A
+candidate that reaches kanalyze's own objects through their closures could
+still forge the record; this check makes tampering deliberate and visible,
 while the verdicts are computed outside the candidate's process.)
 """
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from kanalyze.dynamic.sandbox import sealed_io
 from kanalyze.dynamic.sandbox.rundir import MIN_FREE_BYTES
 
 # torch dtype name → (numpy storage dtype, is raw bits)
@@ -93,7 +94,7 @@ def save_arrays(folder: str, arrays: dict[str, np.ndarray]) -> None:
     for key, array in arrays.items():
         if not _KEY.fullmatch(key):
             raise ValueError(f"not an array name: {key!r}")
-        np.save(os.path.join(folder, f"{key}.npy"), np.ascontiguousarray(array), allow_pickle=False)
+        sealed_io.save_npy(os.path.join(folder, f"{key}.npy"), array)   # (not `numpy.save`: replaceable in a worker)
 
 
 class ArrayFolder(Mapping):

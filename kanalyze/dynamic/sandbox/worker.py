@@ -33,11 +33,11 @@ import sys
 import time
 import traceback
 
-from kanalyze.dynamic.sandbox import disguise
+from kanalyze.dynamic.sandbox import disguise, sealed_io
 
 
 def _send(status, **message) -> None:
-    status.write(json.dumps(message) + "\n")
+    status.write(sealed_io.dumps(message) + "\n")   # (not `json`: the candidate's process may have replaced it)
     status.flush()
 
 
@@ -238,8 +238,7 @@ def _serve_jobs(role, control, status, side, harness, import_error, device_map, 
                 reference = job["references"][str(index)]
                 side.ask_inputs = functools.partial(_ask_inputs, status, control, job.get("id"), index)
                 result = side.run(case, reference["meta"], ArrayFolder(reference["arrays"]), out_base)
-            with open(out_base + ".json", "w", encoding="utf-8") as handle:
-                json.dump(result, handle)
+            sealed_io.write_text(out_base + ".json", sealed_io.dumps(result))
             _send(status, event="case", index=index, job=job.get("id"))
             if result.get("fatal"):
                 _send(status, event="fatal", index=index, job=job.get("id"))

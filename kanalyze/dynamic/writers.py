@@ -1,0 +1,81 @@
+"""What kanalyze's worker writes and reads the candidate's results with: replaced means tampered.
+
+After the candidate's call, the worker still runs code in the candidate's process: it reads
+the outputs (`Tensor.detach`, `.cpu`, `.numpy`, `.clone`), writes new values into the input
+buffers for INT001's second call (`Tensor.copy_`), and writes its records (`json`, numpy's
+`.npy` writer).  A candidate that replaced one of those at its import decides what the
+worker sees: its torch calls dropped from the record of its call, the inputs it overwrote
+put back before MEM002 reads them, the second call's new values never written.  The
+worker's own records are written by `sandbox/sealed_io.py`, which replacing names cannot
+reach; this watch makes every such replacement a tampered seal (recording.py): INT001
+confirmed ("the candidate replaced …"), and every other verdict of the run `unconfirmed`.
+
+A snapshot, taken in the worker after kanalyze's own hooks are in place and before the
+candidate's import, of `torch.Tensor`'s own attributes and the writer functions below,
+each with its code object: a function whose `__code__` was swapped is replaced too.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+# Module-level functions the worker's reading and writing of results goes through (dotted names).
+NAMES = ("json.dump", "json.dumps", "json.load", "json.loads", "json.JSONEncoder", "json.encoder.c_make_encoder",
+         "json.encoder.encode_basestring_ascii", "json.encoder.encode_basestring", "numpy.save", "numpy.load",
+         "numpy.asarray", "numpy.ascontiguousarray", "builtins.open", "io.open", "os.write", "os.open",
+         "torch.Tensor")
+
+
+def _resolve(name: str):
+    module_name, _, attribute = name.rpartition(".")
+    try:
+        value = importlib.import_module(module_name)
+    except ImportError:
+        parent, _, inner = module_name.rpartition(".")
+        try:
+            value = getattr(importlib.import_module(parent), inner)
+        except (ImportError, AttributeError):
+            return None
+    return getattr(value, attribute, None)
+
+
+def _fingerprint(value) -> tuple:
+    """The object and, for a Python function (a method's too), its code, defaults and keyword
+    defaults (a dict, changed in place by a candidate as easily as replaced)."""
+    function = getattr(value, "__func__", value)
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return (value,)
+    keywords = getattr(function, "__kwdefaults__", None) or {}
+    return (value, code, getattr(function, "__defaults__", None), tuple((k, id(v)) for k, v in keywords.items()))
+
+
+def _same(one: tuple, other: tuple) -> bool:
+    return len(one) == len(other) and all(a is b or (isinstance(a, tuple) and a == b) for a, b in zip(one, other))
+
+
+class WriterWatch:
+    def __init__(self) -> None:
+        import torch
+
+        self.tensor = torch.Tensor
+        self.objects = {name: _resolve(name) for name in NAMES}
+        self.tensor_dict = dict(vars(torch.Tensor))
+        self.prints = {name: _fingerprint(value) for name, value in self.objects.items() if value is not None}
+        self.tensor_prints = {name: _fingerprint(value) for name, value in self.tensor_dict.items()}
+        encoder = getattr(self.objects.get("json.JSONEncoder"), "__dict__", {})
+        self.encoder_prints = {name: _fingerprint(value) for name, value in encoder.items()}
+
+    def replaced(self) -> list[str]:
+        """What the worker reads and writes with that is no longer the snapshot's, in words."""
+        found = [name for name, mark in self.prints.items() if not _same(_fingerprint(_resolve(name)), mark)]
+        now = vars(self.tensor)
+        found += [f"torch.Tensor.{name}" for name in sorted(set(now) | set(self.tensor_prints))
+                  if name not in self.tensor_prints or name not in now
+                  or not _same(_fingerprint(now[name]), self.tensor_prints[name])]
+        encoder = getattr(self.objects.get("json.JSONEncoder"), "__dict__", {})
+        found += [f"json.JSONEncoder.{name}" for name in sorted(set(encoder) | set(self.encoder_prints))
+                  if name not in self.encoder_prints or name not in encoder
+                  or not _same(_fingerprint(encoder[name]), self.encoder_prints[name])]
+        return [f"replaced `{name}`, which kanalyze's worker reads or writes the run's results with"
+                for name in found[:8]]
