@@ -2,9 +2,10 @@
 
 A candidate that replaces `json.dump` rewrote the worker's record of its call (its torch
 calls dropped, a kernel launch made up: RES001 was refuted); one that replaces
-`torch.Tensor.numpy` put back the inputs it overwrote before MEM002 read them (refuted).
-The worker now writes with sandbox/sealed_io.py, and a replacement is a broken seal
-(writers.py): INT001 confirmed, every other verdict `unconfirmed`.
+`torch.Tensor.numpy`, or leaves a torch function mode of its own on the stack, put back the
+inputs it overwrote before MEM002 read them (refuted).  The worker now writes with
+sandbox/sealed_io.py, and a replacement or a mode left behind is a broken seal (writers.py,
+recording.py): INT001 confirmed, every other verdict `unconfirmed`.
 """
 
 from __future__ import annotations
@@ -83,8 +84,13 @@ def test_the_watch_sees_a_replaced_function_a_swapped_code_object_and_changed_ke
     assert watch.replaced() == []
 
 
-@pytest.mark.parametrize("name,gate", [("record_rewriter", "RES001"), ("input_restorer", "MEM002")])
-def test_a_candidate_that_replaces_what_the_worker_reads_or_writes_with_is_int001(name, gate) -> None:
+RESULTS = "which kanalyze's worker reads or writes the run's results with"
+MODE_LEFT = "stays on torch's mode stack after its call"
+
+
+@pytest.mark.parametrize("name,gate,words", [("record_rewriter", "RES001", RESULTS), ("input_restorer", "MEM002", RESULTS),
+                                             ("mode_restorer", "MEM002", MODE_LEFT)])
+def test_a_candidate_that_replaces_what_the_worker_reads_or_writes_with_is_int001(name, gate, words) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("triton")
     from kanalyze.dynamic.harness import find_harness
@@ -94,5 +100,5 @@ def test_a_candidate_that_replaces_what_the_worker_reads_or_writes_with_is_int00
                          options=Options(mode="cpu"))
     verdicts = {v.code: v for v in gate_run.verdicts}
     assert verdicts["INT001"].status == "confirmed", verdicts
-    assert "which kanalyze's worker reads or writes the run's results with" in verdicts["INT001"].summary
+    assert words in verdicts["INT001"].summary, verdicts["INT001"].summary
     assert verdicts[gate].status == "unconfirmed", verdicts[gate]

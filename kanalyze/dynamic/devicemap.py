@@ -22,6 +22,8 @@ import types
 import torch
 from torch.overrides import TorchFunctionMode
 
+from kanalyze.dynamic.recording import own_mode
+
 
 def _is_cuda_device(value) -> bool:
     if isinstance(value, torch.device):
@@ -31,6 +33,7 @@ def _is_cuda_device(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+@own_mode
 class CudaToCpu(TorchFunctionMode):
     def __init__(self, target: str = "cpu") -> None:
         super().__init__()

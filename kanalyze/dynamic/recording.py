@@ -44,6 +44,17 @@ import torch
 from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
 
 
+# kanalyze's own torch function modes (the CPU's device map, PRC002's reduction recorder, the
+# recorders here): the only ones a candidate's call may leave on torch's mode stack.
+OWN_MODES: set[type] = set()
+
+
+def own_mode(cls: type) -> type:
+    """Mark a TorchFunctionMode class as kanalyze's (a class decorator)."""
+    OWN_MODES.add(cls)
+    return cls
+
+
 class LaunchCounter:
     def __init__(self) -> None:
         self.launches: collections.Counter = collections.Counter()
@@ -144,6 +155,7 @@ class ModeGuard:
         return watched
 
 
+@own_mode
 class CallRecorder(TorchFunctionMode):
     def __init__(self, launches: LaunchCounter) -> None:
         super().__init__()
@@ -159,8 +171,17 @@ class CallRecorder(TorchFunctionMode):
     def tampered(self) -> list[str]:
         """How this recorder differs from the one installed (empty: intact); called while it is on."""
         problems = []
-        if not any(mode is self for mode in _get_current_function_mode_stack()):
+        stack = _get_current_function_mode_stack()
+        if not any(mode is self for mode in stack):
             problems.append("the torch call recorder is no longer on torch's mode stack")
+        # Another mode left on the stack sees every tensor method kanalyze calls after the call
+        # (reading the inputs back, writing new values into them) and can answer for it;
+        # torch's own default-device mode (`torch.set_default_device`) only places new tensors.
+        others = [type(mode).__name__ for mode in stack
+                  if mode is not self and type(mode) is not _DEVICE_MODE and type(mode) not in OWN_MODES]
+        if others:
+            problems.append(f"a torch function mode of the candidate's ({', '.join(others[:3])}) stays on torch's "
+                            f"mode stack after its call, where it would answer for what the worker reads")
         if type(self).__torch_function__.__code__ is not RECORDER_CODE or type(self) is not CallRecorder:
             problems.append("the torch call recorder's code was replaced")
         if not torch._C._is_torch_function_enabled():
@@ -183,8 +204,13 @@ class CallRecorder(TorchFunctionMode):
 
 
 RECORDER_CODE = CallRecorder.__torch_function__.__code__
+try:
+    from torch.utils._device import DeviceContext as _DEVICE_MODE
+except ImportError:  # pragma: no cover - every torch we support has it
+    _DEVICE_MODE = None
 
 
+@own_mode
 class ThreadCalls(TorchFunctionMode):
     """On a thread started in the worker, for the thread's life: its torch calls go to the run's
     recorder (`current()`, None between runs)."""

@@ -22,6 +22,8 @@ import re
 
 from torch.overrides import TorchFunctionMode
 
+from kanalyze.dynamic.recording import own_mode
+
 
 def _arg(args, kwargs, index: int, name: str, default=None):
     if name in kwargs:
@@ -173,6 +175,7 @@ TERMS = {
 }
 
 
+@own_mode
 class ReductionRecorder(TorchFunctionMode):
     """The longest reduction among the torch calls made while it is on (`longest`, ≥ 1)."""
 
