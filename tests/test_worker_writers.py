@@ -4,8 +4,10 @@ A candidate that replaces `json.dump` rewrote the worker's record of its call (i
 calls dropped, a kernel launch made up: RES001 was refuted); one that replaces
 `torch.Tensor.numpy`, or leaves a torch function mode of its own on the stack, put back the
 inputs it overwrote before MEM002 read them (refuted).  The worker now writes with
-sandbox/sealed_io.py, and a replacement or a mode left behind is a broken seal (writers.py,
-recording.py): INT001 confirmed, every other verdict `unconfirmed`.
+sandbox/sealed_io.py, and a replacement, a mode left behind, or a hook through which the
+candidate's code runs inside the worker's (a profile function rewrote the record from the
+encoder's own frame, an audit hook from the frames of the worker's file writes) is a broken
+seal (writers.py, recording.py): INT001 confirmed, every other verdict `unconfirmed`.
 """
 
 from __future__ import annotations
@@ -86,10 +88,40 @@ def test_the_watch_sees_a_replaced_function_a_swapped_code_object_and_changed_ke
 
 RESULTS = "which kanalyze's worker reads or writes the run's results with"
 MODE_LEFT = "stays on torch's mode stack after its call"
+HOOK = "runs inside the worker's own code after its call"
+
+
+def test_the_watch_sees_profile_and_trace_functions_and_gc_callbacks() -> None:
+    import gc
+    import sys
+    import threading
+
+    pytest.importorskip("torch")
+    from kanalyze.dynamic.writers import WriterWatch
+
+    watch = WriterWatch()
+    assert watch.replaced() == []
+    def callback(*args):
+        return None
+
+    profile = sys.getprofile()
+    for install, undo, words in ((lambda: sys.setprofile(callback), lambda: sys.setprofile(profile), "sys.setprofile"),
+                                 (lambda: threading.settrace(callback), lambda: threading.settrace(None),
+                                  "threading.settrace"),
+                                 (lambda: gc.callbacks.append(callback), lambda: gc.callbacks.remove(callback),
+                                  "gc.callbacks")):
+        install()
+        try:
+            said = watch.replaced()
+        finally:
+            undo()
+        assert any(words in line for line in said), said
+    assert watch.replaced() == []
 
 
 @pytest.mark.parametrize("name,gate,words", [("record_rewriter", "RES001", RESULTS), ("input_restorer", "MEM002", RESULTS),
-                                             ("mode_restorer", "MEM002", MODE_LEFT)])
+                                             ("mode_restorer", "MEM002", MODE_LEFT),
+                                             ("profile_rewriter", "RES001", HOOK), ("hook_rewriter", "RES001", HOOK)])
 def test_a_candidate_that_replaces_what_the_worker_reads_or_writes_with_is_int001(name, gate, words) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("triton")

@@ -54,6 +54,7 @@ FRAME = "sys._getframe"
 # and the event of code run by `exec` (code,).
 NAMING = ("compile", "code.__new__")
 EXEC = "exec"
+ADD_HOOK = "sys.addaudithook"
 
 
 class Snoops:
@@ -71,6 +72,7 @@ class Snoops:
     def __init__(self) -> None:
         self.folder: str | None = None      # set before the candidate's import
         self.seen: list[str] = []
+        self.hooks: list[str] = []         # audit hooks the candidate's code added (where)
         self.names: set[str] = set()        # file names the candidate's code gave code it made
         # Code objects it ran through `exec`, and theirs within, by identity (code objects compare
         # equal by content, file name aside): id -> the object, kept so that the id stays its own.
@@ -84,6 +86,9 @@ class Snoops:
         if event in NAMING or event == EXEC:
             self._made(event, args)
             return
+        if event == ADD_HOOK:
+            self._hook_added()
+            return
         if event != FRAME and event not in HEAP_AND_STACKS:
             return
         self._busy.on = 1                   # the frame read below raises an event of its own
@@ -95,6 +100,19 @@ class Snoops:
                 where = f"{event}() at line {frame.f_lineno} of {os.path.basename(frame.f_code.co_filename)}"
                 if where not in self.seen:
                     self.seen.append(where)
+        finally:
+            self._busy.on = 0
+
+    def _hook_added(self) -> None:
+        """An audit hook added by the candidate's code (its frame on the stack): it would run
+        inside the worker's own code at every file the worker opens."""
+        self._busy.on = 1
+        try:
+            frame = sys._getframe(2)
+            while frame is not None and not self._candidates(frame):
+                frame = frame.f_back
+            if frame is not None and len(self.hooks) < 8:
+                self.hooks.append(f"at line {frame.f_lineno} of {os.path.basename(frame.f_code.co_filename)}")
         finally:
             self._busy.on = 0
 
@@ -125,6 +143,11 @@ class Snoops:
 
 
 _snoops: Snoops | None = None
+
+
+def audit_hooks_added() -> list[str]:
+    """Where the candidate's code added audit hooks (empty before its import, or none added)."""
+    return list(_snoops.hooks) if _snoops is not None else []
 
 
 class Watch:

@@ -17,7 +17,12 @@ each with its code object: a function whose `__code__` was swapped is replaced t
 
 from __future__ import annotations
 
+import gc
 import importlib
+import sys
+import threading
+
+from kanalyze.dynamic import integrity
 
 # Module-level functions the worker's reading and writing of results goes through (dotted names).
 NAMES = ("json.dump", "json.dumps", "json.load", "json.loads", "json.JSONEncoder", "json.encoder.c_make_encoder",
@@ -65,9 +70,39 @@ class WriterWatch:
         self.tensor_prints = {name: _fingerprint(value) for name, value in self.tensor_dict.items()}
         encoder = getattr(self.objects.get("json.JSONEncoder"), "__dict__", {})
         self.encoder_prints = {name: _fingerprint(value) for name, value in encoder.items()}
+        self.trace, self.profile = sys.gettrace(), sys.getprofile()
+        self.thread_trace = getattr(threading, "_trace_hook", None)
+        self.thread_profile = getattr(threading, "_profile_hook", None)
+        self.gc_callbacks = list(gc.callbacks)
 
     def replaced(self) -> list[str]:
-        """What the worker reads and writes with that is no longer the snapshot's, in words."""
+        """What the worker reads and writes with that is no longer the snapshot's, and the hooks
+        through which the candidate's code would run inside the worker's, in words."""
+        return self._replaced() + self._hooks()
+
+    def _hooks(self) -> list[str]:
+        """A trace or profile function runs on every call of the worker's own code, with its
+        frame (its locals: the record being written); a `gc` callback runs inside it at any
+        allocation; an audit hook at every file the worker opens."""
+        found = [f"a {what} of the candidate's ({how}) runs inside the worker's own code after its call"
+                 for what, how, now, then in (
+                     ("trace function", "sys.settrace", sys.gettrace(), self.trace),
+                     ("profile function", "sys.setprofile", sys.getprofile(), self.profile),
+                     ("trace function", "threading.settrace", getattr(threading, "_trace_hook", None),
+                      self.thread_trace),
+                     ("profile function", "threading.setprofile", getattr(threading, "_profile_hook", None),
+                      self.thread_profile))
+                 if now is not then]
+        if len(gc.callbacks) != len(self.gc_callbacks) or any(a is not b for a, b in zip(gc.callbacks,
+                                                                                       self.gc_callbacks)):
+            found.append("a garbage-collector callback of the candidate's (gc.callbacks) runs inside the worker's "
+                         "own code after its call")
+        if integrity.audit_hooks_added():
+            found.append("the candidate added an audit hook (sys.addaudithook), which runs inside the worker's "
+                         "own code after its call: " + ", ".join(integrity.audit_hooks_added()[:2]))
+        return found
+
+    def _replaced(self) -> list[str]:
         found = [name for name, mark in self.prints.items() if not _same(_fingerprint(_resolve(name)), mark)]
         now = vars(self.tensor)
         found += [f"torch.Tensor.{name}" for name in sorted(set(now) | set(self.tensor_prints))
