@@ -1,4 +1,5 @@
-"""What kanalyze's worker writes and reads the candidate's results with: replaced means tampered.
+"""What kanalyze's worker reads the candidate's results and writes its records with, and the hooks
+that would run the candidate's code inside the worker's: replaced or added means tampered.
 
 After the candidate's call, the worker still runs code in the candidate's process: it reads
 the outputs (`Tensor.detach`, `.cpu`, `.numpy`, `.clone`), writes new values into the input
@@ -12,7 +13,10 @@ confirmed ("the candidate replaced …"), and every other verdict of the run `un
 
 A snapshot, taken in the worker after kanalyze's own hooks are in place and before the
 candidate's import, of `torch.Tensor`'s own attributes and the writer functions below,
-each with its code object: a function whose `__code__` was swapped is replaced too.
+each with its code object: a function whose `__code__` was swapped is replaced too.  And
+the hooks through which Python runs code inside any other code (trace and profile
+functions, `gc` callbacks, audit hooks the candidate added): each sees the worker's frames,
+where the record of the call is being built.
 """
 
 from __future__ import annotations
@@ -23,6 +27,10 @@ import sys
 import threading
 
 from kanalyze.dynamic import integrity
+
+# Taken at import, before any candidate code: `sys.gettrace` could be replaced by one that
+# answers None, and `gc.callbacks` rebound to an empty list while gc keeps calling the real one.
+_gettrace, _getprofile, _gc_callbacks = sys.gettrace, sys.getprofile, gc.callbacks
 
 # Module-level functions the worker's reading and writing of results goes through (dotted names).
 NAMES = ("json.dump", "json.dumps", "json.load", "json.loads", "json.JSONEncoder", "json.encoder.c_make_encoder",
@@ -60,6 +68,8 @@ def _same(one: tuple, other: tuple) -> bool:
 
 
 class WriterWatch:
+    """The snapshot, and what was replaced or added since (`replaced`, for the run's seal)."""
+
     def __init__(self) -> None:
         import torch
 
@@ -70,10 +80,10 @@ class WriterWatch:
         self.tensor_prints = {name: _fingerprint(value) for name, value in self.tensor_dict.items()}
         encoder = getattr(self.objects.get("json.JSONEncoder"), "__dict__", {})
         self.encoder_prints = {name: _fingerprint(value) for name, value in encoder.items()}
-        self.trace, self.profile = sys.gettrace(), sys.getprofile()
+        self.trace, self.profile = _gettrace(), _getprofile()
         self.thread_trace = getattr(threading, "_trace_hook", None)
         self.thread_profile = getattr(threading, "_profile_hook", None)
-        self.gc_callbacks = list(gc.callbacks)
+        self.gc_callbacks = list(_gc_callbacks)
 
     def replaced(self) -> list[str]:
         """What the worker reads and writes with that is no longer the snapshot's, and the hooks
@@ -86,15 +96,15 @@ class WriterWatch:
         allocation; an audit hook at every file the worker opens."""
         found = [f"a {what} of the candidate's ({how}) runs inside the worker's own code after its call"
                  for what, how, now, then in (
-                     ("trace function", "sys.settrace", sys.gettrace(), self.trace),
-                     ("profile function", "sys.setprofile", sys.getprofile(), self.profile),
+                     ("trace function", "sys.settrace", _gettrace(), self.trace),
+                     ("profile function", "sys.setprofile", _getprofile(), self.profile),
                      ("trace function", "threading.settrace", getattr(threading, "_trace_hook", None),
                       self.thread_trace),
                      ("profile function", "threading.setprofile", getattr(threading, "_profile_hook", None),
                       self.thread_profile))
                  if now is not then]
-        if len(gc.callbacks) != len(self.gc_callbacks) or any(a is not b for a, b in zip(gc.callbacks,
-                                                                                       self.gc_callbacks)):
+        if len(_gc_callbacks) != len(self.gc_callbacks) or any(a is not b for a, b in zip(_gc_callbacks,
+                                                                                        self.gc_callbacks)):
             found.append("a garbage-collector callback of the candidate's (gc.callbacks) runs inside the worker's "
                          "own code after its call")
         if integrity.audit_hooks_added():
