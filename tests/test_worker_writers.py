@@ -87,6 +87,7 @@ def test_the_watch_sees_a_replaced_function_a_swapped_code_object_and_changed_ke
 
 
 RESULTS = "which kanalyze's worker reads or writes the run's results with"
+POISON = "fills fresh memory with the run's sentinel"
 MODE_LEFT = "stays on torch's mode stack after its call"
 HOOK = "runs inside the worker's own code after its call"
 
@@ -121,7 +122,8 @@ def test_the_watch_sees_profile_and_trace_functions_and_gc_callbacks() -> None:
 
 @pytest.mark.parametrize("name,gate,words", [("record_rewriter", "RES001", RESULTS), ("input_restorer", "MEM002", RESULTS),
                                              ("mode_restorer", "MEM002", MODE_LEFT),
-                                             ("profile_rewriter", "RES001", HOOK), ("hook_rewriter", "RES001", HOOK)])
+                                             ("profile_rewriter", "RES001", HOOK), ("hook_rewriter", "RES001", HOOK),
+                                             ("unpoisoned", "MEM001", POISON)])
 def test_a_candidate_that_replaces_what_the_worker_reads_or_writes_with_is_int001(name, gate, words) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("triton")
