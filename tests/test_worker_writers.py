@@ -123,15 +123,16 @@ def test_the_watch_sees_profile_and_trace_functions_and_gc_callbacks() -> None:
 @pytest.mark.parametrize("name,gate,words", [("record_rewriter", "RES001", RESULTS), ("input_restorer", "MEM002", RESULTS),
                                              ("mode_restorer", "MEM002", MODE_LEFT),
                                              ("profile_rewriter", "RES001", HOOK), ("hook_rewriter", "RES001", HOOK),
-                                             ("unpoisoned", "MEM001", POISON)])
+                                             ("unpoisoned", "MEM001", POISON),
+                                             ("level1_problem3_interpreter_unhooked", "PRC001", "Triton's interpreter")])
 def test_a_candidate_that_replaces_what_the_worker_reads_or_writes_with_is_int001(name, gate, words) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("triton")
     from kanalyze.dynamic.harness import find_harness
     from kanalyze.dynamic.runner import Options, run_gates
 
-    gate_run = run_gates(find_harness(str(KB / "hostile" / f"level1_problem6_{name}.py"), kernelbench=str(KB)), [gate],
-                         options=Options(mode="cpu"))
+    path = KB / "hostile" / (f"{name}.py" if name.startswith("level") else f"level1_problem6_{name}.py")
+    gate_run = run_gates(find_harness(str(path), kernelbench=str(KB)), [gate], options=Options(mode="cpu"))
     verdicts = {v.code: v for v in gate_run.verdicts}
     assert verdicts["INT001"].status == "confirmed", verdicts
     assert words in verdicts["INT001"].summary, verdicts["INT001"].summary

@@ -111,7 +111,7 @@ class Environment:
         if nonce is None:
             return
         tampered = (self.launches.tampered() + self._ops.tampered() + self.modes.tampered()
-                    + self.writers.replaced())
+                    + self.writers.replaced() + (self.driver.tampered() if self.driver is not None else []))
         self._ops.sing(nonce)
         self._seal = {"canaries": list(self._ops.canaries), "tampered": tampered}
 

@@ -137,6 +137,7 @@ class InterpreterDriver:
         self._program = (0, 0, 0)
         self.atomics = AtomicCount()
         self._install(builder)
+        self._codes = {name: hook.__code__ for name, hook in self._hooks.items()}   # (a swapped code object shows)
 
     def reset(self, order_seed: int | None, emulate_tf32: bool, collect: bool = False) -> None:
         self.order_seed, self.emulate_tf32, self.collect = order_seed, emulate_tf32, collect
@@ -197,6 +198,10 @@ class InterpreterDriver:
         builder.set_grid_dim, builder.set_grid_idx = grid_dim, grid_idx
         builder.create_masked_load, builder.create_masked_store = load, store
         builder.create_atomic_rmw, builder.create_atomic_cas, builder.create_dot = rmw, cas, dot
+        self._builder = builder
+        self._hooks = {"set_grid_dim": grid_dim, "set_grid_idx": grid_idx, "create_masked_load": load,
+                       "create_masked_store": store, "create_atomic_rmw": rmw, "create_atomic_cas": cas,
+                       "create_dot": dot}
         if given is not None:
             return
 
@@ -212,6 +217,22 @@ class InterpreterDriver:
             return args_hst, kwargs_hst
 
         _interp.GridExecutor._init_args_hst = init_args_hst
+        self._hooks["_init_args_hst"] = init_args_hst
+
+    def tampered(self) -> list[str]:
+        """The hooks no longer in place (empty: intact).  A candidate that takes them off gets
+        the interpreter's own behaviour: programs in launch order, no bounds checks, no TF32
+        (ORD001, MEM003, PRC001 would refute what they never tested)."""
+        builder = getattr(_interp, "interpreter_builder", None)
+        if self._builder is not builder and "_init_args_hst" in self._hooks:
+            return ["Triton's interpreter builder was replaced (kanalyze's hooks on it are gone)"]
+        found = []
+        for name, hook in self._hooks.items():
+            now = (_interp.GridExecutor.__dict__.get(name) if name == "_init_args_hst"
+                   else vars(self._builder).get(name))
+            if now is not hook or getattr(now, "__code__", None) is not self._codes[name]:
+                found.append(f"kanalyze's hook on Triton's interpreter `{name}` was taken off or changed")
+        return found
 
     # -------------------------------------------------------------- bounds
 
