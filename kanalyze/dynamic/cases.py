@@ -82,14 +82,21 @@ class Case:
 SCALABLE_MIN = 16  # knobs below this are structural (kernel sizes, axes, groups): never scaled
 
 
-def scale_down(knobs: dict[str, int], numel_of, max_numel: int) -> dict[str, int]:
+def scale_down(knobs: dict[str, int], numel_of, max_numel: int, accepts=None) -> dict[str, int]:
     """Halve the largest size knob until the inputs hold at most `max_numel` elements.
 
     `numel_of(sizes)` counts the input elements at those sizes (the reference
     worker measures it on meta tensors); it returns None where it cannot tell,
-    and then the product of the scalable knobs stands in for it.
+    and then the product of the scalable knobs stands in for it.  `accepts(sizes)`,
+    where given, says whether the reference runs at those sizes (its forward on meta
+    tensors): a halving it rejects (a convolution's input below its kernel, a
+    LayerNorm's width apart from the channels it was built for) is not made; the next
+    largest knob is halved instead, or every knob of one value together (sizes the
+    problem ties to each other).  Where the problem's own sizes are not accepted either
+    (an op without meta kernels), every halving is.
     """
     sizes = dict(knobs)
+    checked = accepts is not None and accepts(sizes)
     for _ in range(64):
         scalable = {k: v for k, v in sizes.items() if v >= SCALABLE_MIN}
         if not scalable:
@@ -101,9 +108,29 @@ def scale_down(knobs: dict[str, int], numel_of, max_numel: int) -> dict[str, int
                 numel *= v
         if numel <= max_numel:
             return sizes
-        name = max(scalable, key=lambda k: (scalable[k], k))
-        sizes[name] = max(SCALABLE_MIN // 2, scalable[name] // 2)
+        for move in _halvings(scalable):
+            trial = {**sizes, **move}
+            if not checked or accepts(trial):
+                sizes = trial
+                break
+        else:
+            return sizes   # no halving the reference accepts: as small as it goes
     return sizes
+
+
+def _halvings(scalable: dict[str, int]) -> list[dict[str, int]]:
+    """Halvings to try, in order: each knob alone, largest first; then each group of knobs that
+    share a value, largest first."""
+    def half(v: int) -> int:
+        return max(SCALABLE_MIN // 2, v // 2)
+
+    alone = [{name: half(value)} for name, value in sorted(scalable.items(), key=lambda kv: (-kv[1], kv[0]))]
+    groups: dict[int, list[str]] = {}
+    for name, value in scalable.items():
+        groups.setdefault(value, []).append(name)
+    together = [{name: half(value) for name in names} for value, names in sorted(groups.items(), reverse=True)
+                if len(names) > 1]
+    return alone + together
 
 
 def keeping_whole(base: dict[str, int], original: dict[str, int], name: str, budget: int) -> dict[str, int]:

@@ -3,7 +3,8 @@
 * fresh memory: every `torch.empty*` (and on a GPU, the caching allocator's
   free blocks of the outputs' sizes) is filled with the run's poison byte, so
   that an unwritten output or a read of unwritten scratch shows (MEM001, ORD002);
-* program order and TF32 emulation: set on the interpreter driver (CPU only);
+* program order and TF32 emulation: set on the interpreter driver (CPU only), and
+  autotuned kernels tuned without a device (autotune_cpu.py);
 * recorders: kernel launches always, torch calls when a case asks (RES001),
   sealed after each call with the run's nonce (recording.py, `tampered`), the seal
   broken too where the candidate replaced what the worker reads its results and
@@ -29,9 +30,11 @@ class Environment:
         self.torch, self.mode = torch, mode
         self.driver = None
         if mode == "cpu":
+            from kanalyze.dynamic import autotune_cpu
             from kanalyze.dynamic.interpreter import InterpreterDriver
 
             self.driver = InterpreterDriver()
+            autotune_cpu.install()   # before the candidate's import: its autotuned kernels tune without a device
         from kanalyze.dynamic.integrity import Watch
 
         self.watch = Watch()   # before the candidate's import: what it replaces there shows too

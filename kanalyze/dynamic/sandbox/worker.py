@@ -282,9 +282,25 @@ def _plan(job: dict, harness: dict, device_map, case_sizes) -> dict:
                 device_map.target = "cpu"
         return sum(v.numel() for v in values if isinstance(v, torch.Tensor))
 
+    def accepts(sizes) -> bool:
+        """Whether the reference runs at these sizes: its model built and called on meta tensors."""
+        try:
+            if device_map is not None:
+                device_map.target = "meta"
+            with torch.device("meta"), torch.no_grad():
+                problem = Problem(harness, sizes, job.get("dtype"))
+                inputs = problem.inputs()
+                problem.model(problem.init_inputs())(*inputs)
+            return True
+        except BaseException:
+            return False
+        finally:
+            if device_map is not None:
+                device_map.target = "cpu"
+
     if job["max_numel"] is None:   # a GPU: the problem's own sizes
         return dict(job["knobs"])
-    return case_sizes.scale_down(job["knobs"], numel_of, job["max_numel"])
+    return case_sizes.scale_down(job["knobs"], numel_of, job["max_numel"], accepts)
 
 
 disguise.rename_own_code(globals())   # its frames are below the candidate's: neutral from the start

@@ -1,0 +1,68 @@
+"""Autotuned kernels on the CPU: tuned without a device (dynamic/autotune_cpu.py).
+
+Before, every `@triton.autotune` kernel of the development corpus ended under Triton's
+interpreter with "0 active drivers" or "libcuda.so cannot found" (11 of 28 real pairs checked
+on the CPU were undecided for it).  Now each config runs once and the first is used, as a
+device's benchmark would run each before the chosen one: an autotuned kernel that adds into
+its output without `reset_to_zero` is wrong on its first call, on the CPU as on a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+triton = pytest.importorskip("triton")
+
+from kanalyze.dynamic.harness import find_harness  # noqa: E402
+from kanalyze.dynamic.runner import Options, run_gates  # noqa: E402
+
+KB = Path(__file__).resolve().parent.parent / "fixtures" / "kernelbench"
+ROOT = KB.parent.parent
+
+SCRIPT = """
+import torch, triton, triton.language as tl
+from kanalyze.dynamic import autotune_cpu
+autotune_cpu.install()
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})], key=["n"])
+@triton.jit
+def double(x, y, n, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y + o, tl.load(x + o, mask=o < n) * 2, mask=o < n)
+
+x = torch.randn(1000)
+y = torch.empty_like(x)
+double[lambda meta: (triton.cdiv(1000, meta["BLOCK"]),)](x, y, 1000)
+print(bool((y == 2 * x).all()), double.best_config.kwargs["BLOCK"])
+"""
+
+
+def test_an_autotuned_kernel_runs_under_the_interpreter_with_its_first_config() -> None:
+    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)})
+    if tuple(int(p) for p in triton.__version__.split(".")[:2]) < (3, 3):
+        assert "active drivers" in done.stderr or "libcuda" in done.stderr, done.stderr
+        return
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "64"]
+
+
+def _baseline(name: str) -> dict:
+    gate_run = run_gates(find_harness(str(KB / "candidates" / name), kernelbench=str(KB)), ["EXC002"],
+                         options=Options(mode="cpu"))
+    return gate_run.baseline
+
+
+def test_an_autotuned_sum_that_adds_without_reset_to_zero_is_wrong_on_its_first_call() -> None:
+    if tuple(int(p) for p in triton.__version__.split(".")[:2]) < (3, 3):
+        pytest.skip(f"Triton {triton.__version__}'s interpreter cannot run autotuned kernels")
+    plant, twin = _baseline("level1_problem1_mse_atomic_autotuned.py"), \
+        _baseline("level1_problem1_mse_atomic_autotuned_reset.py")
+    assert plant["status"] == "failed", plant     # two configs tried, then the chosen one: three times the sum
+    assert twin["status"] == "passed", twin       # `reset_to_zero` zeroes the output before each run
