@@ -60,6 +60,9 @@ class LaunchCounter:
         self.launches: collections.Counter = collections.Counter()
         self._inside = threading.local()   # per thread: > 0 while a launch (or kanalyze's own work) runs
         self.installed: dict[type, tuple] = {}   # class -> (our run, its code)
+        # On the CPU, told when a launch starts and ends (True, False): the parent then knows
+        # that a case out of time was Triton's interpreter running a kernel (worker.py).
+        self.interpreting = None
         self._install()
 
     def busy(self) -> bool:
@@ -88,8 +91,15 @@ class LaunchCounter:
         @functools.wraps(original)
         def run(fn, *args, **kwargs):
             name = getattr(getattr(fn, "fn", None), "__name__", None) or getattr(fn, "__name__", "kernel")
-            with counter.looking_away():
-                launched = original(fn, *args, **kwargs)
+            told = counter.interpreting is not None and not counter.busy()
+            if told:
+                counter.interpreting(True)
+            try:
+                with counter.looking_away():
+                    launched = original(fn, *args, **kwargs)
+            finally:
+                if told:
+                    counter.interpreting(False)
             # Counted once it returned: a launch that raised (a fallback's decoy) did no work.
             if not kwargs.get("warmup"):
                 counter.launches[name] += 1

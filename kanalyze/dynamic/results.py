@@ -194,7 +194,11 @@ class Result:
             return f"the run ran short of memory or disk, which the candidate shares with kanalyze's workers: {short}"
         tail = _last_line(outcome.output)
         if outcome.status != "done":
-            if outcome.blame == "candidate":
+            if outcome.blame == "interpreter" and outcome.status == "timeout":
+                return (f"the candidate's kernel {outcome.detail} under Triton's interpreter, which runs its "
+                        f"programs one after another on the CPU (thousands of times slower than a GPU): too "
+                        f"slow to judge here, where a hang and a slow interpretation look the same; run it on a GPU")
+            if outcome.blame in ("candidate", "interpreter"):
                 return None
             return f"kanalyze's worker {outcome.status}: {outcome.detail}{tail}"
         internal = [outcome.meta] if outcome.meta.get("status") == "internal" else \

@@ -284,7 +284,7 @@ class Worker:
             event = _parse_event(line)
             if event.get("event") != "phase":
                 return event
-            self.phase = "candidate" if event.get("phase") == "candidate" else "kanalyze"
+            self.phase = event.get("phase") if event.get("phase") in ("candidate", "interpreter") else "kanalyze"
             self._phase_since = time.monotonic()
 
     def wait_ready(self) -> dict:

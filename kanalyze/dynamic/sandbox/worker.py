@@ -47,6 +47,24 @@ def phase_reporter(status):
     return lambda name: _send(status, event="phase", phase=name)
 
 
+def _interpreting_told(phase, report, env):
+    """The phase reporter, and the launch counter told to say "interpreter" while a launch the
+    candidate made runs under Triton's interpreter: a case out of time there is too slow to
+    judge on the CPU, not a hang of the candidate's (results.py, `kanalyze_failure`)."""
+    now = {"phase": "kanalyze"}
+
+    def tracked(name: str) -> None:
+        now["phase"] = name
+        phase(name)
+
+    def interpreting(running: bool) -> None:
+        if now["phase"] == "candidate":
+            report("interpreter" if running else "candidate")
+
+    env.launches.interpreting = interpreting
+    return tracked
+
+
 def import_modules(mode: str) -> None:
     """The imports every worker needs (the zygote does these once for all its workers).
 
@@ -153,6 +171,8 @@ def _start(role, mode, spec, harness, status, control, hiding, env, policy, seco
     install_guards()
     import_error = None
     phase = phase_reporter(status) if hiding is None else hiding.around(phase_reporter(status))
+    if role == "candidate" and mode == "cpu":
+        phase = _interpreting_told(phase, phase_reporter(status), env)
     if role == "candidate":
         phase("candidate")
         importing = time.perf_counter()
