@@ -99,6 +99,13 @@ def test_scale_down_makes_no_halving_the_reference_rejects() -> None:
     tied = lambda s: s["width"] == s["channels"]                              # noqa: E731
     sizes = scale_down({"batch": 16, "height": 64, "width": 64, "channels": 64}, numel, 2 ** 16, tied)
     assert tied(sizes) and numel(sizes) <= 2 ** 16 and sizes["width"] < 64, sizes
+    # Sizes the problem gives one value stay equal (level2_51's candidate checks in == out);
+    # sizes that only meet on the way down (K halved to M's value) are not tied.
+    linear = scale_down({"batch": 128, "in_features": 8192, "out_features": 8192},
+                        lambda s: s["batch"] * s["in_features"], 2 ** 16)
+    assert linear["in_features"] == linear["out_features"] < 8192, linear
+    assert scale_down({"M": 256, "N": 256, "K": 2048}, lambda s: s["M"] * s["K"] + s["K"] * s["N"], 2 ** 16) == \
+        {"M": 256, "N": 256, "K": 128}
     never = lambda s: False                                                   # noqa: E731  (no meta kernels)
     assert numel(scale_down({"batch": 16, "height": 64, "width": 64, "channels": 64}, numel, 2 ** 16, never)) <= 2 ** 16
     stuck = lambda s: s == {"batch": 16, "height": 64, "width": 64, "channels": 64}   # noqa: E731

@@ -93,10 +93,16 @@ def scale_down(knobs: dict[str, int], numel_of, max_numel: int, accepts=None) ->
     LayerNorm's width apart from the channels it was built for) is not made; the next
     largest knob is halved instead, or every knob of one value together (sizes the
     problem ties to each other).  Where the problem's own sizes are not accepted either
-    (an op without meta kernels), every halving is.
+    (an op without meta kernels), every halving is.  Knobs the problem gives one value
+    are halved together (`_halvings`): equal sizes stay equal.
     """
     sizes = dict(knobs)
     checked = accepts is not None and accepts(sizes)
+    same: dict[int, set] = {}
+    for name, value in knobs.items():
+        if value >= SCALABLE_MIN:
+            same.setdefault(value, set()).add(name)
+    ties = {name: frozenset(group) for group in same.values() for name in group}
     for _ in range(64):
         scalable = {k: v for k, v in sizes.items() if v >= SCALABLE_MIN}
         if not scalable:
@@ -108,7 +114,7 @@ def scale_down(knobs: dict[str, int], numel_of, max_numel: int, accepts=None) ->
                 numel *= v
         if numel <= max_numel:
             return sizes
-        for move in _halvings(scalable):
+        for move in _halvings(scalable, ties):
             trial = {**sizes, **move}
             if not checked or accepts(trial):
                 sizes = trial
@@ -118,19 +124,26 @@ def scale_down(knobs: dict[str, int], numel_of, max_numel: int, accepts=None) ->
     return sizes
 
 
-def _halvings(scalable: dict[str, int]) -> list[dict[str, int]]:
-    """Halvings to try, in order: each knob alone, largest first; then each group of knobs that
-    share a value, largest first."""
+def _halvings(scalable: dict[str, int], ties: dict[str, frozenset]) -> list[dict[str, int]]:
+    """Halvings to try, largest knob first: each with the knobs the problem's own sizes give
+    the same value (`ties`; still equal now), so that equal sizes stay equal (a candidate may
+    rely on `in_features == out_features` at the benchmark's sizes, and the baseline, which is
+    KernelBench's check, must not break what those sizes hold; CMP003 perturbs each knob
+    alone); then each tied knob alone, where the reference rejects them together."""
     def half(v: int) -> int:
         return max(SCALABLE_MIN // 2, v // 2)
 
-    alone = [{name: half(value)} for name, value in sorted(scalable.items(), key=lambda kv: (-kv[1], kv[0]))]
-    groups: dict[int, list[str]] = {}
-    for name, value in scalable.items():
-        groups.setdefault(value, []).append(name)
-    together = [{name: half(value) for name in names} for value, names in sorted(groups.items(), reverse=True)
-                if len(names) > 1]
-    return alone + together
+    order = sorted(scalable.items(), key=lambda kv: (-kv[1], kv[0]))
+    moves: list[dict[str, int]] = []
+    for name, value in order:
+        group = {member: half(value) for member in sorted(ties.get(name, {name}))
+                 if scalable.get(member) == value}
+        if group not in moves:
+            moves.append(group)
+    for name, value in order:
+        if {name: half(value)} not in moves:
+            moves.append({name: half(value)})
+    return moves
 
 
 def keeping_whole(base: dict[str, int], original: dict[str, int], name: str, budget: int) -> dict[str, int]:
