@@ -104,8 +104,13 @@ def test_scale_down_makes_no_halving_the_reference_rejects() -> None:
     linear = scale_down({"batch": 128, "in_features": 8192, "out_features": 8192},
                         lambda s: s["batch"] * s["in_features"], 2 ** 16)
     assert linear["in_features"] == linear["out_features"] < 8192, linear
-    assert scale_down({"M": 256, "N": 256, "K": 2048}, lambda s: s["M"] * s["K"] + s["K"] * s["N"], 2 ** 16) == \
-        {"M": 256, "N": 256, "K": 128}
+    matmul = scale_down({"M": 256, "N": 256, "K": 2048}, lambda s: s["M"] * s["K"] + s["K"] * s["N"], 2 ** 16)
+    assert matmul["M"] == matmul["N"] and matmul["K"] % 1024 == 0, matmul
+    # Each knob keeps the power of two it is a multiple of (up to 1024), the smallest letting go
+    # first: level1_23's softmax (masked lanes in its sum) was right at 393216 columns, wrong at 768.
+    softmax = scale_down({"batch_size": 4096, "dim": 393216}, lambda s: s["batch_size"] * s["dim"], 2 ** 16)
+    assert softmax["dim"] % 1024 == 0 and softmax["batch_size"] * softmax["dim"] <= 2 ** 16, softmax
+    assert scale_down({"n": 10 ** 6}, lambda s: s["n"], 2 ** 16) == {"n": 62500}   # 2^6 · 15625: only 64 kept
     never = lambda s: False                                                   # noqa: E731  (no meta kernels)
     assert numel(scale_down({"batch": 16, "height": 64, "width": 64, "channels": 64}, numel, 2 ** 16, never)) <= 2 ** 16
     stuck = lambda s: s == {"batch": 16, "height": 64, "width": 64, "channels": 64}   # noqa: E731

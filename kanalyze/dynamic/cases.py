@@ -82,6 +82,13 @@ class Case:
 SCALABLE_MIN = 16  # knobs below this are structural (kernel sizes, axes, groups): never scaled
 
 
+# A scaled size keeps the problem's own divisibility by powers of two up to this (the widest
+# block a kernel tiles one size by): the baseline at scaled sizes stays a size the benchmark's
+# kernel was written for (level1_23's softmax, whose masked lanes enter its sum, was right at
+# 393216 columns and wrong at 768); sizes that break it are CMP003's to try.
+TILE = 1024
+
+
 def scale_down(knobs: dict[str, int], numel_of, max_numel: int, accepts=None) -> dict[str, int]:
     """Halve the largest size knob until the inputs hold at most `max_numel` elements.
 
@@ -94,34 +101,46 @@ def scale_down(knobs: dict[str, int], numel_of, max_numel: int, accepts=None) ->
     largest knob is halved instead, or every knob of one value together (sizes the
     problem ties to each other).  Where the problem's own sizes are not accepted either
     (an op without meta kernels), every halving is.  Knobs the problem gives one value
-    are halved together (`_halvings`): equal sizes stay equal.
+    are halved together (`_halvings`): equal sizes stay equal.  And each knob stays a
+    multiple of the power of two (up to `TILE`) its own size is; where no halving can
+    keep that, the smallest knob lets go of it first (a batch, rather than the row a
+    kernel tiles), a power of two at a time.
     """
     sizes = dict(knobs)
-    checked = accepts is not None and accepts(sizes)
+    if accepts is not None and not accepts(sizes):
+        accepts = None   # the problem's own sizes are not accepted either: no meta kernels
     same: dict[int, set] = {}
     for name, value in knobs.items():
         if value >= SCALABLE_MIN:
             same.setdefault(value, set()).add(name)
     ties = {name: frozenset(group) for group in same.values() for name in group}
-    for _ in range(64):
+    tiles = {name: min(TILE, value & -value) for name, value in knobs.items()}
+    for _ in range(256):
         scalable = {k: v for k, v in sizes.items() if v >= SCALABLE_MIN}
-        if not scalable:
-            return sizes
-        numel = numel_of(sizes)
-        if numel is None:
-            numel = 1
-            for v in scalable.values():
-                numel *= v
-        if numel <= max_numel:
+        if not scalable or _numel(sizes, numel_of) <= max_numel:
             return sizes
         for move in _halvings(scalable, ties):
             trial = {**sizes, **move}
-            if not checked or accepts(trial):
+            if all(value % tiles[name] == 0 for name, value in move.items()) and (accepts is None or accepts(trial)):
                 sizes = trial
                 break
         else:
-            return sizes   # no halving the reference accepts: as small as it goes
+            tiled = [name for name in scalable if tiles[name] > 1]
+            if not tiled:
+                return sizes   # no halving the reference accepts: as small as it goes
+            loosest = min(tiled, key=lambda name: (knobs[name], name))
+            for name in ties.get(loosest, {loosest}):   # (tied knobs let go together: they stay equal)
+                tiles[name] = max(1, tiles[name] // 2)
     return sizes
+
+
+def _numel(sizes: dict[str, int], numel_of) -> int:
+    numel = numel_of(sizes)
+    if numel is None:
+        numel = 1
+        for v in sizes.values():
+            numel *= v if v >= SCALABLE_MIN else 1
+    return numel
 
 
 def _halvings(scalable: dict[str, int], ties: dict[str, frozenset]) -> list[dict[str, int]]:
