@@ -56,17 +56,25 @@ class ModelNew(nn.Module):
 '''
 
 
-def _baseline(path: Path) -> dict:
-    return run_gates(find_harness(str(path), kernelbench=str(KB)), ["EXC002"],
-                     options=Options(mode="cpu", limits=SHORT)).baseline
+def _baseline(path: Path, gates=("EXC002",)) -> dict:
+    return _run(path, gates).baseline
+
+
+def _run(path: Path, gates):
+    return run_gates(find_harness(str(path), kernelbench=str(KB)), list(gates), options=Options(mode="cpu", limits=SHORT))
 
 
 def test_a_kernel_too_slow_for_the_interpreter_leaves_the_baseline_undecided(tmp_path) -> None:
+    """And every gate with it: the other cases are not run (they would be as slow)."""
     candidate = tmp_path / "level1_problem6_slow_under_the_interpreter.py"
     candidate.write_text(SLOW)
-    baseline = _baseline(candidate)
+    gate_run = _run(candidate, ["EXC001", "EXC002"])
+    baseline = gate_run.baseline
     assert baseline["status"] == "undecided", baseline
     assert "under Triton's interpreter" in baseline["summary"] and "too slow to judge here" in baseline["summary"]
+    verdicts = {v.code: v for v in gate_run.verdicts}
+    assert {verdicts[code].status for code in ("EXC001", "EXC002")} == {"unconfirmed"}, verdicts
+    assert all("too slow to judge here" in verdicts[code].summary for code in ("EXC001", "EXC002")), verdicts
 
 
 def test_a_candidate_whose_own_code_never_returns_is_still_confirmed(tmp_path) -> None:

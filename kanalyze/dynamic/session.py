@@ -373,8 +373,9 @@ class Session:
     @staticmethod
     def _failed_baseline(results: list[Result], base: list[int]) -> tuple[str, str] | None:
         """(why, whose) when the candidate could not be run on the problem's own inputs: its own
-        failure ("candidate"), or it ran short of memory or disk ("kanalyze": every gate is then
-        undecided, judging.judge, and the other cases would run as short), else None."""
+        failure ("candidate"), or it ran short of memory or disk, or out of time under Triton's
+        interpreter ("kanalyze": every gate is then undecided, judging.judge, and the other
+        cases would run as short or as slow), else None."""
         for i in base:
             result = results[i]
             if not result.reference_ok or result.candidate is None:
@@ -382,7 +383,8 @@ class Session:
             if result.candidate_failed():
                 why = result.runs[0].failure() if result.runs else result.candidate_failure()
                 return f"the candidate fails on the problem's own inputs ({why[:300]})", "candidate"
-            if result.ran_short():
+            if result.ran_short() or (result.candidate.blame == "interpreter" and result.kanalyze_failure()):
+                # (short of memory or disk, or too slow for the interpreter: the other cases would be too)
                 return (f"kanalyze could not run the candidate on the problem's own inputs "
                         f"({result.kanalyze_failure()[:300]})", "kanalyze")
         return None
