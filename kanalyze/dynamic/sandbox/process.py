@@ -284,8 +284,10 @@ class Worker:
             event = _parse_event(line)
             if event.get("event") != "phase":
                 return event
-            self.phase = event.get("phase") if event.get("phase") in ("candidate", "interpreter") else "kanalyze"
-            self._phase_since = time.monotonic()
+            phase = event.get("phase") if event.get("phase") in ("candidate", "interpreter") else "kanalyze"
+            if (phase == "kanalyze") != (self.phase == "kanalyze"):   # (a launch inside the candidate's
+                self._phase_since = time.monotonic()                  # time does not restart its clock)
+            self.phase = phase
 
     def wait_ready(self) -> dict:
         """The worker's `ready` message.  Its start has `start_seconds`; the candidate's own
@@ -294,12 +296,12 @@ class Worker:
             started = time.monotonic()
             while True:
                 deadline = started + self.limits.start_seconds
-                if self.phase == "candidate":
+                if self.phase != "kanalyze":   # the candidate's import (a launch it makes there included)
                     deadline = min(deadline, self._phase_since + self.limits.import_seconds)
                 left = deadline - time.monotonic()
                 if left <= 0:
                     self.kill()
-                    if self.phase == "candidate":
+                    if self.phase != "kanalyze":
                         raise WorkerGone(f"the candidate's import did not finish within "
                                          f"{self.limits.import_seconds:.0f} s")
                     raise WorkerGone(f"the worker did not start within {self.limits.start_seconds:.0f} s")
