@@ -431,7 +431,10 @@ def test_float_atomic_kinds_are_inferred_in_linear_time(shape: str) -> None:
     text = (_successive("y = tl.where(y > 0, y, c)", 3000) + "    tl.atomic_add(x_ptr, y)\n"
             if shape.startswith("three") else _branches_calling_helpers(20, 80))
     started = time.process_time()
-    findings, _ = analyze_source("atomic.py", text, proofs={"proofs": False})   # the default budget
+    # No per-file budget here: the 3,000 statements take about 5 CPU seconds on the 2-core
+    # development machine, at the default budget's edge (KAN001 on some runs of the suite).
+    # Linear time is what is asserted, against the 100 s it took before.
+    findings, _ = analyze_source("atomic.py", text, proofs={"proofs": False}, budget=None)
     assert time.process_time() - started < 8
     assert not [f for f in findings if f.code.startswith("KAN")]
     assert codes(findings).count("ORD001") == 1
