@@ -32,7 +32,7 @@ WATCHED = (
 )
 
 
-def _resolve(name: str):
+def resolve(name: str):
     """The object at a dotted name, or None where it does not exist."""
     module_name, _, rest = name.partition(".")
     try:
@@ -155,7 +155,7 @@ class Watch:
 
     def __init__(self) -> None:
         global _snoops
-        self.objects = {name: _resolve(name) for name in WATCHED}
+        self.objects = {name: resolve(name) for name in WATCHED}
         self.numerics = numerics.current()
         self.threads = set(threading.enumerate())
         if _snoops is None:
@@ -172,7 +172,7 @@ class Watch:
     def replaced(self) -> list[str]:
         """Watched names whose object is no longer the one of the snapshot."""
         changed = [name for name, original in self.objects.items()
-                   if original is not None and _resolve(name) is not original]
+                   if original is not None and resolve(name) is not original]
         now = numerics.current()
         changed += [f"torch setting {key}: {self.numerics[key]} -> {now[key]}" for key in now
                     if now[key] != self.numerics.get(key)]

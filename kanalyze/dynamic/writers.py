@@ -22,7 +22,6 @@ where the record of the call is being built.
 from __future__ import annotations
 
 import gc
-import importlib
 import sys
 import threading
 
@@ -43,19 +42,6 @@ POISONING = ("torch.empty", "torch.empty_like", "torch.empty_strided")
 READS = "which kanalyze's worker reads or writes the run's results with"
 
 
-def _resolve(name: str):
-    module_name, _, attribute = name.rpartition(".")
-    try:
-        value = importlib.import_module(module_name)
-    except ImportError:
-        parent, _, inner = module_name.rpartition(".")
-        try:
-            value = getattr(importlib.import_module(parent), inner)
-        except (ImportError, AttributeError):
-            return None
-    return getattr(value, attribute, None)
-
-
 def _fingerprint(value) -> tuple:
     """The object and, for a Python function (a method's too), its code, defaults and keyword
     defaults (a dict, changed in place by a candidate as easily as replaced)."""
@@ -71,6 +57,12 @@ def _same(one: tuple, other: tuple) -> bool:
     return len(one) == len(other) and all(a is b or (isinstance(a, tuple) and a == b) for a, b in zip(one, other))
 
 
+def _changed(now, prints: dict) -> list[str]:
+    """The names of a class's attributes added, removed or replaced since their `prints`."""
+    return [name for name in sorted(set(now) | set(prints))
+            if name not in prints or name not in now or not _same(_fingerprint(now[name]), prints[name])]
+
+
 class WriterWatch:
     """The snapshot, and what was replaced or added since (`replaced`, for the run's seal)."""
 
@@ -78,10 +70,9 @@ class WriterWatch:
         import torch
 
         self.tensor = torch.Tensor
-        self.objects = {name: _resolve(name) for name in NAMES + POISONING}
-        self.tensor_dict = dict(vars(torch.Tensor))
+        self.objects = {name: integrity.resolve(name) for name in NAMES + POISONING}
         self.prints = {name: _fingerprint(value) for name, value in self.objects.items() if value is not None}
-        self.tensor_prints = {name: _fingerprint(value) for name, value in self.tensor_dict.items()}
+        self.tensor_prints = {name: _fingerprint(value) for name, value in vars(torch.Tensor).items()}
         encoder = getattr(self.objects.get("json.JSONEncoder"), "__dict__", {})
         self.encoder_prints = {name: _fingerprint(value) for name, value in encoder.items()}
         self.trace, self.profile = _gettrace(), _getprofile()
@@ -117,14 +108,10 @@ class WriterWatch:
         return found
 
     def _replaced(self) -> list[str]:
-        found = [name for name, mark in self.prints.items() if not _same(_fingerprint(_resolve(name)), mark)]
-        now = vars(self.tensor)
-        found += [f"torch.Tensor.{name}" for name in sorted(set(now) | set(self.tensor_prints))
-                  if name not in self.tensor_prints or name not in now
-                  or not _same(_fingerprint(now[name]), self.tensor_prints[name])]
+        found = [name for name, mark in self.prints.items()
+                 if not _same(_fingerprint(integrity.resolve(name)), mark)]
+        found += [f"torch.Tensor.{name}" for name in _changed(vars(self.tensor), self.tensor_prints)]
         encoder = getattr(self.objects.get("json.JSONEncoder"), "__dict__", {})
-        found += [f"json.JSONEncoder.{name}" for name in sorted(set(encoder) | set(self.encoder_prints))
-                  if name not in self.encoder_prints or name not in encoder
-                  or not _same(_fingerprint(encoder[name]), self.encoder_prints[name])]
+        found += [f"json.JSONEncoder.{name}" for name in _changed(encoder, self.encoder_prints)]
         return [f"replaced `{name}`, " + ("kanalyze's wrapper that fills fresh memory with the run's sentinel "
                                           "(MEM001)" if name in POISONING else READS) for name in found[:8]]

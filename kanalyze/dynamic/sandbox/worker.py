@@ -26,6 +26,7 @@ capture and cap.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -289,34 +290,35 @@ def _plan(job: dict, harness: dict, device_map, case_sizes) -> dict:
 
     from kanalyze.dynamic.loading import Problem
 
-    def numel_of(sizes):
+    @contextlib.contextmanager
+    def on_meta():
+        """The problem's tensors made on the meta device: shapes only, nothing allocated."""
+        if device_map is not None:
+            device_map.target = "meta"
         try:
-            if device_map is not None:
-                device_map.target = "meta"
             with torch.device("meta"), torch.no_grad():
-                values = Problem(harness, sizes, job.get("dtype")).inputs()
-        except BaseException:
-            return None
+                yield
         finally:
             if device_map is not None:
                 device_map.target = "cpu"
+
+    def numel_of(sizes):
+        try:
+            with on_meta():
+                values = Problem(harness, sizes, job.get("dtype")).inputs()
+        except BaseException:
+            return None
         return sum(v.numel() for v in values if isinstance(v, torch.Tensor))
 
     def accepts(sizes) -> bool:
         """Whether the reference runs at these sizes: its model built and called on meta tensors."""
         try:
-            if device_map is not None:
-                device_map.target = "meta"
-            with torch.device("meta"), torch.no_grad():
+            with on_meta():
                 problem = Problem(harness, sizes, job.get("dtype"))
-                inputs = problem.inputs()
-                problem.model(problem.init_inputs())(*inputs)
-            return True
+                problem.model(problem.init_inputs())(*problem.inputs())
         except BaseException:
             return False
-        finally:
-            if device_map is not None:
-                device_map.target = "cpu"
+        return True
 
     if job["max_numel"] is None:   # a GPU: the problem's own sizes
         return dict(job["knobs"])
