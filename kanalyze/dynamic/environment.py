@@ -53,8 +53,19 @@ class Environment:
         return CallRecorder(self.launches)
 
     def _patch_allocations(self) -> None:
-        """Fresh memory from torch.empty* is filled with the run's poison byte first."""
+        """Fresh memory from torch.empty* is filled with the run's poison byte first.
+
+        `with torch.device(d):` gives a tensor its device only where the function called is
+        one of torch's own constructors, a set torch reads once, at its first use: read here,
+        before the wrappers replace them, or every `torch.empty` under that context (a model's
+        weights built on the GPU, the problem's tensors on the meta device) lands on the CPU."""
         torch, environment = self.torch, self
+        try:
+            from torch.utils._device import _device_constructors
+        except ImportError:   # a torch without device contexts
+            pass
+        else:
+            _device_constructors()
 
         def fill(tensor):
             if environment.poison is not None and isinstance(tensor, torch.Tensor) and tensor.numel() > 0:

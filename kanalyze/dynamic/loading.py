@@ -14,6 +14,7 @@ import importlib.util
 import inspect
 import os
 import sys
+import time
 import types
 
 import torch
@@ -107,16 +108,20 @@ def build_candidate(module: types.ModuleType, harness: dict, init_inputs: list):
     return cls(*init_inputs)
 
 
-def built_on(device: str, build, reseed):
+def built_on(device: str, build, reseed, seconds: dict | None = None):
     """What `build()` makes, its tensors made on `device` where they can be (a GPU draws a model's
     gigabytes of weights in milliseconds, where the CPU took seconds per model); where building
     there fails (a constructor that needs the CPU: `.numpy()`, a CPU-only op), built again after
-    `reseed()`, on the CPU, and moved."""
+    `reseed()`, on the CPU, and moved.  The failed attempt's time goes to `seconds`, as
+    `model_build_refused` (the build's account: a model built twice shows)."""
     if device != "cpu":
+        started = time.perf_counter()
         try:
             with torch.device(device):
                 return move(build(), device)
         except Exception:
+            if seconds is not None:
+                seconds["model_build_refused"] = round(time.perf_counter() - started, 3)
             reseed()
     return move(build(), device)
 

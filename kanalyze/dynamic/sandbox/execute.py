@@ -249,12 +249,16 @@ class CandidateSide:
         the same parameters; on later cases restore what it started with (whatever the candidate
         changed in its parameters is undone, its gradients dropped).  True when it took the state."""
         if self.built is None:
+            self.build_seconds = {}
+            since = time.perf_counter()
+            synchronize(self.device)   # the device's earlier work, apart from the build's own
+            since = lap(self.build_seconds, "model_wait", since)
             seed_all(model_seed(case))
-            started = time.perf_counter()
             model = built_on(self.device, lambda: build_candidate(self.module, self.harness, init_inputs),
-                             lambda: seed_all(model_seed(case)))
+                             lambda: seed_all(model_seed(case)), self.build_seconds)
+            since = lap(self.build_seconds, "model_build", since)
             synchronize(self.device)
-            self.build_seconds = {"model_build": round(time.perf_counter() - started, 3)}
+            lap(self.build_seconds, "model_build_device", since)
             loaded = load_matching_state(model, state)
             if not loaded and isinstance(model, torch.nn.Module):   # its own seeded parameters
                 state = {name: value.detach().clone() for name, value in model.state_dict().items()}

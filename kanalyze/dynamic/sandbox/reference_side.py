@@ -92,10 +92,14 @@ class ReferenceSide:
                 if self.device == "cuda":
                     torch.cuda.empty_cache()
                 since = lap(self.build_seconds, "model_evict", since)
+            synchronize(self.device)   # the device's earlier work, apart from the build's own
+            since = lap(self.build_seconds, "model_wait", since)
             seed_all(model_seed(case))
-            model = built_on(self.device, lambda: problem.model(init_inputs), lambda: seed_all(model_seed(case)))
-            synchronize(self.device)
+            model = built_on(self.device, lambda: problem.model(init_inputs), lambda: seed_all(model_seed(case)),
+                             self.build_seconds)
             since = lap(self.build_seconds, "model_build", since)
+            synchronize(self.device)
+            since = lap(self.build_seconds, "model_build_device", since)
             state = ({k: v.detach().clone() for k, v in model.state_dict().items()}
                      if isinstance(model, torch.nn.Module) else None)
             synchronize(self.device)
