@@ -132,6 +132,21 @@ def apart(seconds: dict, parts: dict, whole: str) -> None:
         seconds[whole] = round(max(0.0, seconds.get(whole, 0.0) - value), 3)
 
 
+def timed_build(device: str, build, reseed, seconds: dict):
+    """`built_on` after `reseed()`, its steps in `seconds`: `model_wait` (the device's earlier
+    work), `model_build` (a refused attempt on the device included: `model_build_refused`) and
+    `model_build_device` (the build's own device work)."""
+    since = time.perf_counter()
+    synchronize(device)
+    since = lap(seconds, "model_wait", since)
+    reseed()
+    model = built_on(device, build, reseed, seconds)
+    since = lap(seconds, "model_build", since)
+    synchronize(device)
+    lap(seconds, "model_build_device", since)
+    return model
+
+
 def seed_all(seed: int) -> None:
     torch.manual_seed(seed)
     np.random.seed(seed % 2 ** 32)
@@ -250,15 +265,8 @@ class CandidateSide:
         changed in its parameters is undone, its gradients dropped).  True when it took the state."""
         if self.built is None:
             self.build_seconds = {}
-            since = time.perf_counter()
-            synchronize(self.device)   # the device's earlier work, apart from the build's own
-            since = lap(self.build_seconds, "model_wait", since)
-            seed_all(model_seed(case))
-            model = built_on(self.device, lambda: build_candidate(self.module, self.harness, init_inputs),
-                             lambda: seed_all(model_seed(case)), self.build_seconds)
-            since = lap(self.build_seconds, "model_build", since)
-            synchronize(self.device)
-            lap(self.build_seconds, "model_build_device", since)
+            model = timed_build(self.device, lambda: build_candidate(self.module, self.harness, init_inputs),
+                                lambda: seed_all(model_seed(case)), self.build_seconds)
             loaded = load_matching_state(model, state)
             if not loaded and isinstance(model, torch.nn.Module):   # its own seeded parameters
                 state = {name: value.detach().clone() for name, value in model.state_dict().items()}

@@ -41,12 +41,12 @@ import torch
 
 from kanalyze.dynamic import inputs as input_values
 from kanalyze.dynamic.cases import model_key, model_seed
-from kanalyze.dynamic.loading import Problem, built_on
+from kanalyze.dynamic.loading import Problem
 from kanalyze.dynamic.reductions import ReductionRecorder
 from kanalyze.dynamic.sandbox import delivery, held
 from kanalyze.dynamic.sandbox.device_share import DeviceArrays
 from kanalyze.dynamic.sandbox.execute import (CANDIDATE_SIDE_KEYS, REPEAT_SEED_OFFSET, apart, describe_error,
-                                              encode_list, encode_output, lap, seed_all, synchronize,
+                                              encode_list, encode_output, lap, seed_all, synchronize, timed_build,
                                               traceback_tail)
 from kanalyze.dynamic.sandbox.transport import dtype_name, save_arrays, tensor_to_numpy
 
@@ -92,14 +92,9 @@ class ReferenceSide:
                 if self.device == "cuda":
                     torch.cuda.empty_cache()
                 since = lap(self.build_seconds, "model_evict", since)
-            synchronize(self.device)   # the device's earlier work, apart from the build's own
-            since = lap(self.build_seconds, "model_wait", since)
-            seed_all(model_seed(case))
-            model = built_on(self.device, lambda: problem.model(init_inputs), lambda: seed_all(model_seed(case)),
-                             self.build_seconds)
-            since = lap(self.build_seconds, "model_build", since)
-            synchronize(self.device)
-            since = lap(self.build_seconds, "model_build_device", since)
+            model = timed_build(self.device, lambda: problem.model(init_inputs),
+                                lambda: seed_all(model_seed(case)), self.build_seconds)
+            since = time.perf_counter()
             state = ({k: v.detach().clone() for k, v in model.state_dict().items()}
                      if isinstance(model, torch.nn.Module) else None)
             synchronize(self.device)
