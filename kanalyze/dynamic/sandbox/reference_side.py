@@ -5,8 +5,8 @@ reference's output in the working dtype and in float64, and what the
 candidate is given (inputs and the model's state).  The model is built once
 per sizes, dtype and model seed (cases.model_key; once per init inputs where the
 problem's model reads its sizes only through them, so that a changed batch size
-keeps the weights; on the CPU, as KernelBench builds it, so that a candidate
-built from the same seed gets the same weights) and its initial state is
+keeps the weights; on the device, from the model's seed as the candidate's side
+builds its own: loading.built_on) and its initial state is
 restored before each case; its state is
 saved once per model and hard-linked into each case's inputs (a model's
 weights can be gigabytes).  The inputs are made where they are used
