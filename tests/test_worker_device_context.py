@@ -21,16 +21,12 @@ import pytest
 pytest.importorskip("torch")
 
 
-def _devices_after_environment(body: str) -> str:
-    program = textwrap.dedent("""
-        import torch
-        from kanalyze.dynamic.environment import Environment
-        environment = Environment("cuda")   # the GPU worker's wrappers (nothing here needs a device)
-        with torch.device("meta"):
-            made = {BODY}
-        print(" ".join(sorted({str(t.device) for t in made})))
-    """).replace("{BODY}", body)
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+def _after_environment(program: str) -> str:
+    """What `program` prints, run in a fresh interpreter after the GPU worker's wrappers are
+    installed (nothing here needs a device)."""
+    setup = "import torch\nfrom kanalyze.dynamic.environment import Environment\nenvironment = Environment('cuda')\n"
+    done = subprocess.run([sys.executable, "-c", setup + textwrap.dedent(program)], capture_output=True, text=True,
+                          timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.strip()
 
@@ -41,17 +37,17 @@ def _devices_after_environment(body: str) -> str:
     "[torch.empty_like(torch.ones(2)), torch.nn.BatchNorm1d(4).running_var]",
 ])
 def test_a_device_context_places_what_the_wrapped_constructors_make(body: str) -> None:
-    assert _devices_after_environment(body) == "meta"
+    made = _after_environment(f"""
+        with torch.device("meta"):
+            made = {body}
+        print(" ".join(sorted({{str(t.device) for t in made}})))
+    """)
+    assert made == "meta"
 
 
 def test_the_wrappers_still_poison_fresh_memory() -> None:
-    program = textwrap.dedent("""
-        import torch
-        from kanalyze.dynamic.environment import Environment
-        environment = Environment("cuda")
+    filled = _after_environment("""
         environment.poison = 0x7F
         print(torch.empty(4, dtype=torch.uint8).tolist())
     """)
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "[127, 127, 127, 127]"
+    assert filled == "[127, 127, 127, 127]"
