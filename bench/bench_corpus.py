@@ -72,8 +72,11 @@ def kanalyze(problem: str, candidate: str, device: str, timeout: float, gates: s
                   if (f.get("evidence") or {}).get("case_seconds")), None)
     sessions = next(((f.get("evidence") or {}).get("sessions") for f in findings or []
                      if (f.get("evidence") or {}).get("sessions")), 1)
+    # what the gates asked of the arrays the judge held, and where it kept them (held_* bytes)
+    judge = next(((f.get("evidence") or {}).get("judge") for f in findings or []
+                  if (f.get("evidence") or {}).get("judge")), None)
     return {"seconds": time.perf_counter() - started, "error": error, "verdicts": verdicts, "phases": phases,
-            "cases": cases, "sessions": sessions, "disk_bytes": disk.peak}
+            "cases": cases, "sessions": sessions, "judge": judge, "disk_bytes": disk.peak}
 
 
 class DiskPeak:
@@ -150,6 +153,10 @@ def main() -> int:
             if row["all"].get("cases"):
                 print("    slowest cases: " + ", ".join(f"{c['case']} {c['seconds']:.1f}"
                                                        for c in row["all"]["cases"][:6]), flush=True)
+            held = {k: v for k, v in (row["all"].get("judge") or {}).items() if k.startswith("held_")}
+            if held:
+                print("    judge held: " + ", ".join(f"{k[5:]} {v / 2 ** 20:.0f} MiB" if k.endswith(("_peak", "_bytes"))
+                                                     else f"{k[5:]} {v}" for k, v in held.items()), flush=True)
         if args.json:  # after every pair: a run cut short keeps what it measured
             Path(args.json).write_text(json.dumps(rows, indent=1))
     summarize(rows, args.all)

@@ -187,6 +187,25 @@ def test_a_store_past_its_shares_says_no() -> None:
     assert store.hold("b", torch.zeros(100)) and store.host_bytes == 400
 
 
+def test_the_account_says_where_held_arrays_went(tmp_path) -> None:
+    """The most held at once, and what neither share could take (the caller saved it to files),
+    as the run's account reports them; the account's own question is not counted as the gates'."""
+    from kanalyze.dynamic.held_arrays import Judges
+
+    store = held.Store("cpu")
+    store.host_budget = 1000
+    assert store.hold("a", torch.zeros(200))          # 800 bytes
+    assert not store.hold("b", torch.zeros(100))      # refused: 400 bytes to files
+    store.drop(["a"])
+    assert store.hold("c", torch.zeros(50))
+    judges = Judges(True, 10.0, str(tmp_path))
+    judges._by_worker[0] = InProcessJudge(store, str(tmp_path))
+    account = judges.account()
+    assert account["asked"] == 0
+    assert (account["held_host_peak"], account["held_device_peak"]) == (800, 0)
+    assert (account["held_refused"], account["held_refused_bytes"]) == (1, 400)
+
+
 KB = Path(__file__).resolve().parent.parent / "fixtures" / "kernelbench"
 PLANTS = (("level1_problem2_tanh_exp_ratio.py", ["EXC001", "CMP001"]),
           ("level1_problem6_leaky_relu_cached_result.py", ["INT001", "MEM002"]),

@@ -55,6 +55,17 @@ class Judge:
         self.asked += 1
         return reply
 
+    def stats(self) -> dict:
+        """Where the judge kept its arrays (sandbox/held.py `_stats`); {} where it cannot say."""
+        asked = self.asked
+        try:
+            reply = self.ask({"op": "stats"})
+        except CannotJudge:
+            return {}
+        finally:
+            self.asked = asked   # (the account's own question is not one of the gates')
+        return {k: v for k, v in reply.items() if k.startswith("held_") and type(v) is int}
+
     def fetch(self, name: str, start: int = 0, count: int | None = None) -> np.ndarray:
         """The flat window of `count` elements from `start` (None: the whole array)."""
         folder = os.path.join(self.root, f"held-{next(self._files)}")
@@ -90,10 +101,18 @@ class Judges:
         return self._by_worker[id(worker)]
 
     def account(self) -> dict:
-        """What the gates asked of held arrays: requests, and whole arrays fetched (and their bytes)."""
+        """What the gates asked of held arrays: requests, and whole arrays fetched (and their bytes);
+        and where the judges kept them (`held_*`: the most on the device and in host memory at
+        once, arrays the device's reserve moved to host memory, arrays saved to files instead)."""
         judges = list(self._by_worker.values())
-        return {"asked": sum(j.asked for j in judges), "whole_arrays": sum(j.whole for j in judges),
-                "whole_bytes": sum(j.whole_bytes for j in judges)} if judges else {}
+        if not judges:
+            return {}
+        account = {"asked": sum(j.asked for j in judges), "whole_arrays": sum(j.whole for j in judges),
+                   "whole_bytes": sum(j.whole_bytes for j in judges)}
+        for judge in judges:
+            for key, value in judge.stats().items():
+                account[key] = merge_account(key, account.get(key, 0), value)
+        return account
 
     def close(self) -> None:
         """End the workers that hold arrays (the session is over: its verdicts are judged)."""
@@ -101,6 +120,11 @@ class Judges:
             if judge.worker is not None:
                 judge.worker.close()
                 judge.worker = None
+
+
+def merge_account(key: str, total: int, value: int) -> int:
+    """Two judges' (or sessions') figures for one key of the account: the larger peak, else the sum."""
+    return max(total, value) if key.endswith("_peak") else total + value
 
 
 WHOLE_IN_MEMORY = 512 * 2 ** 20   # a whole array fetched up to this size is read into memory

@@ -23,6 +23,7 @@ from kanalyze.dynamic.cases import Case, Run
 from kanalyze.dynamic.gates import gates_by_code
 from kanalyze.dynamic.gates.base import UNCONFIRMED, GateContext, Verdict
 from kanalyze.dynamic.harness import Harness
+from kanalyze.dynamic.held_arrays import merge_account
 from kanalyze.dynamic.judging import NO_CASE, decided_by_baseline, distrusted, held_windows, judge
 from kanalyze.dynamic.reference_jobs import judged_now
 from kanalyze.dynamic.results import Result
@@ -237,7 +238,7 @@ def _later_session(harness: Harness, mode: str, limits: Limits, promoted_source:
             environment["seconds"][step] = round(environment["seconds"].get(step, 0.0) + value, 3)
         environment["case_seconds"] = environment.get("case_seconds", []) + session.environment.get("case_seconds", [])
         for key, value in session.judges.account().items():
-            account[key] = account.get(key, 0) + value
+            account[key] = merge_account(key, account.get(key, 0), value)
     finally:
         session.close()
     return verdicts

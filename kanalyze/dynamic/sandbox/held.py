@@ -45,6 +45,11 @@ class Store:
         self.tensors: dict[str, torch.Tensor] = {}
         self.device_bytes = self.host_bytes = 0
         self.host_budget = int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * HOST_FRACTION)
+        # Where held arrays went, for the run's account (`stats`): the most held at once on the
+        # device and in host memory, arrays the device's reserve sent to host memory, and arrays
+        # neither could take (the caller saved them to files).
+        self.peaks = {"device": 0, "host": 0}
+        self.moved = self.refused = self.refused_bytes = 0
 
     def hold(self, name: str, tensor: torch.Tensor) -> bool:
         """Keep `tensor` (contiguous: the caller lets it go), on the device while the device keeps
@@ -60,11 +65,16 @@ class Store:
             if free >= DEVICE_RESERVE * total:   # (the tensor is allocated already: keeping it costs nothing more)
                 self.tensors[name] = tensor
                 self.device_bytes += size
+                self.peaks["device"] = max(self.peaks["device"], self.device_bytes)
                 return True
+            self.moved += 1
         if self.host_bytes + size <= self.host_budget:
             self.tensors[name] = tensor.detach().to("cpu").contiguous()
             self.host_bytes += size
+            self.peaks["host"] = max(self.peaks["host"], self.host_bytes)
             return True
+        self.refused += 1
+        self.refused_bytes += size
         return False
 
     def get(self, name) -> torch.Tensor:
@@ -291,8 +301,16 @@ def _save(store: Store, request: dict) -> dict:
     return {"saved": True}
 
 
+def _stats(store: Store, request: dict) -> dict:
+    """Where this store's arrays went (Store.peaks, moved, refused), for the run's account."""
+    return {"held_device_peak": store.peaks["device"], "held_host_peak": store.peaks["host"],
+            "held_moved_to_host": store.moved, "held_refused": store.refused,
+            "held_refused_bytes": store.refused_bytes}
+
+
 _OPS = {"values": _values, "calibrate": _calibrated, "bits": _bits, "classes": _class_pairs,
-        "finite": _finite_summary, "unwritten": _unwritten, "flushed": _flushed, "save": _save}
+        "finite": _finite_summary, "unwritten": _unwritten, "flushed": _flushed, "save": _save,
+        "stats": _stats}
 
 
 # ---------------------------------------------------------------- arrays changing hands
