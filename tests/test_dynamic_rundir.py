@@ -54,3 +54,38 @@ def test_arrays_that_would_fill_the_disk_are_refused_with_the_reason(tmp_path, m
     with pytest.raises(transport.NoRoom, match="no room for 1.00 GiB of arrays .*set TMPDIR to a larger disk"):
         transport.save_arrays(str(tmp_path / "big"), {"b": big})
     assert not list((tmp_path / "big").iterdir())                  # nothing half-written
+
+
+def test_the_shared_memory_run_directory_is_this_users_reaped_and_hidden_from_candidates(tmp_path, monkeypatch) -> None:
+    """On a GPU, arrays change hands between reference workers through shared memory (RAM, not
+    disk): under one folder of this user's, which a candidate's view hides, those of runs beside
+    this one included; a directory whose process is gone is reaped there too."""
+    from kanalyze.dynamic.sandbox import mounts
+
+    monkeypatch.setattr(rundir, "SHARED_MEMORY", str(tmp_path))
+    rundir.memory_directory.cache_clear()
+    root = tmp_path / f"kanalyze-{os.getuid()}"
+    gone = root / f"{rundir.PREFIX}999999999-left"     # a pid no process has
+    gone.mkdir(parents=True)
+    (gone / rundir.MARKER).touch()
+    try:
+        mine = rundir.memory_directory()
+        assert mine is not None and Path(mine).parent == root and Path(mine).name.startswith(f"{rundir.PREFIX}{os.getpid()}-")
+        assert not gone.exists()
+        scratch = tmp_path / "scratch"
+        scratch.mkdir()
+        assert str(root) in mounts.candidate_view(str(scratch), {}, [], [], "cuda")["hide"]
+        assert str(root) not in mounts.candidate_view(str(scratch), {}, [], [], "cpu")["hide"]   # a /dev/shm of its own
+    finally:
+        rundir.memory_directory.cache_clear()
+
+
+def test_no_shared_memory_run_directory_in_a_folder_another_user_could_have_placed(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(rundir, "SHARED_MEMORY", str(tmp_path))
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / f"kanalyze-{os.getuid()}").symlink_to(tmp_path / "elsewhere")
+    rundir.memory_directory.cache_clear()
+    try:
+        assert rundir.memory_root() is None and rundir.memory_directory() is None
+    finally:
+        rundir.memory_directory.cache_clear()

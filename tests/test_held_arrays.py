@@ -313,3 +313,36 @@ def test_what_a_gpu_case_returned_is_held_and_the_rest_saved(tmp_path) -> None:
     assert [sorted(j["exported"]) for j in adopt] == [[f"{tmp_path}/shared-1/r0_in0", f"{tmp_path}/shared-1/r0_out0"]]
     assert [sorted(j["tensors"]) for j in ingest] == [["scratch0"]]
     assert isinstance(outcome.arrays["r0_out0"], HeldArray) and outcome.meta["status"] == "ok"
+
+
+def test_arrays_handed_over_in_host_memory_go_through_shared_memory_not_the_disk(tmp_path, monkeypatch) -> None:
+    """The second reference worker's arrays that its device share could not keep are handed to the
+    judge through a folder in shared memory where one is given (a GPU run), and into their case's
+    folder where that folder has no room, or where none is given; the judge holds the same values."""
+    from kanalyze.dynamic.sandbox import transport
+
+    cases, memory = tmp_path / "run", tmp_path / "shm"
+    second = held.Store("cpu")
+    first, other = torch.arange(12, dtype=torch.float32), torch.ones(3, dtype=torch.float64)
+    assert second.hold(f"{cases}/case-1.arrays/out0", first)
+    assert second.hold(f"{cases}/case-2.arrays/out0", other)
+    real_save = transport.save_arrays
+
+    def small_shared_memory(folder, arrays):   # room for the first array only
+        if str(folder).startswith(str(memory)) and any(a.dtype == np.float64 for a in arrays.values()):
+            raise transport.NoRoom("no room")
+        real_save(folder, arrays)
+
+    monkeypatch.setattr(held, "save_arrays", small_shared_memory)
+    handed = held.hand_over(second, str(memory))
+    places = {name: where["folder"] for name, where in handed["saved"].items()}
+    assert places[f"{cases}/case-1.arrays/out0"].startswith(str(memory))       # in RAM
+    assert places[f"{cases}/case-2.arrays/out0"] == f"{cases}/case-2.arrays"   # no room there: its case's folder
+    assert not [p for p in memory.iterdir() if not any(p.iterdir())]          # nothing half-made left
+    judge = held.Store("cpu")
+    assert held.adopt(judge, {}, handed["saved"], 1 << 20)["held"].keys() == handed["saved"].keys()
+    assert torch.equal(judge.get(f"{cases}/case-1.arrays/out0"), first)
+    assert torch.equal(judge.get(f"{cases}/case-2.arrays/out0"), other)
+    assert not (cases / "case-1.arrays").exists()                              # never on the disk
+    again = held.hand_over(second)                                              # none given: the cases' folders
+    assert {w["folder"] for w in again["saved"].values()} == {f"{cases}/case-1.arrays", f"{cases}/case-2.arrays"}

@@ -31,11 +31,13 @@ from __future__ import annotations
 import collections
 import os
 import shutil
+import tempfile
 import time
 from typing import TYPE_CHECKING
 
 from kanalyze.dynamic.held_arrays import with_held
 from kanalyze.dynamic.results import Result
+from kanalyze.dynamic.sandbox import rundir
 from kanalyze.dynamic.sandbox.dispatch import READ_NOW_BYTES, Unanswered, ask
 from kanalyze.dynamic.sandbox.process import Limits, Outcome, ProtocolViolation, Worker, WorkerGone
 from kanalyze.dynamic.sandbox.transport import ArrayFolder
@@ -46,20 +48,27 @@ if TYPE_CHECKING:
 MAX_CASE_BYTES = 256 * 2 ** 30   # what the reference worker reads of one case's device arrays, at most
 
 
-def release(judge: Worker | None, limits: Limits, export: bool = False) -> tuple[str | dict[str, str], dict]:
+def release(judge: Worker | None, limits: Limits, export: bool = False,
+            memory: str | None = None) -> tuple[str | dict[str, str], dict]:
     """Ask the reference worker for the outputs it withheld while candidates ran: ({arrays folder:
     why it was not saved} for the cases whose outputs were lost (empty when all were saved), or
     why none were (the worker ended: they are lost with it); with `export`, what it held for the
-    judge, handed over (held.hand_over: `exported` and `saved`)."""
+    judge, handed over (held.hand_over: `exported`, and `saved`, through `memory` where given)."""
     if judge is None:
         return "kanalyze's reference worker ended before it handed over the reference's outputs", {}
     try:
-        answer = ask(judge, {"kind": "release", "export": export}, limits.case_seconds)
+        answer = ask(judge, {"kind": "release", "export": export, "memory": memory}, limits.case_seconds)
     except Unanswered as exc:
         return f"kanalyze's reference worker did not hand over the reference's outputs: {exc}", {}
     lost = answer.get("lost") or {}
     handed = {k: answer[k] for k in ("exported", "saved") if isinstance(answer.get(k), dict)}
     return ({str(k): str(v) for k, v in lost.items()} if isinstance(lost, dict) else {}), handed
+
+
+def handover_folder() -> str | None:
+    """A new folder in shared memory for one hand-over (rundir.memory_directory), or None."""
+    root = rundir.memory_directory()
+    return tempfile.mkdtemp(prefix="handover-", dir=root) if root else None
 
 
 def adopt(judge: Worker, handed: dict, limits: Limits) -> dict[str, dict] | str:
@@ -123,11 +132,16 @@ def hand_back(session: "Session", computed: list[str], ahead_keys: set[str], by_
         released[False] = release(session._judge, session.limits)[0]
     adopted, not_adopted = {}, None
     if any(k in ahead_keys for k in computed):
-        released[True], handed = release(session.ahead.worker, session.limits, export=held)
+        # What it holds in host memory goes through shared memory on a GPU (at a problem's real
+        # size, gigabytes that were written to the disk), and is gone once the judge has it.
+        memory = handover_folder() if held and session.mode == "cuda" else None
+        released[True], handed = release(session.ahead.worker, session.limits, export=held, memory=memory)
         if held and any(handed.values()):
             judge = judge or session.reference
             found = adopt(judge, handed, session.limits)
             adopted, not_adopted = (found, None) if isinstance(found, dict) else ({}, found)
+        if memory:
+            shutil.rmtree(memory, ignore_errors=True)
     if judge is not None and not held and judge is not session._reference:
         judge.close()
     outcomes = {}

@@ -25,6 +25,7 @@ hold, or one that fails, gets `error` (kanalyze's failure: the gate says
 from __future__ import annotations
 
 import os
+import shutil
 
 import torch
 
@@ -315,22 +316,39 @@ _OPS = {"values": _values, "calibrate": _calibrated, "bits": _bits, "classes": _
 
 # ---------------------------------------------------------------- arrays changing hands
 
-def hand_over(store: Store) -> dict:
+def hand_over(store: Store, memory: str | None = None) -> dict:
     """What a reference worker held, for the session's judge to adopt once every candidate worker
     has ended (the second reference worker's, ahead.py): `exported`, {name: CUDA IPC descriptor}
     of those on the device (kept alive here until this worker ends), and `saved`, {name: where}
-    of those in host memory, saved into their case's folder."""
+    of those in host memory, saved into `memory` (a folder in shared memory: RAM, not disk; the
+    parent removes it once the judge has adopted them), or where it has no room or there is
+    none, into their case's folder."""
     from kanalyze.dynamic.sandbox.device_share import export
 
     exported, saved = {}, {}
-    for name, tensor in store.tensors.items():
+    for number, (name, tensor) in enumerate(store.tensors.items()):
         if tensor.device.type == "cuda":
             exported[name] = export(tensor)
             continue
         folder, key = name.rsplit("/", 1)
-        save_arrays(folder, {key: tensor_to_numpy(tensor, shared=True)})
+        values = tensor_to_numpy(tensor, shared=True)
+        if memory and _saved_into(os.path.join(memory, str(number)), key, values):
+            folder = os.path.join(memory, str(number))
+        else:
+            save_arrays(folder, {key: values})
         saved[name] = {"folder": folder, "key": key, **store.describe(name)}
     return {"exported": exported, "saved": saved}
+
+
+def _saved_into(folder: str, key: str, values) -> bool:
+    """`values` saved into `folder`; False, and nothing left there, where it has no room (a
+    small /dev/shm: NoRoom)."""
+    try:
+        save_arrays(folder, {key: values})
+        return True
+    except OSError:
+        shutil.rmtree(folder, ignore_errors=True)
+        return False
 
 
 def adopt(store: Store, exported, saved, max_bytes: int, map_exported: bool = False) -> dict:

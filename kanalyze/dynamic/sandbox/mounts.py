@@ -107,6 +107,10 @@ def candidate_view(scratch: str, caches: dict[str, str], visible: list[str], pat
             pass
     view = plan(scratch, rundir.run_directory(), keys.key_directory(), writable, visible, [os.getcwd(), *paths],
                 private_shm=mode == "cpu")
+    # On a GPU the host's /dev/shm: kanalyze's folder there hidden (made now, before it is used).
+    shared_memory = rundir.memory_root() if mode != "cpu" else None
+    if shared_memory:
+        view["hide"].append(shared_memory)
     return {**view, "mode": mode}   # (Landlock's rules, where no mount namespace holds: landlock.py)
 
 

@@ -385,11 +385,11 @@ class ReferenceSide:
         self._withheld_bytes += size
         return True
 
-    def release(self, export: bool = False) -> tuple[dict[str, str], dict]:
+    def release(self, export: bool = False, memory: str | None = None) -> tuple[dict[str, str], dict]:
         """Save every withheld output (the candidate's workers have ended); returns the folders
         that could not be saved (the disk ran short: NoRoom), each with why, and with `export`
-        what this worker held for the judge, handed over (`hand_over`).  One such case costs its
-        own arrays only: the others are saved, and this worker goes on."""
+        what this worker held for the judge, handed over (`hand_over`, through `memory`).  One
+        such case costs its own arrays only: the others are saved, and this worker goes on."""
         lost: dict[str, str] = {}
         for folder, arrays in self._withheld.items():
             try:
@@ -400,7 +400,7 @@ class ReferenceSide:
         self._withheld.clear()
         self._withheld_bytes = 0
         self._later.clear()   # a float64 reference never asked for: its candidate failed first
-        return lost, (held.hand_over(self.store) if export and self.store is not None else {})
+        return lost, (held.hand_over(self.store, memory) if export and self.store is not None else {})
 
 
 def _numpy(value):

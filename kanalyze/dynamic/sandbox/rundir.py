@@ -7,6 +7,11 @@ of it (disguise.py); the marker tells kanalyze's run directories from other fold
 that name (those of earlier versions, `kanalyze-run-<pid>-*`, are known by their name).
 A process killed with `kill -9` cannot remove its own, so each new one removes those of
 this user whose process is gone: nothing a crash left behind outlives the next run.
+
+On a GPU run a second one lives in shared memory (`memory_directory`, under
+/dev/shm/kanalyze-<uid>: RAM, not disk), for arrays that change hands between reference
+workers at a problem's real size (held.hand_over); it is named, marked and reaped the
+same way, and hidden from candidates as the first is.
 """
 
 from __future__ import annotations
@@ -15,10 +20,12 @@ import atexit
 import os
 import re
 import shutil
+import stat
 import tempfile
 from functools import lru_cache
 
 PREFIX = "tmp"
+SHARED_MEMORY = "/dev/shm"
 MARKER = ".owner"
 _NAME = re.compile(rf"{PREFIX}(\d+)-")
 _EARLIER = re.compile(r"kanalyze-run-(\d+)-")   # the run directories of earlier versions
@@ -31,6 +38,38 @@ def run_directory() -> str:
     path = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
     atexit.register(shutil.rmtree, path, True)
     open(os.path.join(path, MARKER), "x").close()
+    return path
+
+
+def memory_root() -> str | None:
+    """The folder of this user's run directories in shared memory, `/dev/shm/kanalyze-<uid>`
+    (made here, this user's own, no link), or None where there is none to be had.  One fixed
+    folder, so that a candidate's view hides them all, those of runs beside this one too
+    (mounts.candidate_view: on a GPU a candidate sees the host's /dev/shm)."""
+    root = os.path.join(SHARED_MEMORY, f"kanalyze-{os.getuid()}")
+    try:
+        os.makedirs(root, mode=0o700, exist_ok=True)
+        status = os.lstat(root)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(status.st_mode) or status.st_uid != os.getuid():
+        return None   # another user's, or a link: nothing of kanalyze's goes there
+    return root
+
+
+@lru_cache(maxsize=1)
+def memory_directory() -> str | None:
+    """This process's run directory in shared memory, or None where the machine has none."""
+    root = memory_root()
+    if root is None:
+        return None
+    reap(root)
+    try:
+        path = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=root)
+        open(os.path.join(path, MARKER), "x").close()
+    except OSError:
+        return None
+    atexit.register(shutil.rmtree, path, True)
     return path
 
 
@@ -51,10 +90,11 @@ def scratch(prefix: str) -> str:
     return tempfile.mkdtemp(prefix=prefix, dir=run_directory())
 
 
-def reap() -> list[str]:
-    """Remove the run directories of this user's kanalyze processes that are gone."""
+def reap(parent: str | None = None) -> list[str]:
+    """Remove the run directories of this user's kanalyze processes that are gone, from `parent`
+    (default: the temporary directory)."""
     removed = []
-    parent = tempfile.gettempdir()
+    parent = parent or tempfile.gettempdir()
     try:
         entries = os.listdir(parent)
     except OSError:

@@ -219,7 +219,8 @@ def _serve_jobs(role, control, status, side, harness, import_error, device_map, 
             _send(status, event="plan", sizes=_plan(job, harness, device_map, case_sizes))
             continue
         if job["kind"] == "release":   # the reference's withheld outputs, now that no candidate runs
-            lost, handed = side.release(job.get("export", False))
+            memory = job.get("memory") if isinstance(job.get("memory"), str) else None
+            lost, handed = side.release(job.get("export", False), memory)
             _send(status, event="job-done", job=job.get("id"), lost=lost, **handed)
             continue
         if job["kind"] == "judge" and role == "reference":   # a summary of held arrays (held.py)
