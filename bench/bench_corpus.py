@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from kanalyze.audit import allclose  # noqa: E402
 from kanalyze.audit.summary import KANALYZE_FAILED  # noqa: E402
+from kanalyze.dynamic.sandbox.rundir import SHARED_MEMORY  # noqa: E402
 
 def kernelbench(problem: str, candidate: str, device: str, timeout: float) -> dict:
     """KernelBench's criterion in a fresh process (kanalyze.audit.allclose): PASS, FAIL, ERROR, TIMEOUT or CRASHED.
@@ -53,9 +54,9 @@ def kanalyze(problem: str, candidate: str, device: str, timeout: float, gates: s
     if gates:
         command += ["--gates", gates]
     started = time.perf_counter()
-    disk = DiskPeak()
+    disk, memory = DiskPeak(), DiskPeak(SHARED_MEMORY)   # (the second: RAM, arrays handed over through it)
     try:
-        with disk:
+        with disk, memory:
             done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
         findings = json.loads(done.stdout) if done.stdout.strip().startswith(("[", "{")) else None
         error = None if findings is not None else (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -76,15 +77,16 @@ def kanalyze(problem: str, candidate: str, device: str, timeout: float, gates: s
     judge = next(((f.get("evidence") or {}).get("judge") for f in findings or []
                   if (f.get("evidence") or {}).get("judge")), None)
     return {"seconds": time.perf_counter() - started, "error": error, "verdicts": verdicts, "phases": phases,
-            "cases": cases, "sessions": sessions, "judge": judge, "disk_bytes": disk.peak}
+            "cases": cases, "sessions": sessions, "judge": judge, "disk_bytes": disk.peak,
+            "shared_memory_bytes": memory.peak}
 
 
 class DiskPeak:
     """The most the temporary folder's disk held above what it held at the start, sampled every
     0.1 s in a thread while the block runs (other processes' use on that disk counts too)."""
 
-    def __init__(self) -> None:
-        self.folder = tempfile.gettempdir()
+    def __init__(self, folder: str | None = None) -> None:
+        self.folder = folder or tempfile.gettempdir()
         self.peak = 0
         self._done = threading.Event()
 
@@ -93,13 +95,17 @@ class DiskPeak:
             self.peak = max(self.peak, shutil.disk_usage(self.folder).used - start)
 
     def __enter__(self) -> "DiskPeak":
+        if not os.path.isdir(self.folder):
+            self._thread = None
+            return self
         self._thread = threading.Thread(target=self._watch, args=(shutil.disk_usage(self.folder).used,), daemon=True)
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._done.set()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
 
 
 def blames_kanalyze(verdict: dict) -> bool:
@@ -144,7 +150,8 @@ def main() -> int:
             print(f"    {(v['result'] or '')[:220]}", flush=True)
         if args.all:
             every = ", ".join(f"{v['code']} {v['status']}" for v in row["all"]["verdicts"]) or "no verdict"
-            print(f"    all gates {row['all']['seconds']:.1f} s (disk {row['all']['disk_bytes'] / 2 ** 20:.0f} MiB"
+            print(f"    all gates {row['all']['seconds']:.1f} s (disk {row['all']['disk_bytes'] / 2 ** 20:.0f} MiB, "
+                  f"shared memory {row['all'].get('shared_memory_bytes', 0) / 2 ** 20:.0f} MiB"
                   + (f", {row['all']['sessions']} sessions" if row["all"]["sessions"] > 1 else "") + "): "
                   f"{every}"
                   + (f" ({row['all']['error']})" if row["all"]["error"] else ""), flush=True)
@@ -175,7 +182,9 @@ def summarize(rows: list[dict], with_all: bool) -> None:
     print()
     for column in ("targeted", "all") if with_all else ("targeted",):
         peaks = [r[column].get("disk_bytes", 0) / 2 ** 20 for r in rows]
-        print(f"{column}: peak disk use per pair, median {statistics.median(peaks):.0f} MiB, most {max(peaks):.0f} MiB")
+        memory = max(r[column].get("shared_memory_bytes", 0) for r in rows) / 2 ** 20
+        print(f"{column}: peak disk use per pair, median {statistics.median(peaks):.0f} MiB, most {max(peaks):.0f} MiB"
+              f" (shared memory, most {memory:.0f} MiB)")
     for column in ("targeted", "all") if with_all else ("targeted",):
         statuses: dict[str, int] = {}
         for r in rows:
