@@ -33,6 +33,9 @@ def test_a_case_holds_its_outputs_their_float64_copy_and_each_run() -> None:
     compared = case("X")
     compared.return_inputs = True     # the inputs kept, and returned by the candidate
     assert held_budget.case_bytes(compared, base, [GIB], ["float32"], inputs=GIB) == 6 * GIB
+    backward = case("X")
+    backward.gradients = True         # gradients of 1 GiB of inputs and state: 1 + 2 (float64) + 1 a run,
+    assert held_budget.case_bytes(backward, base, [GIB], ["float32"], inputs=GIB) == 9 * GIB   # and 1 upstream
     assert held_budget.case_bytes(case("X"), base, [GIB], ["float16"]) == 6 * GIB   # float64 is 4x float16
     assert held_budget.case_bytes(case("X"), base, [GIB], ["int64"]) == 2 * GIB     # no float64 copy
     assert held_budget.case_bytes(case("X"), base, [GIB], ["float8_e4m3fn"]) == 10 * GIB

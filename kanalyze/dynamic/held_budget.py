@@ -54,11 +54,14 @@ def case_bytes(case: Case, base_sizes: dict[str, int], nbytes: list[int], dtypes
     """What a case's arrays take while the judge holds them, scaled from the baseline's outputs:
     the reference's outputs and their float64 copies, and each candidate run's outputs (twice
     for a second set of inputs, INT001's); the inputs, kept and returned, where a gate compares
-    them (MEM002)."""
+    them (MEM002); where it compares gradients (CMP002), a gradient per input and parameter (as
+    large as `inputs`, which holds the model's state too) in the working dtype, in float64
+    (counted as twice float32's) and from each run, and the upstream gradients."""
     reference = sum(nbytes)
     wide = sum(n // _itemsize(d) * FLOAT_WIDTH for n, d in zip(nbytes, dtypes) if _is_float(d))
     total = (reference * (1 + len(case.runs)) + wide) * (2 if case.repeat_new_values else 1)
     total += 2 * inputs if case.return_inputs else 0
+    total += inputs * (3 + len(case.runs)) + reference if case.gradients else 0
     scale = math.prod(max(1.0, case.sizes.get(k, v) / v) for k, v in base_sizes.items() if v > 0)
     return int(total * scale)
 
