@@ -68,8 +68,8 @@ class Store:
                 self.device_bytes += size
                 self.peaks["device"] = max(self.peaks["device"], self.device_bytes)
                 return True
-            self.moved += 1
         if self.host_bytes + size <= self.host_budget:
+            self.moved += tensor.device.type == "cuda"
             self.tensors[name] = tensor.detach().to("cpu").contiguous()
             self.host_bytes += size
             self.peaks["host"] = max(self.peaks["host"], self.host_bytes)
