@@ -9,7 +9,8 @@
 #   bench:MANIFEST[:290]        bench/bench_corpus.py --all over the pairs of MANIFEST
 #                               (a pairs.jsonl, or a few of its lines: bench/corpus/README.md)
 #   audit:MANIFEST[:300]        kanalyze audit --device cuda --jobs 4 over MANIFEST, resuming
-#                               the journal in $AUDIT (default ./gpu-audit)
+#                               the journal in $AUDIT (default: audit-NAME beside MANIFEST, for
+#                               MANIFEST NAME.jsonl, so that the same manifest resumes its own)
 #
 # Everything a step prints also goes to $OUT/<step>.log (default ./gpu-out); the bench's
 # numbers to $OUT/bench.json and the audit's journal to $OUT/results.jsonl.  WHEELS=DIR
@@ -18,7 +19,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-out}
-AUDIT=${AUDIT:-gpu-audit}
 mkdir -p "$OUT"
 if [ -n "${WHEELS:-}" ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -42,10 +42,11 @@ for step in "$@"; do
         timeout "${seconds:-290}" python3 bench/bench_corpus.py --corpus "$manifest" --device cuda --all \
             --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -60 ;;
     audit)
-        mkdir -p "$AUDIT"
-        timeout "${seconds:-300}" python3 -m kanalyze audit --manifest "$manifest" --output "$AUDIT" \
+        journal=${AUDIT:-$(dirname "$manifest")/audit-$(basename "$manifest" .jsonl)}
+        mkdir -p "$journal"
+        timeout "${seconds:-300}" python3 -m kanalyze audit --manifest "$manifest" --output "$journal" \
             --device cuda --jobs 4 --pair-timeout 240 -q > "$OUT/audit.log" 2>&1
-        cp "$AUDIT/results.jsonl" "$OUT/results.jsonl" 2>/dev/null
+        cp "$journal/results.jsonl" "$OUT/results.jsonl" 2>/dev/null
         tail -30 "$OUT/audit.log" ;;
     *)
         echo "unknown step: $step" >&2; exit 2 ;;
