@@ -490,3 +490,30 @@ def test_outputs_lost_to_a_full_disk_cost_their_own_cases_only(tmp_path: Path, m
     with pytest.raises(CannotJudge, match="could not save the reference's outputs"):
         Result(Case("c", "EXC001", {}), gone).expected
     assert with_outputs(Outcome("done", meta=meta, arrays=small), "it ended").status == "crashed"
+
+
+def test_a_case_kanalyze_cannot_hold_costs_that_case_only(tmp_path: Path) -> None:
+    """A case at a size past what the machine holds (measured: a 32768 × 32768 input on the CPU,
+    whose copy for the candidate numpy could not allocate) is kanalyze's failure for that case,
+    said with why, never the problem's rejection or the candidate's defect; the reference worker
+    goes on with the other cases.  A failure of kanalyze's code of any other kind still ends it."""
+    import pytest
+
+    from kanalyze.dynamic.sandbox import worker
+
+    class Side:
+        def __init__(self, error: BaseException) -> None:
+            self.error = error
+
+        def run(self, case, out_base, inputs):
+            raise self.error
+
+    short = worker._reference_case(Side(MemoryError("Unable to allocate 4.00 GiB")), {}, str(tmp_path), None)
+    assert short["status"] == "internal" and "could not keep this case's arrays" in short["error"]
+    assert "4.00 GiB" in short["error"]
+    with pytest.raises(KeyError):
+        worker._reference_case(Side(KeyError("a bug")), {}, str(tmp_path), None)
+    result = Result(Case("c", "ORD001", {}), Outcome("done", meta=short))
+    assert not result.reference_ok
+    assert result.kanalyze_failure() == short["error"] == result.reference_failure()
+    assert "rejects" not in result.reference_failure()

@@ -115,6 +115,8 @@ class Result:
     def reference_failure(self) -> str:
         if self.reference.status != "done":
             return f"the reference {self.reference.status}: {self.reference.detail}"
+        if self.reference.meta.get("status") == "internal":   # kanalyze's own step, not the problem
+            return str(self.reference.meta.get("error"))
         return f"the reference rejects these sizes: {self.reference.meta.get('error')}"
 
     @cached_property
@@ -186,6 +188,8 @@ class Result:
         reference = self.reference
         if reference is not None and reference.status != "done" and reference.blame != "candidate":
             return f"kanalyze's reference worker {reference.status}: {reference.detail}{_last_line(reference.output)}"
+        if reference is not None and reference.status == "done" and reference.meta.get("status") == "internal":
+            return str(reference.meta.get("error"))
         outcome = self.candidate
         if outcome is None or outcome.status == "violation":
             return None

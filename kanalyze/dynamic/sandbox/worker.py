@@ -207,6 +207,19 @@ def _start(role, mode, spec, harness, status, control, hiding, env, policy, seco
         return 70
 
 
+def _reference_case(side, case: dict, out_base: str, inputs: str | None) -> dict:
+    """The reference's result for one case.  Where kanalyze's own steps run short (memory for
+    the copies it saves, disk for its files: a case at a size past what the machine holds), that
+    case alone is kanalyze's failure (`internal`); the worker goes on with the others."""
+    from kanalyze.dynamic.sandbox.execute import describe_error
+
+    try:
+        return side.run(case, out_base, inputs)
+    except (MemoryError, OSError) as exc:   # (the problem's own failures are its answer: side.run)
+        return {"status": "internal",
+                "error": f"kanalyze's reference worker could not keep this case's arrays: {describe_error(exc)}"}
+
+
 def _serve_jobs(role, control, status, side, harness, import_error, device_map, case_sizes) -> int:
     """The job loop.  A candidate's worker waits after each case until the parent has read it
     (`ack`): nothing the candidate leaves running can rewrite a case's arrays before then."""
@@ -251,7 +264,7 @@ def _serve_jobs(role, control, status, side, harness, import_error, device_map, 
             if role == "reference":
                 inputs = job.get("inputs_out")   # the folder a candidate's worker is shown (mounts.py)
                 inputs = inputs and os.path.join(inputs, f"job-{job.get('id')}-case-{index}")
-                result = side.run(case, out_base, inputs)
+                result = _reference_case(side, case, out_base, inputs)
             elif import_error:
                 result = {"status": "error", "error": f"the candidate does not import: {import_error}", "runs": []}
             elif case.get("call"):  # a kernel harness: no reference
