@@ -115,3 +115,28 @@ def test_a_model_that_reads_a_size_of_the_module_is_kept_per_sizes() -> None:
     """
     assert not _built_from_init_inputs(helper), "through a class and a function it names"
     assert not _built_from_init_inputs("Model = None\n"), "no Model class: kept per sizes"
+
+
+def test_a_tuple_of_sizes_is_a_knob_per_element() -> None:
+    """`input_shape = (32768,)` sizes an input as `batch_size` does: scaled on the CPU and perturbed
+    like any knob (measured: left whole, a case at the problem's batch size asked for 32768²)."""
+    problem = textwrap.dedent("""
+        batch_size = 32768
+        input_shape = (32768,)
+        kernel_size = (3, 5 * 2)
+        mixed = (3, dim)            # a name inside: not a size tuple
+        _hidden = (7,)
+
+        class Model:
+            def __init__(self):
+                self.shape = input_shape
+    """)
+    tree = ast.parse(problem)
+    assert read_knobs(tree) == {"batch_size": 32768, "input_shape[0]": 32768, "kernel_size[0]": 3,
+                                "kernel_size[1]": 10}
+    set_knobs(tree, {"input_shape[0]": 64, "kernel_size[1]": 9})
+    namespace: dict = {"dim": 1}
+    exec(compile(tree, "problem.py", "exec"), namespace)
+    assert (namespace["input_shape"], namespace["kernel_size"], namespace["batch_size"]) == ((64,), (3, 9), 32768)
+    # a Model that reads a tuple size is built per sizes, as one reading an integer size is
+    assert not built_from_init_inputs(ast.parse(problem), read_knobs(ast.parse(problem)))

@@ -1,10 +1,12 @@
 """A problem's size knobs: its module-level integers, constant expressions included.
 
-KernelBench writes sizes as literals (`dim = 4096`) and as constant
-expressions (`batch_size = 8192 * 2`, `N = 2 ** 20`, `M = 1024 * 16 - 1`): both
-are knobs the harness may scale or perturb.  A size computed from another name
-(`dim2 = dim * 2`) is not a knob of its own: it follows the knob it is made of
-when the module runs.  Read with `ast`, never executed.
+KernelBench writes sizes as literals (`dim = 4096`), as constant expressions
+(`batch_size = 8192 * 2`, `N = 2 ** 20`, `M = 1024 * 16 - 1`) and as tuples of
+them (`input_shape = (32768,)`, `kernel_size = (3, 5)`: one knob per element,
+named `input_shape[0]`): all are knobs the harness may scale or perturb.  A size
+computed from another name (`dim2 = dim * 2`) is not a knob of its own: it
+follows the knob it is made of when the module runs.  Read with `ast`, never
+executed.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ def assignment(node: ast.stmt) -> tuple[str, ast.expr] | None:
 
 
 def read_knobs(tree: ast.Module) -> dict[str, int]:
-    """Module-level integer sizes, by name (names starting with `_` are private, not knobs)."""
+    """Module-level integer sizes, by name, a tuple's elements as `name[i]` (names starting with
+    `_` are private, not knobs)."""
     knobs: dict[str, int] = {}
     for node in tree.body:
         found = assignment(node)
@@ -59,6 +62,8 @@ def read_knobs(tree: ast.Module) -> dict[str, int]:
         value = constant_int(found[1])
         if value is not None:
             knobs[found[0]] = value
+        for i, element in enumerate(_size_tuple(found[1])):
+            knobs[f"{found[0]}[{i}]"] = constant_int(element)
     return knobs
 
 
@@ -66,8 +71,26 @@ def set_knobs(tree: ast.Module, sizes: dict[str, int]) -> None:
     """Rewrite the knobs' assignments in `tree` to the given sizes (the module then runs with them)."""
     for node in tree.body:
         found = assignment(node)
-        if found is not None and found[0] in sizes and constant_int(found[1]) is not None:
-            node.value = ast.copy_location(ast.Constant(int(sizes[found[0]])), found[1])
+        if found is None:
+            continue
+        name, value = found
+        if name in sizes and constant_int(value) is not None:
+            node.value = ast.copy_location(ast.Constant(int(sizes[name])), value)
+        for i, element in enumerate(_size_tuple(value)):
+            if f"{name}[{i}]" in sizes:
+                value.elts[i] = ast.copy_location(ast.Constant(int(sizes[f"{name}[{i}]"])), element)
+
+
+def knob_name(knob: str) -> str:
+    """The module-level name a knob is part of (`input_shape` for `input_shape[0]`)."""
+    return knob.split("[", 1)[0]
+
+
+def _size_tuple(node: ast.expr) -> list[ast.expr]:
+    """The elements of a tuple of integer constant expressions (`(32768,)`, `(3, 5)`), else []."""
+    if isinstance(node, ast.Tuple) and node.elts and all(constant_int(e) is not None for e in node.elts):
+        return list(node.elts)
+    return []
 
 
 def built_from_init_inputs(tree: ast.Module, knobs: Iterable[str]) -> bool:
@@ -76,7 +99,7 @@ def built_from_init_inputs(tree: ast.Module, knobs: Iterable[str]) -> bool:
     anywhere in its class, `forward` included (a kept model's methods read the globals of the
     module it was built in), nor in the module's functions and classes it names.  Then one model
     serves every size with the same init inputs (a batch size changed, the weights the same)."""
-    sized = set(knobs)
+    sized = {knob_name(k) for k in knobs}
     changed = True
     while changed:   # module-level names computed from sizes follow them
         changed = False
