@@ -65,17 +65,14 @@ def kanalyze(problem: str, candidate: str, device: str, timeout: float, gates: s
     findings = findings["findings"] if isinstance(findings, dict) else findings
     verdicts = [{"code": f["code"], "status": f.get("status"), "result": (f.get("evidence") or {}).get("gate_result")}
                 for f in findings or [] if f.get("status") != "flagged"]
-    # where the gate run's time went (plan, reference, candidate, read_back, release, judge)
-    phases = next(((f.get("evidence") or {}).get("gate_seconds") for f in findings or []
-                   if (f.get("evidence") or {}).get("gate_seconds")), None)
-    # the candidate's slowest cases (gate, case, seconds; a case's name starts with its gate's)
-    cases = next(((f.get("evidence") or {}).get("case_seconds") for f in findings or []
-                  if (f.get("evidence") or {}).get("case_seconds")), None)
-    sessions = next(((f.get("evidence") or {}).get("sessions") for f in findings or []
-                     if (f.get("evidence") or {}).get("sessions")), 1)
-    # what the gates asked of the arrays the judge held, and where it kept them (held_* bytes)
-    judge = next(((f.get("evidence") or {}).get("judge") for f in findings or []
-                  if (f.get("evidence") or {}).get("judge")), None)
+    def account(key: str, default=None):   # the first finding's account of the gate run (confirm.py)
+        return next(((f.get("evidence") or {}).get(key) for f in findings or []
+                     if (f.get("evidence") or {}).get(key)), default)
+
+    phases = account("gate_seconds")    # where the run's time went (plan, reference, candidate, judge, ...)
+    cases = account("case_seconds")     # the candidate's slowest cases (gate, case, seconds)
+    sessions = account("sessions", 1)
+    judge = account("judge")            # what the gates asked of held arrays, and where they were kept
     return {"seconds": time.perf_counter() - started, "error": error, "verdicts": verdicts, "phases": phases,
             "cases": cases, "sessions": sessions, "judge": judge, "disk_bytes": disk.peak,
             "shared_memory_bytes": memory.peak}
