@@ -244,6 +244,18 @@ def test_power_plants_are_confirmed_through_the_scaling(code) -> None:
     assert twin_verdict.status == "refuted", twin_verdict.summary
 
 
+def test_a_race_on_the_last_writer_is_confirmed_by_permuting_programs() -> None:
+    """ORD001's `order` plant: several programs store a row's total, each rounded differently;
+    the interpreter's permutations change which one stores last.  (On a GPU, the reversed order
+    does: test_dynamic_gpu.py.)"""
+    flags = {"ORD001": [{"row": None}]}
+    order = CONTROLS["ORD001"]["order"]
+    verdicts = [{v.code: v for v in run_gates(_harness("candidates", order[role]), ["ORD001"], flags,
+                                              Options(mode="cpu")).verdicts}["ORD001"] for role in ("plant", "twin")]
+    assert verdicts[0].status == "confirmed" and "permutations" in verdicts[0].summary, verdicts[0].summary
+    assert verdicts[1].status == "refuted", verdicts[1].summary
+
+
 def test_a_gate_without_power_at_the_sizes_it_ran_does_not_refute() -> None:
     """Replaying only the scaled-down case: a row of one block (ORD001), a K far below the
     problem's (PRC002).  Neither can show the violation: `unconfirmed`, saying why."""

@@ -32,6 +32,7 @@ KB = ROOT / "fixtures" / "kernelbench"
 CONTROLS = {k: v for k, v in json.loads((KB / "controls.json").read_text()).items() if not k.startswith("_")}
 CUDA_CONTROLS = {code: entry["cuda"] for code, entry in CONTROLS.items() if "cuda" in entry}
 POWER = {code: entry["power"] for code, entry in CONTROLS.items() if "power" in entry}
+ORDER = {code: entry["order"] for code, entry in CONTROLS.items() if "order" in entry}
 # CUDA C++ candidates that fail: the failure is a recorded result (CMP001 on the problem's own inputs).
 HOSTILE_CUDA = {"level1_problem6_build_error_cuda.py": "Error building extension 'leaky_relu_broken'",
                 "level1_problem6_illegal_address_cuda.py": "illegal memory access"}
@@ -56,6 +57,7 @@ def gpu_verdicts(extension_cache):
     jobs += [("hostile", "MEM002", "hostile", name) for name in HOSTILE_CUDA]
     jobs += [("triton", code, role, CONTROLS[code][role]) for code in sorted(CONTROLS) for role in ("plant", "twin")]
     jobs += [("power", code, role, POWER[code][role]) for code in sorted(POWER) for role in ("plant", "twin")]
+    jobs += [("order", code, role, ORDER[code][role]) for code in sorted(ORDER) for role in ("plant", "twin")]
 
     def run(job):
         kind, code, role, name = job
@@ -93,6 +95,17 @@ def test_power_plant_confirmed_and_twin_refuted_on_the_gpu(gpu_verdicts, code) -
     _, twin = gpu_verdicts[("power", code, "twin", POWER[code]["twin"])]
     assert plant[code].status == "confirmed", plant[code].summary
     assert twin[code].status == "refuted", twin[code].summary
+
+
+@pytest.mark.parametrize("code", sorted(ORDER))
+def test_order_plant_confirmed_and_twin_refuted_on_the_gpu(gpu_verdicts, code) -> None:
+    """A race on which program stores last, where a GPU's launches agree with each other: the
+    candidate with its programs in reverse order shows it, and the clean twin refutes only after
+    its reversed run agreed too."""
+    _, plant = gpu_verdicts[("order", code, "plant", ORDER[code]["plant"])]
+    _, twin = gpu_verdicts[("order", code, "twin", ORDER[code]["twin"])]
+    assert plant[code].status == "confirmed", plant[code].summary
+    assert twin[code].status == "refuted" and "reverse order" in twin[code].summary, twin[code].summary
 
 
 @pytest.mark.parametrize("code", sorted(CUDA_CONTROLS))

@@ -23,6 +23,8 @@ Data flows one way (DESIGN.md): static findings → gate selection (confirm.py)
   reference_cache.py reference outputs kept across gates
   promote.py     the PRC002 fp32-promotion rewrite (LibCST)
   promote_cuda.py  the same for CUDA C++ in load_inline strings (half → float accumulators)
+  reverse_order.py the ORD001 rewrite for a GPU: every program's order reversed (LibCST; CUDA text)
+  autotune_pin.py  a variant's autotuners keep the configs the candidate chose (worker side)
   confirm.py     findings ↔ verdicts for `check --dynamic`
   witness.py     witness files and `kanalyze replay`
 

@@ -35,6 +35,10 @@ class Environment:
 
             self.driver = InterpreterDriver()
             autotune_cpu.install()   # before the candidate's import: its autotuned kernels tune without a device
+        else:
+            from kanalyze.dynamic import autotune_pin
+
+            autotune_pin.install()   # a variant's case may name the configs to keep (ORD001)
         from kanalyze.dynamic.integrity import Watch
 
         self.watch = Watch()   # before the candidate's import: what it replaces there shows too
@@ -90,6 +94,11 @@ class Environment:
         torch = self.torch
         self.poison = run.get("poison")
         self.launches.launches.clear()
+        self.launches.settings.clear()
+        if self.driver is None:
+            from kanalyze.dynamic import autotune_pin
+
+            autotune_pin.pin(case.get("pin_launches"))
         self.modes.seen.clear()
         if self.driver is not None:
             self.driver.reset(run.get("order_seed"), bool(case.get("emulate_tf32")), bool(case.get("collect_bounds")))
@@ -131,6 +140,8 @@ class Environment:
 
     def after_run(self, case: dict) -> dict:
         out = {"launches": dict(self.launches.launches), "replaced": self.watch.replaced(),
+               "launch_settings": {name: [dict(s) for s in sorted(settings, key=repr)]
+                                   for name, settings in self.launches.settings.items()},
                "threads_left": self.watch.threads_left(), "snooped": self.watch.snooped()}
         if self._ops is not None:
             out["ops"] = dict(self._ops.calls)

@@ -26,7 +26,7 @@ def _is_low(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Attribute) and node.attr.value in LOW
 
 
-def _jit_decorated(node: cst.FunctionDef) -> bool:
+def jit_decorated(node: cst.FunctionDef) -> bool:
     for decorator in node.decorators:
         expr = decorator.decorator
         expr = expr.func if isinstance(expr, cst.Call) else expr
@@ -49,7 +49,7 @@ class _Promote(cst.CSTTransformer):
         return self.get_metadata(PositionProvider, node).start.line
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if self.depth or not _jit_decorated(node):
+        if self.depth or not jit_decorated(node):
             if self.depth:
                 self.depth += 1
             return

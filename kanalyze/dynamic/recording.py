@@ -56,8 +56,13 @@ def own_mode(cls: type) -> type:
 
 
 class LaunchCounter:
+    SETTINGS_PER_KERNEL = 16   # distinct launch settings kept per kernel and run
+
     def __init__(self) -> None:
         self.launches: collections.Counter = collections.Counter()
+        # Per kernel, the scalar keyword arguments of its launches (an autotuned kernel's chosen
+        # config among them): a variant of the candidate must launch the same (ORD001, autotune_pin.py).
+        self.settings: dict[str, set] = collections.defaultdict(set)
         self._inside = threading.local()   # per thread: > 0 while a launch (or kanalyze's own work) runs
         self.installed: dict[type, tuple] = {}   # class -> (our run, its code)
         # On the CPU, told when a launch starts and ends (True, False): the parent then knows
@@ -103,6 +108,9 @@ class LaunchCounter:
             # Counted once it returned: a launch that raised (a fallback's decoy) did no work.
             if not kwargs.get("warmup"):
                 counter.launches[name] += 1
+                if len(counter.settings[name]) < counter.SETTINGS_PER_KERNEL:
+                    counter.settings[name].add(tuple(sorted(
+                        (k, v) for k, v in kwargs.items() if k != "warmup" and type(v) in (bool, int, float, str))))
             return launched
 
         cls.run = run

@@ -8,10 +8,10 @@ with its outputs, error, launches and out-of-bounds report.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-
 
 from kanalyze.dynamic.cases import Case
 from kanalyze.dynamic.causes import the_runs_shortage
@@ -250,3 +250,19 @@ class Result:
         if not self.candidate_ok:
             return []
         return [RunView(i, meta, self.candidate_arrays) for i, meta in enumerate(self.candidate.meta["runs"])]
+
+
+def sealed(result: Result, results: list[Result]) -> dict:
+    """The case as sent to a candidate worker: each run with a fresh nonce of the trusted side's,
+    kept in `result.nonces`, that the run's recorder seal must show (recording.py).  A case of
+    the reversed-order variant keeps the autotune configs the candidate chose on the same inputs
+    (autotune_pin.py)."""
+    case = result.case.to_dict()
+    if result.case.variant == "reversed":
+        case["pin_launches"] = next((r.runs[-1].meta.get("launch_settings") for r in results
+                                     if r.case.variant == "original" and r.case.gate == result.case.gate
+                                     and r.runs and r.runs[-1].status == "ok"), None)
+    result.nonces = [secrets.randbelow(2**31 - 1) + 1 for _ in case["runs"]]
+    for run, nonce in zip(case["runs"], result.nonces):
+        run["nonce"] = nonce
+    return case

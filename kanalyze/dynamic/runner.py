@@ -75,8 +75,6 @@ class GateRun:
 def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] | None = None,
               options: Options | None = None, cases: list[Case] | None = None) -> GateRun:
     """Run the gates of `codes` on one candidate; `cases` replays exactly those (a witness)."""
-    from kanalyze.dynamic.promote import promote_accumulators
-
     started = time.perf_counter()
     options = options or Options()
     flags = flags or {}
@@ -98,15 +96,9 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
     if cuda_cpp:  # its workers compile the extension while they start (once per source: extensions.py)
         limits = replace(limits, start_seconds=max(limits.start_seconds, BUILD_SECONDS),
                          import_seconds=max(limits.import_seconds, BUILD_SECONDS))
-    promoted_source, promotion = None, None
-    if "PRC002" in codes and (cases is None or any(c.variant == "promoted" for c in cases)):
-        rows = [f["row"] for f in flags.get("PRC002", []) if f.get("row")] or None
-        with open(harness.candidate, encoding="utf-8") as handle:
-            source = handle.read()
-        promoted, changes = promote_accumulators(source, rows)
-        if changes:
-            promoted_source, promotion = promoted, changes
-    session = Session(harness, mode, limits, promoted_source)
+    variants, rewrites = _variants(harness, codes, flags, mode, cases)
+    promotion, reversal = rewrites.get("promoted"), rewrites.get("reversed")
+    session = Session(harness, mode, limits, variants)
     try:
         if cases is not None:
             sizes = dict(cases[0].sizes)
@@ -115,10 +107,10 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
         else:
             sizes = session.plan_sizes(options.max_numel or MAX_NUMEL[mode])
         contexts = {code: GateContext(harness, sizes, mode, flags.get(code, []), options.seed, promotion,
-                                      None, cuda_cpp) for code in codes}
+                                      None, cuda_cpp, reversal) for code in codes}
 
         def planned(code: str) -> list[Case]:
-            return [c for c in gates[code].plan(contexts[code]) if c.variant == "original" or promotion]
+            return [c for c in gates[code].plan(contexts[code]) if c.variant == "original" or c.variant in variants]
 
         # A gate that reads the reference's output shapes (PRC002: which knobs a reduction runs
         # over) plans once the baseline has run, from its outputs' shapes.
@@ -162,7 +154,7 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
                 # (the baseline alone: no second reference worker to start)
                 more = first_share if later or any(plan.values()) else None
         else:
-            all_cases, more = [c for c in cases if c.variant == "original" or promotion], None
+            all_cases, more = [c for c in cases if c.variant == "original" or c.variant in variants], None
         results = session.execute(all_cases, more)
         judging = time.perf_counter()
         verdicts, baseline_outcome = judge(results, codes, contexts, gates, replay=cases is not None,
@@ -181,7 +173,7 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
         todo = [code for code in group if _no_case(verdicts, code)]
         if todo:
             verdicts = [v for v in verdicts if v.code not in todo]
-            verdicts += _later_session(harness, mode, limits, promoted_source, baseline,
+            verdicts += _later_session(harness, mode, limits, variants, baseline,
                                        {code: plan[code] for code in todo}, contexts, gates, flags, environment,
                                        account, [v.code for v in verdicts])
             ran += 1
@@ -191,6 +183,34 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
     if account:
         environment["judge"] = account
     return GateRun(verdicts, environment, sizes, time.perf_counter() - started, baseline_outcome)
+
+
+def _variants(harness: Harness, codes: list[str], flags: dict, mode: str,
+              cases: list[Case] | None) -> tuple[dict[str, str], dict[str, list[dict]]]:
+    """The candidate rewritten for the gates of `codes` (variant name -> source), and the
+    rewrites each made: "promoted", PRC002's fp32 accumulators (promote.py); "reversed", ORD001's
+    program order reversed on a GPU (reverse_order.py).  Only the variants a replay's cases use."""
+    from kanalyze.dynamic.promote import promote_accumulators
+    from kanalyze.dynamic.reverse_order import reverse_program_order
+
+    def used(name: str) -> bool:
+        return cases is None or any(c.variant == name for c in cases)
+
+    todo = {}
+    if "PRC002" in codes and used("promoted"):
+        rows = [f["row"] for f in flags.get("PRC002", []) if f.get("row")] or None
+        todo["promoted"] = lambda source: promote_accumulators(source, rows)
+    if "ORD001" in codes and mode == "cuda" and used("reversed"):
+        todo["reversed"] = reverse_program_order
+    sources, rewrites = {}, {}
+    if todo:
+        with open(harness.candidate, encoding="utf-8") as handle:
+            source = handle.read()
+        for name, rewrite in todo.items():
+            changed, changes = rewrite(source)
+            if changes:
+                sources[name], rewrites[name] = changed, changes
+    return sources, rewrites
 
 
 def _sessions(plan: dict[str, list[Case]], baseline: Case, baseline_results: list[Result],
@@ -216,7 +236,7 @@ def _no_case(verdicts: list[Verdict], code: str) -> bool:
     return len(own) == 1 and own[0].status == UNCONFIRMED and own[0].summary == NO_CASE
 
 
-def _later_session(harness: Harness, mode: str, limits: Limits, promoted_source: str | None, baseline: Case,
+def _later_session(harness: Harness, mode: str, limits: Limits, variants: dict[str, str], baseline: Case,
                    plan: dict[str, list[Case]], contexts: dict, gates: dict, flags: dict, environment: dict,
                    account: dict, said: list[str]) -> list[Verdict]:
     """The verdicts of `plan`'s gates, run in a session of their own after the baseline once more;
@@ -224,8 +244,8 @@ def _later_session(harness: Harness, mode: str, limits: Limits, promoted_source:
     gate that did not run (INT001's changed trace, the baseline's CMP001) is kept where no
     earlier session said one."""
     codes = list(plan)
-    promoted = promoted_source if any(c.variant == "promoted" for cases in plan.values() for c in cases) else None
-    session = Session(harness, mode, limits, promoted)
+    wanted = {c.variant for cases in plan.values() for c in cases}
+    session = Session(harness, mode, limits, {name: source for name, source in variants.items() if name in wanted})
     try:
         results = session.execute([baseline] + [c for cases in plan.values() for c in cases])
         judging = time.perf_counter()

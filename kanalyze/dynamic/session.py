@@ -1,9 +1,9 @@
 """A session: the workers of one candidate's gate run, and the cases through them.
 
 A `Session` owns one scratch directory and the workers: the reference worker
-and one candidate worker per variant (the candidate as written, and for
-PRC002 the candidate with fp32 accumulators) start together, so that their
-imports of torch, triton and the candidate overlap.  The reference worker first
+and one candidate worker per variant (the candidate as written; for PRC002
+with fp32 accumulators, for ORD001 on a GPU with its program order reversed)
+start together, so that their imports of torch, triton and the candidate overlap.  The reference worker first
 plans the sizes (on the CPU the size knobs are scaled down; on a GPU the
 problem's own sizes run) and then computes, once per distinct input set, the
 inputs, the reference output in the working dtype and in float64; the
@@ -27,7 +27,6 @@ let go on to its next case.
 from __future__ import annotations
 
 import os
-import secrets
 import time
 
 from kanalyze.dynamic.accounts import describe_ready, durations
@@ -37,7 +36,7 @@ from kanalyze.dynamic.harness import Harness
 from kanalyze.dynamic.reference_cache import REFERENCES
 from kanalyze.dynamic.held_arrays import Judges
 from kanalyze.dynamic.reference_jobs import Reader, float64_later, hand_back
-from kanalyze.dynamic.results import Result
+from kanalyze.dynamic.results import Result, sealed
 from kanalyze.dynamic.sandbox import zygote_client
 from kanalyze.dynamic.sandbox.dispatch import run_cases
 from kanalyze.dynamic.sandbox.process import (Limits, Outcome, ProtocolViolation, Worker, WorkerGone,
@@ -57,18 +56,8 @@ _PENDING = Outcome("not-started", detail="the reference was not computed")
 
 
 
-def sealed(result: Result) -> dict:
-    """The case as sent to a candidate worker: each run with a fresh nonce of the trusted side's,
-    kept in `result.nonces`, that the run's recorder seal must show (recording.py)."""
-    case = result.case.to_dict()
-    result.nonces = [secrets.randbelow(2**31 - 1) + 1 for _ in case["runs"]]
-    for run, nonce in zip(case["runs"], result.nonces):
-        run["nonce"] = nonce
-    return case
-
-
 class Session:
-    def __init__(self, harness: Harness, mode: str, limits: Limits, promoted_source: str | None = None) -> None:
+    def __init__(self, harness: Harness, mode: str, limits: Limits, variants: dict[str, str] | None = None) -> None:
         self.harness, self.mode, self.limits = harness, mode, limits
         created, since = time.perf_counter(), time.monotonic()
         self.root = new_scratch_root()
@@ -99,15 +88,15 @@ class Session:
         self._specs: dict[str, dict] = {}   # each variant's worker spec (its worker may end and be replaced)
         self._reference_cases = 0           # cases sent to the reference worker so far
         self._reference_index: dict[str, int] = {}   # input key -> its case's index there
-        if promoted_source is not None:
-            folder = os.path.join(self.root, "promoted")
+        for variant, source in (variants or {}).items():   # the candidate rewritten: promote.py, reverse_order.py
+            folder = os.path.join(self.root, variant)
             os.makedirs(folder)
             path = os.path.join(folder, os.path.basename(harness.candidate))
             with open(path, "w", encoding="utf-8") as handle:
-                handle.write(promoted_source)
-            self.candidates["promoted"] = Worker("candidate", mode, {**shown, "candidate_file": path,
-                                                                     "visible": shown["visible"] + [folder]},
-                                                 limits, self.root)
+                handle.write(source)
+            self.candidates[variant] = Worker("candidate", mode, {**shown, "candidate_file": path,
+                                                                  "visible": shown["visible"] + [folder]},
+                                              limits, self.root)
         self.environment: dict = {"mode": mode}
         # Where the run's time went (the environment's `seconds`): `start` is the workers' launch
         # (a zygote's own start included); each worker's start in detail is `<role>_start_seconds`.
@@ -346,7 +335,7 @@ class Session:
         started, read_before = time.perf_counter(), reader.seconds
         for variant, worker in list(self.candidates.items()):
             spec = self._specs.setdefault(variant, worker.spec if worker is not None else {})
-            runnable = [(i, sealed(results[i])) for i in indices
+            runnable = [(i, sealed(results[i], results)) for i in indices
                         if results[i].case.variant == variant and results[i].reference_ok]
             if not runnable:
                 continue

@@ -34,6 +34,7 @@ class GateContext:
     promotion: list[dict] | None = None   # PRC002: the fp32 rewrites of the promoted variant
     output_shapes: list | None = None     # the reference's output shapes at `sizes`, when known
     cuda_cpp: bool = False                # the candidate builds CUDA C++ (load_inline)
+    reversal: list[dict] | None = None    # ORD001 on a GPU: the rewrites of the reversed-order variant
 
     @property
     def dtype(self) -> str | None:

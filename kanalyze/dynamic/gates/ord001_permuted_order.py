@@ -1,25 +1,57 @@
 """ORD001 order: the result must not depend on the order in which programs run.
 
 On the CPU the interpreter runs the grid once in launch order and then in
-seeded permutations of it; on a GPU the same launch is repeated (the hardware
-picks the order).  Every run must give the same bits (NaNs count as equal).
+seeded permutations of it.  On a GPU the same launch is repeated, and the
+candidate rewritten with every program's order reversed (reverse_order.py)
+runs once on the same inputs, with the autotune configs the candidate chose
+(autotune_pin.py): a GPU runs a launch's programs in nearly the same order
+every time, so a race on which program writes last gives the same bits launch
+after launch, and only another order shows it.  Every run must give the same
+bits (NaNs count as equal).
 
 Power: a float sum's order shows only where at least three programs add to
 one address (0+a+b equals 0+b+a).  The interpreter counts them; where float
 atomics ran but no address got three, the gate could not have seen the
-violation at these sizes and says so (`unconfirmed`), never `refuted`.
+violation at these sizes and says so (`unconfirmed`), never `refuted`.  On a
+GPU, where nothing counts them, the problem's own sizes run, and the gate
+refutes only once the reversed order agreed too.
 """
 
 from __future__ import annotations
 
 from kanalyze.dynamic.cases import keeping_whole, scaled_knobs
 from kanalyze.dynamic.compare import bitwise_differences, fmt
-from kanalyze.dynamic.gates.base import REFUTED, UNCONFIRMED, Gate, GateContext, Run, run_problem
+from kanalyze.dynamic.gates.base import CONFIRMED, REFUTED, UNCONFIRMED, Gate, GateContext, Run, run_problem
+from kanalyze.dynamic.results import Result, RunView
 
 PERMUTATIONS = 4
 MIN_CONTRIBUTIONS = 3   # programs adding to one address before their order can change a float sum
 GPU_LAUNCHES = 10   # cheap on a GPU; the hardware's order differs from launch to launch only now and then
 CPU_BUDGET = 2 ** 16   # the knobs' product for a case that keeps one knob at the problem's size
+
+
+def differences(first: RunView, other: RunView) -> str | dict | None:
+    """How two runs' outputs differ bit for bit: a sentence where their shapes differ, the
+    counts where their bits do, None where they agree."""
+    differing, worst, elements, at = 0, 0.0, 0, None
+    for a, b in zip(first.outputs, other.outputs):
+        if a.shape != b.shape:
+            return f"different shapes ({a.describe()} vs {b.describe()})"
+        count, delta, index = bitwise_differences(a, b)
+        if count:
+            differing += 1
+            elements += count
+            worst = max(worst, delta)
+            at = at or index
+    if not differing:
+        return None
+    return {"differing_outputs": differing, "outputs": len(first.outputs), "differing_elements": elements,
+            "max_difference": worst, "first_index": list(at or ())}
+
+
+def _said(found: dict) -> str:
+    return (f"differ in {found['differing_outputs']} of {found['outputs']} outputs ({found['differing_elements']} "
+            f"elements), {fmt(found['max_difference'])} apart")
 
 
 def compare_runs(results, describe_runs: str):
@@ -35,27 +67,18 @@ def compare_runs(results, describe_runs: str):
             continue
         first = ok[0]
         for other in ok[1:]:
-            differing, outputs, worst, elements, at = 0, len(first.outputs), 0.0, 0, None
-            for a, b in zip(first.outputs, other.outputs):
-                if a.shape != b.shape:
-                    return (f"runs {first.index + 1} and {other.index + 1} return different shapes "
-                            f"({a.describe()} vs {b.describe()})", {}, {}, result)
-                count, delta, index = bitwise_differences(a, b)
-                if count:
-                    differing += 1
-                    elements += count
-                    worst = max(worst, delta)
-                    at = at or index
-            if differing:
-                summary = (f"{describe_runs}: runs {first.index + 1} and {other.index + 1} differ in {differing} of "
-                           f"{outputs} outputs ({elements} elements), {fmt(worst)} apart")
-                arrays = {f"run{first.index + 1}_output{i}": leaf.array for i, leaf in enumerate(first.outputs)}
-                arrays.update({f"run{other.index + 1}_output{i}": leaf.array for i, leaf in enumerate(other.outputs)})
-                details = {"runs": [first.index + 1, other.index + 1], "differing_outputs": differing,
-                           "differing_elements": elements, "max_difference": worst, "first_index": list(at or ()),
-                           "run_settings": [result.case.runs[first.index].__dict__,
-                                            result.case.runs[other.index].__dict__]}
-                return summary, details, arrays, result
+            found = differences(first, other)
+            if found is None:
+                continue
+            pair = f"runs {first.index + 1} and {other.index + 1}"
+            if isinstance(found, str):
+                return f"{pair} return {found}", {}, {}, result
+            arrays = {f"run{first.index + 1}_output{i}": leaf.array for i, leaf in enumerate(first.outputs)}
+            arrays.update({f"run{other.index + 1}_output{i}": leaf.array for i, leaf in enumerate(other.outputs)})
+            details = {"runs": [first.index + 1, other.index + 1], **found,
+                       "run_settings": [result.case.runs[first.index].__dict__,
+                                        result.case.runs[other.index].__dict__]}
+            return f"{describe_runs}: {pair} {_said(found)}", details, arrays, result
     return None
 
 
@@ -66,7 +89,10 @@ class PermutedOrder(Gate):
 
     def plan(self, ctx: GateContext):
         if ctx.mode != "cpu":
-            return [ctx.case(self, "runs", runs=[Run() for _ in range(GPU_LAUNCHES)])]
+            cases = [ctx.case(self, "runs", runs=[Run() for _ in range(GPU_LAUNCHES)])]
+            if ctx.reversal:   # the same inputs, the candidate's programs in reverse order
+                cases.append(ctx.case(self, "reversed", variant="reversed"))
+            return cases
         # Scaled down, a row may keep too few blocks for order to matter: each scaled knob
         # is also tried at the problem's own size, the others shrunk to make room.
         runs = [Run(order_seed=None)] + [Run(order_seed=s) for s in range(1, PERMUTATIONS + 1)]
@@ -78,7 +104,9 @@ class PermutedOrder(Gate):
         return cases
 
     def judge(self, ctx: GateContext, results):
-        problem = next((run_problem(r) for r in results if not r.candidate_ok), None)
+        reversed_run = next((r for r in results if r.case.variant == "reversed"), None)
+        results = [r for r in results if r.case.variant == "original"]
+        problem = next((p for p in (run_problem(r) for r in results) if p), None)   # (each case's first run)
         if problem:
             return self.verdict(UNCONFIRMED, f"the candidate did not run: {problem}", [r.case for r in results])
         how = f"launch order and {PERMUTATIONS} permutations" if ctx.mode == "cpu" else "repeated launches"
@@ -90,7 +118,7 @@ class PermutedOrder(Gate):
         same = f"{len(results[0].runs)} runs ({how}) gave the same bits"
         cases = [r.case for r in results]
         if ctx.mode != "cpu":
-            return self.verdict(REFUTED, same, cases)
+            return self._against_reversed(ctx, results[0], reversed_run, same)
         counts = {r.case.id: max((run.meta.get("atomic_programs", 0) for run in r.runs), default=0) for r in results}
         most = max(counts.values(), default=0)
         if 0 < most < MIN_CONTRIBUTIONS:
@@ -101,6 +129,42 @@ class PermutedOrder(Gate):
                                 cases, atomic_programs=most)
         power = f"; up to {most} programs add to one address" if most else "; no float atomics ran"
         return self.verdict(REFUTED, same + power, cases, atomic_programs=most)
+
+    def _against_reversed(self, ctx: GateContext, original: Result, reversed_run: Result | None, same: str):
+        """On a GPU, once the launches agreed: the verdict of the run in reverse program order."""
+        cases = [original.case] + ([reversed_run.case] if reversed_run else [])
+        unsure = f"{same}, but a GPU runs a launch's programs in nearly the same order every time"
+        if not ctx.reversal:
+            return self.verdict(UNCONFIRMED, f"{unsure}, and the candidate has no program index (tl.program_id, "
+                                f"blockIdx) that kanalyze can reverse; Triton's interpreter permutes the programs "
+                                f"(--device cpu)", cases)
+        rows = ", ".join(str(r) for r in sorted({c["row"] for c in ctx.reversal}))
+        how = f"{ctx.reversal[0]['from']} → {ctx.reversal[0]['to']}, line {rows}"
+        theirs = reversed_run.runs[0] if reversed_run is not None and reversed_run.runs else None
+        if theirs is None or not theirs.ok:
+            why = reversed_run.candidate_failure() if reversed_run is not None and not reversed_run.candidate_ok \
+                else theirs.failure() if theirs is not None else "it was not run"
+            return self.verdict(UNCONFIRMED, f"{unsure}, and the candidate with its programs in reverse order "
+                                f"({how}) did not run: {why}", cases, reversal=ctx.reversal)
+        first = [r for r in original.runs if r.ok][-1]   # the steady state: its autotuner has chosen
+        if first.meta.get("launch_settings") != theirs.meta.get("launch_settings"):
+            return self.verdict(UNCONFIRMED, f"{unsure}, and the candidate with its programs in reverse order "
+                                f"launched its kernels with other settings (its autotuner chose other configs), so "
+                                f"their bits say nothing of order", cases, reversal=ctx.reversal,
+                                launch_settings=[first.meta.get("launch_settings"), theirs.meta.get("launch_settings")])
+        found = differences(first, theirs)
+        if found is None:
+            return self.verdict(REFUTED, f"{same}, and so did a run with the candidate's programs in reverse order "
+                                f"({how})", cases, launches=len(original.runs), reversal=ctx.reversal)
+        said = f"return {found}" if isinstance(found, str) else _said(found)
+        arrays = {f"run{first.index + 1}_output{i}": leaf.array for i, leaf in enumerate(first.outputs)}
+        arrays.update({f"reversed_output{i}": leaf.array for i, leaf in enumerate(theirs.outputs)})
+        arrays.update({f"input{i}": leaf.array for i, leaf in enumerate(original.inputs)})
+        details = found if isinstance(found, dict) else {}
+        return self.verdict(CONFIRMED, f"the candidate's programs run in reverse order ({how}) and in launch order "
+                            f"{said}; {len(original.runs)} launches in launch order agreed with each other",
+                            cases, arrays=arrays, runs=[first.index + 1, "reversed"], reversal=ctx.reversal,
+                            **details)
 
 
 def _sizes(sizes: dict[str, int]) -> str:
