@@ -189,7 +189,7 @@ def _variants(harness: Harness, codes: list[str], flags: dict, mode: str,
               cases: list[Case] | None) -> tuple[dict[str, str], dict[str, list[dict]]]:
     """The candidate rewritten for the gates of `codes` (variant name -> source), and the
     rewrites each made: "promoted", PRC002's fp32 accumulators (promote.py); "reversed", ORD001's
-    program order reversed on a GPU (reverse_order.py).  Only the variants a replay's cases use."""
+    and ORD002's program order reversed on a GPU (reverse_order.py).  Only the variants a replay's cases use."""
     from kanalyze.dynamic.promote import promote_accumulators
     from kanalyze.dynamic.reverse_order import reverse_program_order
 
@@ -200,7 +200,7 @@ def _variants(harness: Harness, codes: list[str], flags: dict, mode: str,
     if "PRC002" in codes and used("promoted"):
         rows = [f["row"] for f in flags.get("PRC002", []) if f.get("row")] or None
         todo["promoted"] = lambda source: promote_accumulators(source, rows)
-    if "ORD001" in codes and mode == "cuda" and used("reversed"):
+    if {"ORD001", "ORD002"} & set(codes) and mode == "cuda" and used("reversed"):
         todo["reversed"] = reverse_program_order
     sources, rewrites = {}, {}
     if todo:
