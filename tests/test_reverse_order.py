@@ -136,3 +136,80 @@ def test_a_pinned_autotuner_keeps_the_config_the_candidate_chose(tmp_path) -> No
         print(json.dumps(launched))
         """)
     assert json.loads(_interpreted(script)) == {"False": [32, 64], "True": [64]}
+
+
+# ------------------------------------------------------------------ the judges on a GPU's results
+# What the workers would return on a GPU, written out: the judges see the same views (results.py).
+
+def _gpu_result(case_id: str, outputs: list, variant: str = "original", settings=None, failed: str | None = None):
+    import numpy as np
+
+    from kanalyze.dynamic.cases import Case, Run
+    from kanalyze.dynamic.results import Result
+    from kanalyze.dynamic.sandbox.process import Outcome
+
+    expected = np.zeros(4, dtype=np.float32)
+    reference = Outcome("done", meta={"status": "ok", "inputs": [], "init_inputs": [],
+                                      "output": {"prefix": "ref", "dtypes": ["float32"], "structure": "tensor"}},
+                        arrays={"ref0": expected})
+    arrays, runs = {}, []
+    for i, values in enumerate(outputs):
+        arrays[f"run{i}_0"] = np.asarray(values, dtype=np.float32)
+        runs.append({"status": "ok", "launch_settings": settings or {"k": [{"BLOCK": 64}]},
+                     "output": {"prefix": f"run{i}_", "dtypes": ["float32"], "structure": "tensor"}})
+    candidate = Outcome("crashed", detail=failed, blame="candidate") if failed else \
+        Outcome("done", meta={"status": "ok", "runs": runs}, arrays=arrays)
+    case = Case(case_id, case_id.split("/")[0], {"N": 4}, runs=[Run() for _ in outputs], variant=variant)
+    return Result(case, reference, candidate)
+
+
+REVERSAL = [{"row": 13, "from": "tl.program_id(0)", "to": "(tl.num_programs(0) - 1 - tl.program_id(0))"}]
+SAME = [[1.0, 2.0, 3.0, 4.0]] * 10
+
+
+def _ord001(results, reversal=REVERSAL):
+    from kanalyze.dynamic.gates.base import GateContext
+    from kanalyze.dynamic.gates.ord001_permuted_order import PermutedOrder
+
+    return PermutedOrder().judge(GateContext(None, {"N": 4}, "cuda", reversal=reversal), results)
+
+
+def test_on_a_gpu_agreeing_launches_refute_only_once_the_reversed_order_agrees() -> None:
+    launches = _gpu_result("ORD001/runs", SAME)
+    agreed = _ord001([launches, _gpu_result("ORD001/reversed", SAME[:1], "reversed")])
+    assert agreed.status == "refuted" and "and so did a run with the candidate's programs in reverse order" \
+        in agreed.summary and len(agreed.cases) == 2
+
+    other = _ord001([launches, _gpu_result("ORD001/reversed", [[1.0, 2.0, 3.0000002, 4.0]], "reversed")])
+    assert other.status == "confirmed", other.summary
+    assert "in reverse order (tl.program_id(0) → (tl.num_programs(0) - 1 - tl.program_id(0)), line 13)" \
+        in other.summary and "differ in 1 of 1 outputs (1 elements)" in other.summary
+    assert set(other.arrays) >= {"run10_output0", "reversed_output0"} and len(other.cases) == 2
+
+
+@pytest.mark.parametrize("why,reversed_run,reversal,said", [
+    ("nothing to reverse", None, None, "no program index (tl.program_id, blockIdx) that kanalyze can reverse"),
+    ("another autotune config", _gpu_result("ORD001/reversed", SAME[:1], "reversed", {"k": [{"BLOCK": 128}]}),
+     REVERSAL, "launched its kernels with other settings"),
+    ("it crashed", _gpu_result("ORD001/reversed", [], "reversed", failed="the worker died of SIGSEGV"),
+     REVERSAL, "did not run: the candidate crashed: the worker died of SIGSEGV"),
+])
+def test_on_a_gpu_agreeing_launches_without_a_comparable_reversed_run_are_unconfirmed(why, reversed_run, reversal,
+                                                                                       said) -> None:
+    verdict = _ord001([_gpu_result("ORD001/runs", SAME)] + ([reversed_run] if reversed_run else []), reversal)
+    assert verdict.status == "unconfirmed" and said in verdict.summary, (why, verdict.summary)
+    assert "a GPU runs a launch's programs in nearly the same order every time" in verdict.summary
+
+
+def test_on_a_gpu_a_read_of_another_programs_output_shows_in_reverse_order() -> None:
+    """ORD002: four poisons in launch order agree; reversed, two poisons do not."""
+    from kanalyze.dynamic.gates.base import GateContext
+    from kanalyze.dynamic.gates.ord002_repeated_runs import RepeatedRuns
+
+    ctx = GateContext(None, {"N": 4}, "cuda", reversal=REVERSAL)
+    poisoned = _gpu_result("ORD002/poisoned-runs", SAME[:4])
+    unwritten = _gpu_result("ORD002/reversed", [[1.0, 2.0, 3.0, 4.0], [1.0, -3e38, 3.0, 4.0]], "reversed")
+    verdict = RepeatedRuns().judge(ctx, [poisoned, unwritten])
+    assert verdict.status == "confirmed" and "with its programs in reverse order (line 13)" in verdict.summary
+    clean = RepeatedRuns().judge(ctx, [poisoned, _gpu_result("ORD002/reversed", SAME[:2], "reversed")])
+    assert clean.status == "refuted" and "so did the candidate with its programs in reverse order" in clean.summary
