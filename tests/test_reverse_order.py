@@ -202,14 +202,29 @@ def test_on_a_gpu_agreeing_launches_without_a_comparable_reversed_run_are_unconf
 
 
 def test_on_a_gpu_a_read_of_another_programs_output_shows_in_reverse_order() -> None:
-    """ORD002: four poisons in launch order agree; reversed, two poisons do not."""
+    """ORD002: four poisons in launch order agree; reversed, two poisons do not, while one poison
+    twice agrees: fresh memory's contents did it."""
     from kanalyze.dynamic.gates.base import GateContext
     from kanalyze.dynamic.gates.ord002_repeated_runs import RepeatedRuns
 
     ctx = GateContext(None, {"N": 4}, "cuda", reversal=REVERSAL)
-    poisoned = _gpu_result("ORD002/poisoned-runs", SAME[:4])
+    launch_order = [_gpu_result("ORD002/poisoned-runs", SAME[:4]), _gpu_result("ORD002/same-poison", SAME[:4])]
     unwritten = _gpu_result("ORD002/reversed", [[1.0, 2.0, 3.0, 4.0], [1.0, -3e38, 3.0, 4.0]], "reversed")
-    verdict = RepeatedRuns().judge(ctx, [poisoned, unwritten])
+    control = _gpu_result("ORD002/reversed/same-poison", SAME[:2], "reversed")
+    verdict = RepeatedRuns().judge(ctx, launch_order + [unwritten, control])
     assert verdict.status == "confirmed" and "with its programs in reverse order (line 13)" in verdict.summary
-    clean = RepeatedRuns().judge(ctx, [poisoned, _gpu_result("ORD002/reversed", SAME[:2], "reversed")])
+    assert "fresh memory's contents did it" in verdict.summary
+    clean = RepeatedRuns().judge(ctx, launch_order + [_gpu_result("ORD002/reversed", SAME[:2], "reversed"), control])
     assert clean.status == "refuted" and "so did the candidate with its programs in reverse order" in clean.summary
+
+
+def test_on_a_gpu_bits_that_change_with_one_poison_too_are_not_fresh_memorys() -> None:
+    """ORD002 on a GPU: runs with four poisons differ, but so do runs with one poison for all
+    (the device's order of float atomics): ORD001's, not ORD002's."""
+    from kanalyze.dynamic.gates.base import GateContext
+    from kanalyze.dynamic.gates.ord002_repeated_runs import RepeatedRuns
+
+    varying = [[1.0, 2.0, 3.0, 4.0], [1.0, 2.0000002, 3.0, 4.0]] * 2
+    verdict = RepeatedRuns().judge(GateContext(None, {"N": 4}, "cuda"), [
+        _gpu_result("ORD002/poisoned-runs", varying), _gpu_result("ORD002/same-poison", varying)])
+    assert verdict.status == "unconfirmed" and "runs with one poison for all differ as well" in verdict.summary

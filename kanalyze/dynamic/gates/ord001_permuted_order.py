@@ -106,7 +106,9 @@ class PermutedOrder(Gate):
     def judge(self, ctx: GateContext, results):
         reversed_run = next((r for r in results if r.case.variant == "reversed"), None)
         results = [r for r in results if r.case.variant == "original"]
-        problem = next((p for p in (run_problem(r) for r in results) if p), None)   # (each case's first run)
+        problem = next((run_problem(r) for r in results if not r.candidate_ok), None)
+        if not problem and not any(run.ok for r in results for run in r.runs):   # nothing ran to compare
+            problem = run_problem(results[0])
         if problem:
             return self.verdict(UNCONFIRMED, f"the candidate did not run: {problem}", [r.case for r in results])
         how = f"launch order and {PERMUTATIONS} permutations" if ctx.mode == "cpu" else "repeated launches"
