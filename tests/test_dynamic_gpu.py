@@ -159,9 +159,10 @@ def test_each_cuda_source_is_built_once_in_its_own_directory(gpu_verdicts, exten
     for directory in built:
         names[directory.name.rsplit("-", 1)[0]] = names.get(directory.name.rsplit("-", 1)[0], 0) + 1
     # leaky_relu: fmax plant, floor-grid plant, twin; bias_relu: two plants, twin;
-    # row_mean: plant, twin and the plant with its accumulators promoted to float.
+    # row_mean: plant, twin and the plant with its accumulators promoted to float; mse_loss (ORD001):
+    # plant and twin, each also with its block order reversed (reverse_order.py).
     # The hostile candidate that faults was built too; the one that does not compile left no complete build.
-    assert names == {"leaky_relu": 3, "bias_relu": 3, "row_mean": 3, "mse_loss": 2, "scale": 2, "matmul": 2,
+    assert names == {"leaky_relu": 3, "bias_relu": 3, "row_mean": 3, "mse_loss": 4, "scale": 2, "matmul": 2,
                      "softmax": 2, "leaky_relu_fault": 1}, names
 
 
