@@ -22,7 +22,8 @@ for every file.  A library can instead declare its policy once:
 
     allow-tf32 = true       TF32 dots are the library's policy: not reported
     allow-tf32 = false      every TF32 dot is an error, dtype known or not
-    deterministic = false   float-atomic order (ORD001) is accepted: not reported
+    deterministic = false   float-atomic order (ORD001) is accepted: not reported (stores
+                            that programs race on still are: the last writer's value wins)
     deterministic = true    every float atomic is an error, backward passes too
 
 A folded note is informational (`Finding.informational`): it never fails a run,
@@ -90,6 +91,11 @@ def _refused_up_front(finding: Finding) -> bool:
     return "assertion" in finding.evidence and finding.evidence.get("refused") in ("host", "compile")
 
 
+def _atomic_order(finding: Finding) -> bool:
+    """ORD001 on float atomics (a policy a library may choose), not on a store programs race on (a bug)."""
+    return finding.code == "ORD001" and (finding.evidence or {}).get("value_kind") != "store race"
+
+
 def _in_backward_pass(finding: Finding) -> bool:
     return bool(finding.kernel) and bool(_BACKWARD.search(finding.kernel or ""))
 
@@ -114,7 +120,7 @@ FOLDS = (
          "sizes the code refuses with an error before the kernel runs (a wrapper's `assert` or `raise`, "
          "`tl.static_assert`): a documented restriction, not wrong results",
          "`--profile candidate`"),
-    Fold("ORD001", lambda f: f.code == "ORD001" and _in_backward_pass(f),
+    Fold("ORD001", lambda f: _atomic_order(f) and _in_backward_pass(f),
          "float atomics in backward-pass kernels make gradients differ in their last bits from run to run",
          "`deterministic = true` (or `--profile candidate`)"),
     Fold("MEM002", lambda f: f.code == "MEM002",
@@ -133,7 +139,7 @@ def _declared_away(finding: Finding, config: Config) -> bool:
     """A finding the library's declared policy accepts: not reported at all."""
     if config.allow_tf32 is True and _tf32_dot(finding):
         return True
-    return config.deterministic is False and finding.code == "ORD001"
+    return config.deterministic is False and _atomic_order(finding)
 
 
 def _declared_strict(finding: Finding, config: Config) -> bool:

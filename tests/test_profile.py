@@ -73,6 +73,33 @@ def test_declared_policies(library: Path) -> None:
     assert [f.stands for f in grouped["PRC001"]] == [True, True]
 
 
+BACKWARD_STORE_RACE = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _norm_backward_kernel(dy_ptr, dw_ptr, n_rows, n_cols, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for row in range(pid, n_rows, tl.num_programs(0)):
+        acc += tl.load(dy_ptr + row * n_cols + cols, mask=cols < n_cols, other=0.0)
+    tl.store(dw_ptr + cols, acc, mask=cols < n_cols)   # every program stores its own partial
+"""
+
+
+def test_a_store_programs_race_on_is_an_error_whatever_the_library_declares(tmp_path: Path) -> None:
+    """A backward pass's float atomics are a policy a library may choose (a note, or nothing
+    under `deterministic = false`); a store its programs race on loses all but one partial."""
+    kernel = tmp_path / "norm.py"
+    kernel.write_text(BACKWARD_STORE_RACE)
+    [race] = check(kernel, isolated=True)
+    assert race.code == "ORD001" and race.stands and "whichever program writes last" in race.message
+    (tmp_path / "pyproject.toml").write_text("[tool.kanalyze]\ndeterministic = false\n")
+    assert [f.code for f in check(kernel) if f.stands] == ["ORD001"]
+
+
 def test_several_findings_of_a_clause_make_one_note(library: Path) -> None:
     notes = by_code(check(library, isolated=True))["PRC001"]
     assert len(notes) == 1 and notes[0].evidence["folded"] == 2 and "lines 14, 15" in notes[0].message

@@ -14,6 +14,7 @@ from kanalyze.analyzer.triton.dtypes import UNKNOWN as UNKNOWN_DTYPE
 from kanalyze.analyzer.triton.entities import Function, JitFunction
 from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.analyzer.triton.program_slices import programs_own_disjoint_addresses
+from kanalyze.analyzer.triton.store_races import racing_stores
 from kanalyze.rules.base import Report, Rule, expr_text, source
 
 ATOMIC_ADD = "triton.language.atomic_add"
@@ -40,7 +41,7 @@ LOOPS = {"range", TL + "range", TL + "static_range"}
 class FloatAtomicOrder(Rule):
     code = "ORD001"
     name = "float-atomic-order"
-    summary = "A float atomic_add makes the result depend on the order programs run in"
+    summary = "A float atomic_add, or a store programs race on, makes the result depend on program order"
     gate = "ord001-permuted-order"
     docs = """
     ## What it does
@@ -62,6 +63,13 @@ class FloatAtomicOrder(Rule):
     that no value of the constexpr reaches (the split-K branch of
     `if SPLIT_K == 1:` where every autotune config, heuristic or launch sets
     `SPLIT_K` to 1).
+
+    Also flags a `tl.store` whose value depends on a program axis
+    (`tl.program_id(a)`) while its address and mask do not: every program along
+    that axis stores its own value to the same elements, and the last to write
+    wins (split-K partial tiles stored instead of added).  Not flagged: stores
+    under an `if` or `while`, axes an early `return` reads, axes every launch
+    gives one program (`analyzer/triton/store_races.py`).
 
     ## Why is this bad
     Float addition is not associative: the sum depends on the order the atomics
@@ -129,6 +137,22 @@ class FloatAtomicOrder(Rule):
             count_kernel[(triton.cdiv(lens.numel(), 256),)](lens, total, lens.numel(), BLOCK=256)
             return total
         """),
+        source("""
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def splitk_kernel(a_ptr, b_ptr, c_ptr, K, BLOCK: tl.constexpr, SPLIT_K: tl.constexpr):
+            pid_k = tl.program_id(1)
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            acc = tl.zeros((BLOCK,), dtype=tl.float32)
+            for k in range(pid_k, K, SPLIT_K):
+                acc += tl.load(a_ptr + k * BLOCK + offs) * tl.load(b_ptr + k)
+            if SPLIT_K == 1:
+                tl.store(c_ptr + offs, acc)     # one program per tile: no race
+            else:
+                tl.store(c_ptr + pid_k * K + offs, acc)   # a partial of its own per pid_k
+        """),
     ]
     INVALID = [
         source("""
@@ -140,6 +164,19 @@ class FloatAtomicOrder(Rule):
             offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
             x = tl.load(x_ptr + offs, mask=offs < N, other=0.0)
             tl.atomic_add(out_ptr, tl.sum(x, axis=0))
+        """),
+        source("""
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def splitk_kernel(a_ptr, b_ptr, c_ptr, K, BLOCK: tl.constexpr, SPLIT_K: tl.constexpr):
+            pid_k = tl.program_id(1)
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            acc = tl.zeros((BLOCK,), dtype=tl.float32)
+            for k in range(pid_k, K, SPLIT_K):
+                acc += tl.load(a_ptr + k * BLOCK + offs) * tl.load(b_ptr + k)
+            tl.store(c_ptr + offs, acc)   # every pid_k stores its partial: the last one wins
         """),
         source("""
         import triton
@@ -179,6 +216,24 @@ class FloatAtomicOrder(Rule):
                 continue  # the add is converted to the tensor's integer type: exact in any order
             into = describe(target) if UNKNOWN_DTYPE not in target else None
             yield self._report(model, jit, site.node, value, kind, why, into)
+        for jit in model.jit.values():
+            if jit.name == jit.function.name:
+                for call, racing in racing_stores(model, jit):
+                    yield self._report_race(model, jit, call, racing)
+
+    def _report_race(self, model: TritonModule, jit: JitFunction, call: cst.Call, racing: dict[int, str]) -> Report:
+        text = expr_text(model, call)
+        axes = " and ".join(f"grid axis {axis} (`{pid}`)" for axis, pid in racing.items())
+        pid = next(iter(racing.values()))
+        return self.report(
+            call,
+            f"`{text}`: every program along {axes} stores its own value to the same elements (the address does "
+            f"not depend on `{pid}`), so the result is whichever program writes last, in an order the scheduler "
+            f"picks; combine the programs' values (`tl.atomic_add`, or per-program partials reduced in a fixed "
+            f"order), or keep the store to one program (`if {pid} == 0:`)",
+            kernel=jit.name, expression=text, axes=sorted(racing), program_ids=list(racing.values()),
+            value_kind="store race",
+        )
 
     def _report(self, model: TritonModule, jit: JitFunction, call: cst.Call, value: cst.BaseExpression,
                 kind: int, why: str, into: str | None = None) -> Report:
