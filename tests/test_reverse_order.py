@@ -212,7 +212,8 @@ def test_on_a_gpu_a_read_of_another_programs_output_shows_in_reverse_order() -> 
     unwritten = _gpu_result("ORD002/reversed", [[1.0, 2.0, 3.0, 4.0], [1.0, -3e38, 3.0, 4.0]], "reversed")
     control = _gpu_result("ORD002/reversed/same-poison", SAME[:2], "reversed")
     verdict = RepeatedRuns().judge(ctx, launch_order + [unwritten, control])
-    assert verdict.status == "confirmed" and "with its programs in reverse order (line 13)" in verdict.summary
+    assert verdict.status == "confirmed" and "with its programs in reverse order (tl.program_id(0) → " \
+        "(tl.num_programs(0) - 1 - tl.program_id(0)), line 13)" in verdict.summary
     assert "fresh memory's contents did it" in verdict.summary
     clean = RepeatedRuns().judge(ctx, launch_order + [_gpu_result("ORD002/reversed", SAME[:2], "reversed"), control])
     assert clean.status == "refuted" and "so did the candidate with its programs in reverse order" in clean.summary

@@ -49,6 +49,12 @@ def differences(first: RunView, other: RunView) -> str | dict | None:
             "max_difference": worst, "first_index": list(at or ())}
 
 
+def reversal_said(reversal: list[dict]) -> str:
+    """The reversed-order rewrite in words: its first change, and the lines it changed."""
+    rows = ", ".join(str(r) for r in sorted({c["row"] for c in reversal}))
+    return f"{reversal[0]['from']} → {reversal[0]['to']}, line {rows}"
+
+
 def _said(found: dict) -> str:
     return (f"differ in {found['differing_outputs']} of {found['outputs']} outputs ({found['differing_elements']} "
             f"elements), {fmt(found['max_difference'])} apart")
@@ -140,8 +146,7 @@ class PermutedOrder(Gate):
             return self.verdict(UNCONFIRMED, f"{unsure}, and the candidate has no program index (tl.program_id, "
                                 f"blockIdx) that kanalyze can reverse; Triton's interpreter permutes the programs "
                                 f"(--device cpu)", cases)
-        rows = ", ".join(str(r) for r in sorted({c["row"] for c in ctx.reversal}))
-        how = f"{ctx.reversal[0]['from']} → {ctx.reversal[0]['to']}, line {rows}"
+        how = reversal_said(ctx.reversal)
         theirs = reversed_run.runs[0] if reversed_run is not None and reversed_run.runs else None
         if theirs is None or not theirs.ok:
             why = reversed_run.candidate_failure() if reversed_run is not None and not reversed_run.candidate_ok \

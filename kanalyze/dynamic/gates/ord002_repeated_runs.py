@@ -23,7 +23,7 @@ another program's output that the reversed order leaves unwritten shows.
 from __future__ import annotations
 
 from kanalyze.dynamic.gates.base import REFUTED, UNCONFIRMED, Gate, GateContext, Run, run_problem
-from kanalyze.dynamic.gates.ord001_permuted_order import compare_runs
+from kanalyze.dynamic.gates.ord001_permuted_order import compare_runs, reversal_said
 
 POISONS = (0xA5, 0x5A, 0x00, 0xFF)
 ONE_ORDER = 101   # the CPU control's program order: a permuted one, where a block may run before the one it reads
@@ -63,8 +63,8 @@ class RepeatedRuns(Gate):
             return self.verdict(UNCONFIRMED, f"{said}, but a GPU runs a launch's programs in nearly the same order "
                                 f"every time, and the candidate with its programs in reverse order did not run: "
                                 f"{reversed_run.candidate_failure()}", [result.case, reversed_run.case])
-        rows = ", ".join(str(r) for r in sorted({c["row"] for c in ctx.reversal or []}))
-        found = compare_runs([reversed_run], f"the candidate with its programs in reverse order (line {rows}): "
+        how = reversal_said(ctx.reversal) if ctx.reversal else "rewritten"
+        found = compare_runs([reversed_run], f"the candidate with its programs in reverse order ({how}): "
                                              f"{len(reversed_run.runs)} runs (fresh memory poisoned differently)")
         if found:
             return self._attributed(ctx, found, reversed_run, by_id.get("reversed/same-poison"))
