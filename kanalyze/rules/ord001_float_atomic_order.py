@@ -77,7 +77,9 @@ class FloatAtomicOrder(Rule):
     Measured on an H200: a float `tl.atomic_add` reduction of 4M values gave 19
     different results in 30 runs.  Bitwise reproducibility (debugging, RL reward
     checks, regression tests) is lost, and split-K GEMMs built this way differ
-    from run to run.
+    from run to run.  A store race loses every value but the last one written,
+    and a GPU schedules the programs in nearly the same order on every launch:
+    the result looks stable until the schedule changes.
 
     ## Example
     ```python
