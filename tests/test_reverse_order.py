@@ -47,6 +47,10 @@ def test_every_program_index_of_every_kernel_is_mirrored() -> None:
         """)
     rewritten, changes = reverse_program_order(source)
     assert [c["row"] for c in changes] == [7, 12, 13]
+    # `program_id` imported by name: `num_programs` is imported beside it, after `__future__`
+    assert rewritten.startswith("from triton.language import num_programs\nimport triton\n")
+    future = reverse_program_order("from __future__ import annotations\n" + source)[0]
+    assert future.startswith("from __future__ import annotations\nfrom triton.language import num_programs\n")
     assert "return x + (tl.num_programs(axis=1) - 1 - tl.program_id(axis=1))" in rewritten
     assert "pid = (tl.num_programs(0) - 1 - tl.program_id(0))" in rewritten
     assert "other = (num_programs(2) - 1 - program_id(2))" in rewritten

@@ -36,6 +36,7 @@ class _Reverse(cst.CSTTransformer):
         super().__init__()
         self.depth = 0            # > 0 inside a Triton kernel or a helper it calls (@triton.jit)
         self.changes: list[dict] = []
+        self.bare = False         # a `program_id` imported by name: `num_programs` must be imported too
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if self.depth or jit_decorated(node):
@@ -53,6 +54,7 @@ class _Reverse(cst.CSTTransformer):
             return updated
         # `tl.program_id(0)` → `(tl.num_programs(0) - 1 - tl.program_id(0))`, through the same module
         # the call names (`tl.`, `triton.language.`, or a bare imported `program_id`).
+        self.bare = self.bare or isinstance(func, cst.Name)
         count = cst.Name("num_programs") if isinstance(func, cst.Name) else func.with_changes(
             attr=cst.Name("num_programs"))
         expression = cst.BinaryOperation(
@@ -76,10 +78,21 @@ def reverse_program_order(source: str) -> tuple[str, list[dict]]:
     transformer = _Reverse()
     reversed_module = MetadataWrapper(module).visit(transformer)
     if transformer.changes:
+        if transformer.bare:   # after the `from __future__` imports, which must come first
+            body = list(reversed_module.body)
+            at = max((i + 1 for i, line in enumerate(body) if _future_import(line)), default=0)
+            body.insert(at, cst.parse_statement("from triton.language import num_programs\n"))
+            reversed_module = reversed_module.with_changes(body=body)
         return reversed_module.code, transformer.changes
     if "load_inline" in source or "cpp_extension" in source:
         return _reverse_cuda(source)
     return source, []
+
+
+def _future_import(line: cst.CSTNode) -> bool:
+    return isinstance(line, cst.SimpleStatementLine) and any(
+        isinstance(s, cst.ImportFrom) and isinstance(s.module, cst.Name) and s.module.value == "__future__"
+        for s in line.body)
 
 
 def _reverse_cuda(source: str) -> tuple[str, list[dict]]:
