@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import functools
 
+from kanalyze.dynamic.recording import SCALARS, kernel_name
+
 _installed = False
 PINS: dict[str, list[dict]] = {}   # kernel name -> launch settings to keep (set per case: `pin`)
 
@@ -27,18 +29,10 @@ def pin(settings: dict | None) -> None:
             PINS[name] = [s for s in launches if isinstance(s, dict)]
 
 
-def kernel_name(tuner) -> str:
-    """The name of the function under an autotuner (through @heuristics), as launches record it."""
-    fn = tuner
-    while hasattr(fn, "fn"):
-        fn = fn.fn
-    return getattr(fn, "__name__", "kernel")
-
-
 def _named(config, settings: list[dict]) -> bool:
     wanted = config.all_kwargs() if hasattr(config, "all_kwargs") else {
         **config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
-    return any(all(k in launch and launch[k] == v for k, v in wanted.items() if type(v) in (bool, int, float, str))
+    return any(all(k in launch and launch[k] == v for k, v in wanted.items() if type(v) in SCALARS)
                for launch in settings)
 
 

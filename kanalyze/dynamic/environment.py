@@ -29,6 +29,7 @@ class Environment:
 
         self.torch, self.mode = torch, mode
         self.driver = None
+        self.pin = None   # on a GPU: the configs a variant's autotuners keep (autotune_pin.py)
         if mode == "cpu":
             from kanalyze.dynamic import autotune_cpu
             from kanalyze.dynamic.interpreter import InterpreterDriver
@@ -39,6 +40,7 @@ class Environment:
             from kanalyze.dynamic import autotune_pin
 
             autotune_pin.install()   # a variant's case may name the configs to keep (ORD001)
+            self.pin = autotune_pin.pin
         from kanalyze.dynamic.integrity import Watch
 
         self.watch = Watch()   # before the candidate's import: what it replaces there shows too
@@ -95,10 +97,8 @@ class Environment:
         self.poison = run.get("poison")
         self.launches.launches.clear()
         self.launches.settings.clear()
-        if self.driver is None:
-            from kanalyze.dynamic import autotune_pin
-
-            autotune_pin.pin(case.get("pin_launches"))
+        if self.pin is not None:
+            self.pin(case.get("pin_launches"))
         self.modes.seen.clear()
         if self.driver is not None:
             self.driver.reset(run.get("order_seed"), bool(case.get("emulate_tf32")), bool(case.get("collect_bounds")))

@@ -55,6 +55,16 @@ def own_mode(cls: type) -> type:
     return cls
 
 
+SCALARS = (bool, int, float, str)   # the launch keywords a run's settings keep (recording and pinning)
+
+
+def kernel_name(fn) -> str:
+    """The name of the function under a launcher (a JITFunction, an autotuner, @heuristics)."""
+    while hasattr(fn, "fn"):
+        fn = fn.fn
+    return getattr(fn, "__name__", "kernel")
+
+
 class LaunchCounter:
     SETTINGS_PER_KERNEL = 16   # distinct launch settings kept per kernel and run
 
@@ -95,7 +105,7 @@ class LaunchCounter:
 
         @functools.wraps(original)
         def run(fn, *args, **kwargs):
-            name = getattr(getattr(fn, "fn", None), "__name__", None) or getattr(fn, "__name__", "kernel")
+            name = kernel_name(fn)
             told = counter.interpreting is not None and not counter.busy()
             if told:
                 counter.interpreting(True)
@@ -110,7 +120,7 @@ class LaunchCounter:
                 counter.launches[name] += 1
                 if len(counter.settings[name]) < counter.SETTINGS_PER_KERNEL:
                     counter.settings[name].add(tuple(sorted(
-                        (k, v) for k, v in kwargs.items() if k != "warmup" and type(v) in (bool, int, float, str))))
+                        (k, v) for k, v in kwargs.items() if k != "warmup" and type(v) in SCALARS)))
             return launched
 
         cls.run = run

@@ -3,9 +3,10 @@
 A `Session` owns one scratch directory and the workers: the reference worker
 and one candidate worker per variant (the candidate as written; for PRC002
 with fp32 accumulators, for ORD001 on a GPU with its program order reversed)
-start together, so that their imports of torch, triton and the candidate overlap.  The reference worker first
-plans the sizes (on the CPU the size knobs are scaled down; on a GPU the
-problem's own sizes run) and then computes, once per distinct input set, the
+start together, so that their imports of torch, triton and the candidate
+overlap.  The reference worker first plans the sizes (on the CPU the size knobs
+are scaled down; on a GPU the problem's own sizes run) and then computes, once
+per distinct input set, the
 inputs, the reference output in the working dtype and in float64; the
 candidate workers run every case on those inputs (compile once, every gate in
 the same worker).  The baseline goes first through both sides; the other

@@ -16,24 +16,13 @@ from kanalyze.analyzer.triton.shapes import TL, constant_int, single_value
 def grid_dims(flow: Dataflow, grid) -> list:
     """The dimensions of a launch grid: the elements of its tuple (a local name and a
     `lambda meta: (...)` are looked through), or the grid itself when it is one expression."""
-    grid = _looked_through(flow, grid)
-    if isinstance(grid, (cst.Tuple, cst.List)):
-        return [e.value for e in grid.elements if isinstance(e, cst.Element)]
-    return [grid]
-
-
-def grid_tuple(flow: Dataflow, grid) -> list | None:
-    """The elements of a launch grid's tuple, as `grid_dims`; None where the source shows
-    no tuple (a `def grid(meta)`, a value computed elsewhere)."""
-    shown = _looked_through(flow, grid)
-    return grid_dims(flow, shown) if isinstance(shown, (cst.Tuple, cst.List)) else None
-
-
-def _looked_through(flow: Dataflow, grid):
     for _ in range(3):
         if isinstance(grid, cst.Name) and single_value(flow, grid.value) is not None:
             grid = single_value(flow, grid.value)
-    return grid.body if isinstance(grid, cst.Lambda) else grid
+    grid = grid.body if isinstance(grid, cst.Lambda) else grid
+    if isinstance(grid, (cst.Tuple, cst.List)):
+        return [e.value for e in grid.elements if isinstance(e, cst.Element)]
+    return [grid]
 
 
 def grid_arithmetic(flow: Dataflow, expr, depth: int = 3) -> Iterator[cst.CSTNode]:

@@ -65,7 +65,7 @@ class _Undecided(Exception):
 def programs_own_disjoint_addresses(model: TritonModule, jit: JitFunction, call: cst.Call,
                                     pointer: cst.BaseExpression) -> bool:
     """True when each address the atomic `call` writes gets adds from one program only."""
-    axes = _grid_axes(model, jit, 3)
+    axes = multi_program_axes(model, jit)
     if axes is None:
         return False
     reader = _Reader(model)
@@ -99,7 +99,7 @@ def _shares_base(model: TritonModule, reader: _Reader, jit: JitFunction, call: c
 
 # -- the grid ------------------------------------------------------------------------
 
-def _grid_axes(model: TritonModule, jit: JitFunction, depth: int) -> set[int] | None:
+def multi_program_axes(model: TritonModule, jit: JitFunction, depth: int = 3) -> set[int] | None:
     """The axes on which a launch can run more than one program (a helper: its callers'
     launches); None where a grid is not readable or no launch is visible."""
     if depth < 0 or not (jit.launches or jit.called_from):
@@ -112,7 +112,7 @@ def _grid_axes(model: TritonModule, jit: JitFunction, depth: int) -> set[int] | 
         found |= {axis for dims in grids for axis, dim in enumerate(dims) if int_literal(dim) != 1}
     for caller, _ in jit.called_from:
         outer = model.jit.get(caller.name)
-        axes = _grid_axes(model, outer, depth - 1) if outer is not None and outer.function is caller else None
+        axes = multi_program_axes(model, outer, depth - 1) if outer is not None and outer.function is caller else None
         if axes is None:
             return None
         found |= axes

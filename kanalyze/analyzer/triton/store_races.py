@@ -25,8 +25,8 @@ from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.triton.calls import calls_within, int_literal, keyword
 from kanalyze.analyzer.triton.early_exits import is_pid_call
 from kanalyze.analyzer.triton.entities import JitFunction
-from kanalyze.analyzer.triton.grids import grid_tuple
 from kanalyze.analyzer.triton.model import TritonModule
+from kanalyze.analyzer.triton.program_slices import multi_program_axes
 
 STORE = "triton.language.store"
 ANY = "any"   # an axis the source does not show: a computed axis, or a helper's own reads
@@ -34,7 +34,8 @@ ANY = "any"   # an axis the source does not show: a computed axis, or a helper's
 
 def racing_stores(model: TritonModule, jit: JitFunction) -> Iterator[tuple[cst.Call, dict[int, str]]]:
     """(a store, the axes its programs race along: each with the name the kernel gives its id)."""
-    axes = {axis: name for axis, name in _program_ids(model, jit).items() if not _one_program(model, jit, axis)}
+    several = multi_program_axes(model, jit)   # None: the grid is not shown, any axis may have several
+    axes = {axis: name for axis, name in _program_ids(model, jit).items() if several is None or axis in several}
     if not axes:
         return
     returns = set()   # axes an early return reads: its programs may not all reach the stores
@@ -101,16 +102,3 @@ def _guarded(model: TritonModule, jit: JitFunction, call: cst.Call) -> bool:
         if isinstance(node, (cst.If, cst.While)):
             return True
     return False
-
-
-def _one_program(model: TritonModule, jit: JitFunction, axis: int) -> bool:
-    """Does every launch of the kernel give `axis` one program (a literal 1, or no such axis)?"""
-    if not jit.launches:
-        return False
-    for launch in jit.launches:
-        dims = grid_tuple(model.flow(launch.wrapper), launch.grid) if launch.wrapper is not None else None
-        if dims is None:
-            return False
-        if axis < len(dims) and not (isinstance(dims[axis], cst.Integer) and dims[axis].value == "1"):
-            return False
-    return True
