@@ -218,3 +218,29 @@ def test_kanalyzes_own_imports_still_work_once_it_is_hidden() -> None:
     assert out["served"] == ["kernel_call", "transport"], out["served"]
     assert "kanalyze.dynamic.sandbox.transport" in out["back"] and out["again"] == [], out
     assert out["recorder"] == [True, "recording.py"], out["recorder"]
+
+
+GPU_WORKER_SET_UP = r'''
+import sys
+import torch, triton
+from kanalyze.dynamic.sandbox.worker import import_modules
+import_modules("cuda")
+from kanalyze.dynamic import loading, numerics
+from kanalyze.dynamic.environment import Environment
+from kanalyze.dynamic.sandbox import disguise
+disguise.hide()
+disguise.neutral_module_names(loading)
+numerics.apply()
+Environment("cuda")
+print("set up")
+'''
+
+
+def test_a_gpu_workers_set_up_after_kanalyze_is_hidden_imports_nothing_new() -> None:
+    """A GPU candidate worker hides kanalyze, then builds its Environment (as worker.serve does):
+    every module that needs was imported before the hiding (import_modules), else it is refused
+    like a module that is not installed, and no candidate's worker could start.  Runs without a
+    device: building the Environment opens none."""
+    done = subprocess.run([sys.executable, "-c", GPU_WORKER_SET_UP], cwd=ROOT, capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "set up", done.stderr[-3000:]

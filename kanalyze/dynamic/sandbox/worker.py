@@ -83,6 +83,8 @@ def import_modules(mode: str) -> None:
     if mode == "cpu":
         from kanalyze.dynamic import devicemap
         from kanalyze.dynamic import interpreter  # noqa: F401
+    else:
+        from kanalyze.dynamic import autotune_pin  # noqa: F401  (Environment's, after kanalyze is hidden)
 
 
 def main(argv: list[str]) -> int:
