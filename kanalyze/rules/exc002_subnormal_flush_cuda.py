@@ -73,8 +73,10 @@ class SubnormalFlushCuda(CudaRule, clause=SubnormalFlush):
         constant); a `load_inline` built without it keeps their subnormals
         (they are still less accurate than `expf`: not this clause).
     A log whose argument is provably at least 1 (`__logf(1.0f + __expf(x))`, a
-    sum of exponentials holding exp(max - max) = 1) never sees a subnormal and
-    is not flagged; nor is `__cosf` (cos of a subnormal is 1 either way).
+    sum of exponentials holding exp(max - max) = 1, also softmax's normaliser
+    combined across a block or a warp through shared memory and shuffles, with
+    the maximum taken over the same loop) never sees a subnormal and is not
+    flagged; nor is `__cosf` (cos of a subnormal is 1 either way).
 
     ```python
     load_inline(..., extra_cuda_cflags=["-O3", "--use_fast_math"])   # flagged

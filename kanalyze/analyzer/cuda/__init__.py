@@ -13,6 +13,8 @@
   shared_races.py   which shared-memory accesses race an earlier one with no barrier between (ORD002)
   thread_pins.py    ... the accesses one thread makes, the stores of one value by every thread
   lower_bounds.py   fp32 arguments provably >= 1, which no subnormal reaches (EXC002's logs)
+  block_sums.py     ... softmax's normaliser summed across a block or a warp (shared memory, shuffles)
+  warp_shuffles.py  values combined across a warp by shuffles, and the helpers that do only that
   nan_paths.py      does the NaN a max/min drops reach an output by another path (helpers followed into callers)
   forward_paths.py  which branches of a Python forward path a GPU run executes; layers that are the identity
   positions.py      rows and columns, computed for findings only

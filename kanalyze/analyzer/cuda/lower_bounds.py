@@ -10,6 +10,8 @@ it: a log of it (`__logf(1.0f + expf(x))`, log-sum-exp) never sees one.
     (`m = a; m = fmaxf(m, b);`) and `s = 0; s += expf(a - m); s += expf(b - m);`
     for every one of them, straight-line in one block, `a`, `b`, ... locals
     never assigned after their declaration, the sum read after the last term;
+  - the same sum combined across a block or a warp through shared memory and warp
+    shuffles (block_sums.py);
   - a by-value parameter of a `__device__` helper every call of which passes
     such a value (`fast_log(sum_exp)` into `__logf(x)`).
 `non_negative` answers >= 0 (or NaN): exponentials, `fabsf`, `sqrtf`, `x * x`,
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import tree_sitter as ts
 
+from kanalyze.analyzer.cuda.block_sums import block_sum_with_one
 from kanalyze.analyzer.cuda.entities import CudaFunction
 from kanalyze.analyzer.cuda.model import CudaModule
 from kanalyze.analyzer.cuda.values import walk
@@ -58,13 +61,14 @@ class _Bounds:
                 return self.at_least_one(function, left) and self.at_least_one(function, right)
             return False
         if kind == "call_expression":
-            name, args = self._call(node)
+            name, args = self.call(node)
             return name in _MAXIMA and len(args) == 2 and \
                 any((_literal(cuda.text(a)) or 0.0) >= 1.0 for a in args if a.type == "number_literal")
         if kind == "identifier":
             name = cuda.text(node)
             if name in function.locals:
-                return self._local(function, name, "one") or self._sum_with_one(function, name, node)
+                return self._local(function, name, "one") or self._sum_with_one(function, name, node) or \
+                    block_sum_with_one(self, function, name, node)
             return self._parameter(function, name)
         return False
 
@@ -85,7 +89,7 @@ class _Bounds:
                 return left.type in ("identifier", "field_expression")  # x * x
             return op in ("+", "*") and self.non_negative(function, left) and self.non_negative(function, right)
         if kind == "call_expression":
-            name, args = self._call(node)
+            name, args = self.call(node)
             return name in _NON_NEGATIVE or self._exponential_wrapper(name)
         if kind == "identifier" and cuda.text(node) in function.locals:
             return self._local(function, cuda.text(node), "zero")
@@ -93,13 +97,16 @@ class _Bounds:
 
     # -- names ----------------------------------------------------------------
 
-    def _call(self, node: ts.Node) -> tuple[str, list[ts.Node]]:
+    def call(self, node: ts.Node) -> tuple[str, list[ts.Node]]:
         callee, arguments = node.child_by_field_name("function"), node.child_by_field_name("arguments")
         name = self.cuda.text(callee) if callee is not None else ""
         if name in _MAXIMA | _NON_NEGATIVE and \
                 any(f.name == name.lstrip(":").removeprefix("std::") for f in self.cuda.functions):
             name = ""  # the unit's own `max` or `expf`: not the math library's
         return name, list(arguments.named_children) if arguments is not None else []
+
+    def exponential(self, name: str) -> bool:
+        return name in EXPONENTIALS or self._exponential_wrapper(name)
 
     def _exponential_wrapper(self, name: str) -> bool:
         """`fast_exp`: a device helper whose body is `return expf(x);` of its one parameter."""
@@ -112,7 +119,7 @@ class _Bounds:
         value = _unwrap(statements[0].named_children[0])
         if value is None or value.type != "call_expression":
             return False
-        callee, args = self._call(value)
+        callee, args = self.call(value)
         return callee in EXPONENTIALS and len(args) == 1 and self.cuda.text(args[0]) == helpers[0].params[0].name
 
     def _enter(self, function: CudaFunction, name: str, what: str) -> bool:
@@ -124,7 +131,7 @@ class _Bounds:
 
     def _local(self, function: CudaFunction, name: str, bound: str) -> bool:
         """Every definition of the local keeps `bound` ("one": >= 1, "zero": >= 0)."""
-        if not self._plain_local(function, name) or not self._enter(function, name, bound):
+        if not self.plain_local(function, name) or not self._enter(function, name, bound):
             return False
         try:
             keeps = self.at_least_one if bound == "one" else self.non_negative
@@ -157,7 +164,7 @@ class _Bounds:
                     found.append((declaration, variable.init))
         return found
 
-    def _plain_local(self, function: CudaFunction, name: str) -> bool:
+    def plain_local(self, function: CudaFunction, name: str) -> bool:
         """A scalar local no pointer or reference can change behind its assignments."""
         variable = function.locals.get(name)
         if variable is None or variable.shared or variable.dims or variable.ctype.pointers:
@@ -220,7 +227,7 @@ class _Bounds:
     def _sum_with_one(self, function: CudaFunction, name: str, use: ts.Node) -> bool:
         """`s = 0; s += expf(a - m); s += expf(b - m); ...` with `m` the maximum of `a`, `b`, ..."""
         declarations = self._declarations(function, name)
-        if len(declarations) != 1 or not self._plain_local(function, name) or not self._enter(function, name, "sum"):
+        if len(declarations) != 1 or not self.plain_local(function, name) or not self._enter(function, name, "sum"):
             return False
         try:
             return self._holds_exp_zero(function, name, declarations[0], use)
@@ -257,7 +264,7 @@ class _Bounds:
         node = _unwrap(node)
         if node is None or node.type != "call_expression":
             return None
-        name, args = self._call(node)
+        name, args = self.call(node)
         if not (name in EXPONENTIALS or self._exponential_wrapper(name)) or len(args) != 1:
             return None
         difference = _unwrap(args[0])
@@ -273,7 +280,7 @@ class _Bounds:
         """The values `m` is the maximum of (`m = a; m = fmaxf(m, b);` in `block`, all before `before`),
         each a local or a field of one that nothing assigns after its declaration."""
         declarations = self._declarations(function, m)
-        if len(declarations) != 1 or not self._plain_local(function, m):
+        if len(declarations) != 1 or not self.plain_local(function, m):
             return None
         declaration, init = declarations[0]
         if declaration.parent is None or declaration.parent.id != block.id or init is None or \
@@ -285,7 +292,7 @@ class _Bounds:
                     or not _statement_of(node, block) or node.end_byte > before:
                 return None
             right = _unwrap(node.child_by_field_name("right"))
-            name, args = self._call(right) if right is not None and right.type == "call_expression" else ("", [])
+            name, args = self.call(right) if right is not None and right.type == "call_expression" else ("", [])
             others = [a for a in args if self.cuda.text(a) != m]
             if name not in _MAXIMA or len(args) != 2 or len(others) != 1:
                 return None
@@ -295,7 +302,7 @@ class _Bounds:
             base = value
             while base is not None and base.type == "field_expression":
                 base = base.child_by_field_name("argument")
-            if base is None or base.type != "identifier" or not self._plain_local(function, self.cuda.text(base)) \
+            if base is None or base.type != "identifier" or not self.plain_local(function, self.cuda.text(base)) \
                     or self._assigned_after_declaration(function, self.cuda.text(base)):
                 return None
         return {self.cuda.text(_unwrap(v)) for v in values}
