@@ -225,6 +225,42 @@ def test_summary_of_an_empty_journal_says_nothing_was_confirmed() -> None:
     assert summary["pairs"] == 0 and summary["static"]["all"]["recall"] is None
 
 
+def test_a_pair_that_ran_short_runs_again_before_later_pairs_start_and_narrows_the_run(tmp_path) -> None:
+    """With more pairs than room side by side: once a pair ran short, no later pair starts
+    until it has run again alone and its line is written (a journal cut short keeps it), and
+    the rest of the run goes one pair fewer side by side."""
+    worker = tmp_path / "worker.py"
+    worker.write_text(
+        "import json, os, sys, time\n"
+        "spec = json.load(open(sys.argv[1]))\n"
+        "name = os.path.basename(spec['candidate'])\n"
+        "log = os.path.join(os.path.dirname(sys.argv[0]), 'runs.log')\n"
+        "with open(log, 'a') as f: f.write(f'start {name} {time.monotonic()}\\n')\n"
+        "first = not os.path.exists(sys.argv[0] + '.' + name)\n"
+        "open(sys.argv[0] + '.' + name, 'w').close()\n"
+        "short = first and 'hang' in name\n"
+        "time.sleep(0.2 if short else 0.6)\n"
+        "summary = 'raised torch.OutOfMemoryError: CUDA out of memory.' if short else 'fine'\n"
+        "json.dump({'static': [], 'verdicts': {'CMP001': {'status': 'refuted', 'summary': summary,\n"
+        "           'static_flag': False, 'witness': None}}, 'allclose': {'verdict': 'PASS', 'detail': ''}},\n"
+        "          open(sys.argv[2], 'w'))\n"
+        "with open(log, 'a') as f: f.write(f'end {name} {time.monotonic()}\\n')\n")
+    names = ["level1_problem6_hang.py", "level1_problem6_hard_exit.py", "level1_problem6_no_model_new.py",
+             "level1_problem6_wrong_shape.py"]
+    pairs = [Pair(str(KB / "hostile" / name), str(KB / "level1" / "6_leaky_relu.py")) for name in names]
+    executor = LocalExecutor(jobs=2, seconds=30, command=[sys.executable, str(worker)])
+    order = [Path(job[1]["candidate"]).name for job, _ in executor.run(
+        [(str(i), {"candidate": p.candidate, "problem": p.problem}) for i, p in enumerate(pairs)])]
+    assert order == names[1:2] + names[:1] + names[2:], order
+    events = [(kind, name, float(t)) for kind, name, t in
+              (line.split() for line in (tmp_path / "runs.log").read_text().splitlines())]
+    started = [name for kind, name, _ in events if kind == "start"]
+    assert started == [names[0], names[1], names[0], names[2], names[3]], started
+    # After the shortage, one pair at a time: each start comes after the previous end.
+    later = events[events.index(next(e for e in events if e[0] == "end" and e[1] == names[1])):]
+    assert [kind for kind, _, _ in later] == ["end", "start", "end", "start", "end", "start", "end"], later
+
+
 def test_a_pair_that_ran_short_beside_others_runs_again_alone(tmp_path) -> None:
     """Pairs side by side share one GPU, the memory and the disk: a pair whose run ran out of
     memory (here its allclose check and a verdict say so, as torch words it) is not written

@@ -14,9 +14,13 @@ Pairs run side by side share the device, the memory and the disk.  A pair starts
 beside others only while the temporary directory's disk has a quarter of its size
 free (at least 8 GiB): a problem at KernelBench's real sizes writes gigabytes of
 inputs and outputs there.  A pair whose run ran short of one of them (`starved`: a
-CUDA or host out-of-memory, a full disk) is not written then: it runs again alone
-once the others have ended, and its line says so (`"retried"`).  Its first run
-decided nothing about the candidate: the shortage may have been its neighbours'.
+CUDA or host out-of-memory, a full disk) is not written then: no new pair starts, and
+once the running ones have ended it runs again alone, and its line says so
+(`"retried"`); then the run goes on with one pair fewer side by side.  Its first run
+decided nothing about the candidate: the shortage may have been its neighbours'.  So a
+journal cut short (a time limit, a machine taken back) holds every pair that ran,
+retried ones included, and a corpus of large problems settles on the width the machine
+holds.
 
 ray_executor.py runs the same `run_one` inside each Ray task (`--executor ray`).
 """
@@ -31,7 +35,8 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Iterable, Iterator
 
 from kanalyze.audit.child import kill_group
@@ -69,22 +74,33 @@ class LocalExecutor:
         self._turn = threading.Condition()
 
     def run(self, jobs: Iterable[tuple[str, dict]]) -> Iterator[tuple[tuple[str, dict], dict]]:
-        again: list[tuple[tuple[str, dict], str]] = []
+        pending = deque(jobs)
+        width = self.jobs                       # pairs side by side; one fewer after each shortage
+        running: dict[Future, tuple[str, dict]] = {}
+        short: deque[tuple[tuple[str, dict], str]] = deque()
         pool = ThreadPoolExecutor(max_workers=self.jobs)
         try:
-            futures = {pool.submit(self.run_one, job[1]): job for job in jobs}
-            for future in as_completed(futures):
-                result = future.result()
-                shortage = starved(result) if self.jobs > 1 else None
-                if shortage:
-                    again.append((futures[future], shortage))
-                else:
-                    yield futures[future], result
+            while pending or running or short:
+                if short and not running:       # alone now: nothing else holds the device, the memory or the disk
+                    job, shortage = short.popleft()
+                    result = self.run_one(job[1])
+                    yield job, {**result, "retried": f"ran again alone: beside other pairs it ran short ({shortage})"}
+                    continue
+                while pending and not short and len(running) < width:
+                    job = pending.popleft()
+                    running[pool.submit(self.run_one, job[1])] = job
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    job = running.pop(future)
+                    result = future.result()
+                    shortage = starved(result) if self.jobs > 1 else None
+                    if shortage:
+                        short.append((job, shortage))
+                        width = max(1, width - 1)
+                    else:
+                        yield job, result
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
-        for job, shortage in again:   # alone now: nothing else holds the device, the memory or the disk
-            result = self.run_one(job[1])
-            yield job, {**result, "retried": f"ran again alone: beside other pairs it ran short ({shortage})"}
 
     def run_one(self, spec: dict) -> dict:
         with self._turn:   # alone, or beside others while the disk has room
