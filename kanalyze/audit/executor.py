@@ -11,9 +11,11 @@ result: {"status": "crashed" | "timeout", "reason": ...}; one that finishes give
 {"status": "done", ...pair.py's result}.  The caller (run.py) writes the journal.
 
 Pairs run side by side share the device, the memory and the disk.  A pair starts
-beside others only while the temporary directory's disk has a quarter of its size
-free (at least 8 GiB): a problem at KernelBench's real sizes writes gigabytes of
-inputs and outputs there.  A pair whose run ran short of one of them (`starved`: a
+beside others only while the temporary directory's disk has room for one more pair at
+KernelBench's real sizes (20 GiB free: three level-1 pairs side by side wrote 49 GB of
+inputs and outputs on an H200, a float64 output alone 16 GiB).  The room is counted in
+bytes, not as a share of the disk: on a large shared disk with a quota, a quarter of its
+size was as much as the whole quota, and pairs ran one at a time.  A pair whose run ran short of one of them (`starved`: a
 CUDA or host out-of-memory, a full disk) is not written then: no new pair starts, and
 once the running ones have ended it runs again alone, and its line says so
 (`"retried"`); then the run goes on with one pair fewer side by side.  Its first run
@@ -50,7 +52,7 @@ class ExecutorError(Exception):
 
 
 # A pair starts beside others only with this much of the temporary directory's disk free.
-ROOM_SHARE, ROOM_BYTES = 0.25, 8 * 2 ** 30
+ROOM_BYTES = 20 * 2 ** 30
 
 
 def disk_room() -> bool:
@@ -59,7 +61,7 @@ def disk_room() -> bool:
         usage = shutil.disk_usage(tempfile.gettempdir())
     except OSError:
         return True   # unknown: the pair's own NoRoom check still stops it cleanly
-    return usage.free >= max(ROOM_BYTES, ROOM_SHARE * usage.total)
+    return usage.free >= ROOM_BYTES
 
 
 class LocalExecutor:
