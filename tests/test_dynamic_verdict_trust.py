@@ -517,3 +517,86 @@ def test_a_case_kanalyze_cannot_hold_costs_that_case_only(tmp_path: Path) -> Non
     assert not result.reference_ok
     assert result.kanalyze_failure() == short["error"] == result.reference_failure()
     assert "rejects" not in result.reference_failure()
+
+
+def test_outputs_a_reference_worker_held_when_it_ended_are_lost_with_its_cause(monkeypatch) -> None:
+    """A reference worker that ends in the middle of its cases (killed for memory, say) takes the
+    outputs it withheld for the hand-over with it, though a new worker runs the cases left and
+    hands over its own.  Each of the first worker's cases says so with how it ended, and the
+    value gates say they cannot judge it with that cause."""
+    import pytest
+
+    from kanalyze.dynamic.gates.base import CannotJudge
+    from kanalyze.dynamic.reference_jobs import with_outputs
+    from kanalyze.dynamic.sandbox import dispatch
+    from kanalyze.dynamic.sandbox.process import WorkerGone
+
+    meta = {"status": "ok", "withheld": True, "inputs": [], "init_inputs": [], "ops": {"aten::mm": 1},
+            "output": {"structure": "tensor", "dtypes": ["float32"], "prefix": "out", "nbytes": [4],
+                       "shapes": [[1]]}}
+    started = []
+
+    class Worker:
+        phase, scratch = "kanalyze", "/nonexistent"
+
+        def __init__(self, *args) -> None:
+            started.append(self)
+            self.events = [0] if len(started) == 1 else [2]   # the first ends after case 0
+
+        def wait_ready(self) -> dict:
+            return {"event": "ready"}
+
+        def send(self, job: dict) -> None:
+            self.job = job["id"]
+
+        def next_event(self, seconds: float) -> dict:
+            if not self.events:
+                raise WorkerGone("the worker was killed by signal 9 (SIGKILL: the memory limit?)")
+            return {"event": "case", "index": self.events.pop(0), "job": self.job}
+
+        def kill(self) -> None: ...
+        def close(self) -> None: ...
+        def output(self) -> str: return ""
+
+    monkeypatch.setattr(dispatch, "Worker", Worker)
+    monkeypatch.setattr(dispatch, "_read_case", lambda scratch, index, now: Outcome("done", meta=dict(meta),
+                                                                                   arrays=f"case-{index}.arrays"))
+    outcomes, _, worker = dispatch.run_cases("reference", "cpu", {}, [(0, {}), (1, {}), (2, {})], Limits(), "/tmp",
+                                             keep=True)
+    assert worker is started[1] and outcomes[1].status == "crashed"
+    assert outcomes[2].meta == meta                      # the second worker still holds case 2's outputs
+    first = outcomes[0]
+    assert first.status == "done" and "withheld" not in first.meta and first.meta["ops"] == {"aten::mm": 1}
+    assert "killed by signal 9" in first.meta["arrays_lost"], first.meta
+    handed = with_outputs(first, {})   # the second worker lost none of its own
+    with pytest.raises(CannotJudge, match="killed by signal 9"):
+        Result(Case("c", "PRC002", {}), handed).expected
+
+
+def test_a_judge_that_ends_computing_float64_references_says_why_its_outputs_are_lost(monkeypatch) -> None:
+    """The reference worker keeps the baseline's outputs until the hand-over, and computes their
+    float64 references once the candidate has run there.  If it ends then (memory, a signal),
+    every output it held is gone: each of its cases says so with the cause."""
+    import types
+
+    import pytest
+
+    from kanalyze.dynamic import session as session_module
+    from kanalyze.dynamic.gates.base import CannotJudge
+
+    meta = {"status": "ok", "withheld": True, "output64_later": True, "inputs": [], "init_inputs": [],
+            "output": {"structure": "tensor", "dtypes": ["float32"], "prefix": "out", "nbytes": [4],
+                       "shapes": [[1]]}}
+    ended = types.SimpleNamespace(process=types.SimpleNamespace(poll=lambda: -9), close=lambda: None)
+    monkeypatch.setattr(session_module, "float64_later", lambda worker, indices, limits: (
+        {}, "kanalyze's reference worker gave no float64 reference: it ended: killed by signal 9"))
+    fake = types.SimpleNamespace(_reference_index={"a": 0, "b": 1}, _judge=ended, _reference=ended, limits=Limits(),
+                                 _took=lambda *args: None, _add_steps=lambda *args: None)
+    by_key = {"a": Outcome("done", meta=dict(meta), arrays="a.arrays"),
+              "b": Outcome("done", meta={**meta, "output64_later": False}, arrays="b.arrays")}
+    session_module.Session._float64_later(fake, ["a"], by_key)
+    assert fake._judge is None and fake._reference is None
+    for key in "ab":
+        assert "withheld" not in by_key[key].meta and "killed by signal 9" in by_key[key].meta["arrays_lost"]
+        with pytest.raises(CannotJudge, match="killed by signal 9"):
+            Result(Case("c", "PRC002", {}), by_key[key]).expected

@@ -39,7 +39,7 @@ from kanalyze.dynamic.held_arrays import Judges
 from kanalyze.dynamic.reference_jobs import Reader, float64_later, hand_back
 from kanalyze.dynamic.results import Result, sealed
 from kanalyze.dynamic.sandbox import zygote_client
-from kanalyze.dynamic.sandbox.dispatch import run_cases
+from kanalyze.dynamic.sandbox.dispatch import lose_what_it_held, run_cases
 from kanalyze.dynamic.sandbox.process import (Limits, Outcome, ProtocolViolation, Worker, WorkerGone,
                                               new_scratch_root, remove_scratch_root)
 
@@ -310,6 +310,8 @@ class Session:
             return
         found, why = float64_later(worker, list(later.values()), self.limits)
         if worker.process.poll() is not None:   # it ended: the later references start another
+            lose_what_it_held(by_key, [k for k in self._reference_index if k in by_key], "reference",
+                              f"it ended while computing float64 references ({why})")
             worker.close()
             self._judge = None
             if self._reference is worker:

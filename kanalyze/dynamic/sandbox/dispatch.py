@@ -42,12 +42,14 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
     by_index = dict(cases)
     ready: dict = {}
     worker = first_worker
+    done_here: list[int] = []   # the cases the current worker ran: what it withheld ends with it
     while pending:
         if stop is not None and stop.is_set():
             if worker is not None:
                 worker.close()
             return _fill(outcomes, pending), ready, None
-        worker = worker or Worker(role, mode, spec, limits, scratch_root)
+        if worker is None:
+            worker, done_here = Worker(role, mode, spec, limits, scratch_root), []
         try:
             message = worker.wait_ready()
         except (WorkerGone, ProtocolViolation) as exc:
@@ -80,6 +82,8 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
                     worker.kill()
                     outcomes[index] = Outcome("timeout", detail=f"did not finish within {limits.case_seconds:.0f} s",
                                               output=worker.output(), blame=blame)
+                    lose_what_it_held(outcomes, done_here, role, f"it was stopped when case {index} did not "
+                                                                  f"finish within {limits.case_seconds:.0f} s")
                     restart = True
                     break
                 if event.get("job", job_id) != job_id:
@@ -92,8 +96,10 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
                     if on_case is not None:
                         outcomes[index] = on_case(index, outcomes[index])
                     pending.remove(index)
+                    done_here.append(index)
                     if stop is not None and stop.is_set() and pending:   # the caller is gone
                         worker.kill()
+                        lose_what_it_held(outcomes, done_here, role, "the session ended early")
                         restart = True
                         break
                     if role == "candidate":
@@ -108,11 +114,13 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
                     reply = on_inputs(index, event.get("what"), event.get("tensors"))
                     worker.send({"kind": "filled", "index": index, **reply})
                 elif event.get("event") == "fatal":
+                    lose_what_it_held(outcomes, done_here, role, f"it ended after case {event.get('index')}'s fatal error")
                     restart = True
                     break
                 elif event.get("event") == "job-done":
                     break
         except WorkerGone as exc:
+            lose_what_it_held(outcomes, done_here, role, f"it ended: {exc}")
             if not pending:   # every case has its outcome; the worker ended after the last
                 worker.close()
                 return _fill(outcomes, pending), ready, None
@@ -122,6 +130,7 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
         except ProtocolViolation as exc:
             index = pending.pop(0)
             worker.kill()
+            lose_what_it_held(outcomes, done_here, role, f"it was stopped: {exc}")
             outcomes[index] = Outcome("violation", detail=str(exc), output=worker.output(), blame="candidate")
             restart = True
         if not restart and keep:
@@ -131,6 +140,22 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
         if not restart:
             break
     return _fill(outcomes, pending), ready, None
+
+
+def lose_what_it_held(outcomes: dict, indices: list, role: str, why: str) -> None:
+    """The cases a worker ran before it ended: the outputs it withheld or held for the judge
+    (the reference side's, until `release`) ended with it.  Each such outcome says so, and why
+    (`arrays_lost`: the gates that compare values say they cannot judge), where the hand-over
+    would only learn that the worker is gone."""
+    for index in indices:
+        outcome = outcomes.get(index)
+        if outcome is None or outcome.status != "done" or not (outcome.meta.get("withheld") or outcome.meta.get("held")):
+            continue
+        meta = {k: v for k, v in outcome.meta.items() if k not in ("withheld", "held")}
+        outcomes[index] = Outcome("done", meta={**meta, "arrays_lost": f"kanalyze's {role} worker held this case's "
+                                                                        f"outputs, and {why}"},
+                                  arrays=outcome.arrays, inputs=outcome.inputs, output=outcome.output)
+    indices.clear()
 
 
 def _fill(outcomes: dict[int, Outcome], pending: list[int]) -> dict[int, Outcome]:
