@@ -10,7 +10,9 @@
 #                               (a pairs.jsonl, or a few of its lines: bench/corpus/README.md)
 #   audit:MANIFEST[:300]        kanalyze audit --device cuda --jobs 4 over MANIFEST, resuming
 #                               the journal in $AUDIT (default: audit-NAME beside MANIFEST, for
-#                               MANIFEST NAME.jsonl, so that the same manifest resumes its own)
+#                               MANIFEST NAME.jsonl, so that the same manifest resumes its own);
+#                               no pair starts in the last 250 s (--stop-after), so the pairs
+#                               running at the limit are written, not lost
 #
 # Everything a step prints also goes to $OUT/<step>.log (default ./gpu-out); the bench's
 # numbers to $OUT/bench.json and the audit's journal to $OUT/results.jsonl.  WHEELS=DIR
@@ -44,8 +46,11 @@ for step in "$@"; do
     audit)
         journal=${AUDIT:-$(dirname "$manifest")/audit-$(basename "$manifest" .jsonl)}
         mkdir -p "$journal"
-        timeout "${seconds:-300}" python3 -m kanalyze audit --manifest "$manifest" --output "$journal" \
-            --device cuda --jobs 4 --pair-timeout 240 -q > "$OUT/audit.log" 2>&1
+        # No pair starts in the last 250 s: the running ones end and are written before the limit.
+        limit=${seconds:-300}
+        timeout "$limit" python3 -m kanalyze audit --manifest "$manifest" --output "$journal" \
+            --device cuda --jobs 4 --pair-timeout 240 --stop-after $(( limit > 300 ? limit - 250 : 50 )) -q \
+            > "$OUT/audit.log" 2>&1
         cp "$journal/results.jsonl" "$OUT/results.jsonl" 2>/dev/null
         tail -30 "$OUT/audit.log" ;;
     *)

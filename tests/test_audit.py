@@ -261,6 +261,28 @@ def test_a_pair_that_ran_short_runs_again_before_later_pairs_start_and_narrows_t
     assert [kind for kind, _, _ in later] == ["end", "start", "end", "start", "end", "start", "end"], later
 
 
+def test_stop_after_starts_no_pair_past_its_time_and_a_rerun_resumes(tmp_path) -> None:
+    """`--stop-after`: pairs running at the time end and are written; no later pair starts; the
+    next run (without it) runs the rest, and the journal holds every pair once."""
+    worker = tmp_path / "worker.py"
+    worker.write_text(
+        "import json, sys, time\n"
+        "time.sleep(1.0)\n"
+        "json.dump({'static': [], 'verdicts': {}, 'allclose': {'verdict': 'PASS', 'detail': ''}},\n"
+        "          open(sys.argv[2], 'w'))\n")
+    names = ["level1_problem6_hang.py", "level1_problem6_hard_exit.py", "level1_problem6_no_model_new.py",
+             "level1_problem6_wrong_shape.py"]
+    pairs = [Pair(str(KB / "hostile" / name), str(KB / "level1" / "6_leaky_relu.py")) for name in names]
+    output = tmp_path / "out"
+    executor = LocalExecutor(jobs=2, seconds=30, command=[sys.executable, str(worker)], stop_after=0.5)
+    audit(pairs, AuditOptions(output=str(output), gates=["CMP001"], device="cpu", executor=executor))
+    first = [Path(r["candidate"]).name for r in _records(output)]
+    assert sorted(first) == sorted(names[:2]), first      # the two started at once ran to the end
+    executor = LocalExecutor(jobs=2, seconds=30, command=[sys.executable, str(worker)])
+    audit(pairs, AuditOptions(output=str(output), gates=["CMP001"], device="cpu", executor=executor))
+    assert sorted(Path(r["candidate"]).name for r in _records(output)) == sorted(names)
+
+
 def test_a_pair_that_ran_short_beside_others_runs_again_alone(tmp_path) -> None:
     """Pairs side by side share one GPU, the memory and the disk: a pair whose run ran out of
     memory (here its allclose check and a verdict say so, as torch words it) is not written

@@ -263,6 +263,8 @@ def test_ray_is_an_optional_extra_and_its_address_is_checked(manifest, tmp_path)
     assert done.returncode == 2 and "pip install 'kanalyze[ray]'" in done.stderr, done.stderr
     assert not (tmp_path / "out" / "results.jsonl").exists()
     assert main(_command(manifest, tmp_path / "out", "--address", "127.0.0.1:6379")) == 2     # without --executor ray
+    assert main(_command(manifest, tmp_path / "out", "--executor", "ray", "--stop-after", "60")) == 2  # the local one's
+    assert main(_command(manifest, tmp_path / "out", "--stop-after", "-1")) == 2
 
 
 def test_an_address_where_no_cluster_answers_is_a_usage_error(manifest, tmp_path, capsys) -> None:

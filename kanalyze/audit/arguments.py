@@ -42,6 +42,9 @@ def add_audit_parser(sub, gates_type, selectors_type) -> None:
     audit.add_argument("--pair-timeout", type=float, default=600.0, metavar="SECONDS",
                        help="time limit of one pair, everything included (default: 600)")
     audit.add_argument("--case-timeout", type=float, metavar="SECONDS", help="time limit of one gate case")
+    audit.add_argument("--stop-after", type=float, metavar="SECONDS",
+                       help="start no pair after this many seconds; the running ones end and are written, and a "
+                            "rerun resumes the rest (the local executor)")
     audit.add_argument("--output-format", choices=("text", "json"), default="text", help="of the summary")
     audit.add_argument("--html", metavar="PATH",
                        help="where the HTML report goes (default: DIR/report.html, beside the journal)")

@@ -76,8 +76,8 @@ def run_audit_command(args, usage_error) -> int:
         return _exit_code(summary)
     if not args.output:
         raise usage_error("audit needs --output DIR (where the journal results.jsonl goes)")
-    if args.jobs < 1 or args.pair_timeout <= 0:
-        raise usage_error("--jobs must be at least 1 and --pair-timeout above 0")
+    if args.jobs < 1 or args.pair_timeout <= 0 or (args.stop_after is not None and args.stop_after < 0):
+        raise usage_error("--jobs must be at least 1, --pair-timeout above 0 and --stop-after 0 or more")
     try:
         pairs = _pairs(args, usage_error)
     except sources.PairsError as exc:
@@ -87,7 +87,7 @@ def run_audit_command(args, usage_error) -> int:
     options = AuditOptions(output=args.output, gates=args.gates, device=args.device, jobs=args.jobs,
                            pair_seconds=args.pair_timeout, case_seconds=args.case_timeout,
                            executor_kind=args.executor, address=args.address,
-                           extend_select=list(args.extend_select), ir=args.ir)
+                           extend_select=list(args.extend_select), ir=args.ir, stop_after=args.stop_after)
     show = not args.quiet and sys.stderr.isatty()
     try:
         summary = _audit_with_progress(pairs, options) if show else audit(pairs, options)

@@ -22,7 +22,9 @@ once the running ones have ended it runs again alone, and its line says so
 decided nothing about the candidate: the shortage may have been its neighbours'.  So a
 journal cut short (a time limit, a machine taken back) holds every pair that ran,
 retried ones included, and a corpus of large problems settles on the width the machine
-holds.
+holds.  With `stop_after` (`--stop-after SECONDS`) no pair starts after that many seconds:
+the running ones end and are written, a held-back one runs again, and a rerun resumes the
+rest; a run on borrowed time keeps everything it ran, where a kill loses the pairs in flight.
 
 ray_executor.py runs the same `run_one` inside each Ray task (`--executor ray`).
 """
@@ -66,9 +68,10 @@ def disk_room() -> bool:
 
 class LocalExecutor:
     def __init__(self, jobs: int = 1, seconds: float = 600.0, command: list[str] | None = None,
-                 room=disk_room) -> None:
+                 room=disk_room, stop_after: float | None = None) -> None:
         self.jobs = max(1, jobs)
         self.seconds = seconds
+        self.stop_after = stop_after         # --stop-after: no pair starts after this many seconds
         # The child's command line, SPEC and OUT appended (tests swap in one that crashes).
         self.command = command or [sys.executable, "-m", "kanalyze.audit.pair"]
         self.room = room                     # () -> bool: may one more pair start beside the others
@@ -77,6 +80,7 @@ class LocalExecutor:
 
     def run(self, jobs: Iterable[tuple[str, dict]]) -> Iterator[tuple[tuple[str, dict], dict]]:
         pending = deque(jobs)
+        deadline = time.monotonic() + self.stop_after if self.stop_after is not None else None
         width = self.jobs                       # pairs side by side; one fewer after each shortage
         running: dict[Future, tuple[str, dict]] = {}
         short: deque[tuple[tuple[str, dict], str]] = deque()
@@ -88,9 +92,13 @@ class LocalExecutor:
                     result = self.run_one(job[1])
                     yield job, {**result, "retried": f"ran again alone: beside other pairs it ran short ({shortage})"}
                     continue
+                if deadline is not None and time.monotonic() >= deadline:
+                    pending.clear()             # the rest waits for a rerun, which resumes the journal
                 while pending and not short and len(running) < width:
                     job = pending.popleft()
                     running[pool.submit(self.run_one, job[1])] = job
+                if not running:
+                    continue
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
                     job = running.pop(future)

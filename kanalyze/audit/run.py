@@ -37,17 +37,20 @@ class AuditOptions:
     address: str | None = None                    # --address: the Ray cluster's
     extend_select: list[str] = field(default_factory=list)   # --extend-select: the static pass's extra codes
     ir: bool = False                              # --ir: the compiled code too
+    stop_after: float | None = None               # --stop-after: no pair starts after these seconds
 
 
 def make_executor(options: AuditOptions):
     """The executor `options` name; ExecutorError when it cannot be had (Ray not installed)."""
     if options.executor_kind == "ray":
+        if options.stop_after is not None:
+            raise ExecutorError("--stop-after is the local executor's (--executor local)")
         from kanalyze.audit.ray_executor import RayExecutor
 
         return RayExecutor(options.address, options.pair_seconds, per_gpu=options.jobs)
     if options.address is not None:
         raise ExecutorError("--address is a Ray cluster's address: it goes with --executor ray")
-    return LocalExecutor(options.jobs, options.pair_seconds)
+    return LocalExecutor(options.jobs, options.pair_seconds, stop_after=options.stop_after)
 
 
 def verdict_options(options: AuditOptions) -> dict:
