@@ -10,21 +10,23 @@ what it started too.  A child that crashes, is killed or overruns still gives a
 result: {"status": "crashed" | "timeout", "reason": ...}; one that finishes gives
 {"status": "done", ...pair.py's result}.  The caller (run.py) writes the journal.
 
-Pairs run side by side share the device, the memory and the disk.  A pair starts
-beside others only while the temporary directory's disk has room for one more pair at
-KernelBench's real sizes (20 GiB free: three level-1 pairs side by side wrote 49 GB of
-inputs and outputs on an H200, a float64 output alone 16 GiB).  The room is counted in
-bytes, not as a share of the disk: on a large shared disk with a quota, a quarter of its
-size was as much as the whole quota, and pairs ran one at a time.  A pair whose run ran short of one of them (`starved`: a
-CUDA or host out-of-memory, a full disk) is not written then: no new pair starts, and
-once the running ones have ended it runs again alone, and its line says so
-(`"retried"`); then the run goes on with one pair fewer side by side.  Its first run
-decided nothing about the candidate: the shortage may have been its neighbours'.  So a
-journal cut short (a time limit, a machine taken back) holds every pair that ran,
-retried ones included, and a corpus of large problems settles on the width the machine
-holds.  With `stop_after` (`--stop-after SECONDS`) no pair starts after that many seconds:
-the running ones end and are written, a held-back one runs again, and a rerun resumes the
-rest; a run on borrowed time keeps everything it ran, where a kill loses the pairs in flight.
+Pairs run side by side share the device, the memory and the disk.
+
+* A pair starts beside others only while the temporary directory's disk has room for one
+  more pair at KernelBench's real sizes: 20 GiB free (three level-1 pairs side by side
+  wrote 49 GB of inputs and outputs on an H200, a float64 output alone 16 GiB).  Counted in
+  bytes, not as a share of the disk: on a large shared disk with a quota, a quarter of its
+  size was the whole quota, and pairs ran one at a time.
+* A pair that ran short beside others (`starved`: a CUDA or host out-of-memory, a full
+  disk) is not written then: its run decided nothing about the candidate, the shortage may
+  have been its neighbours'.  No new pair starts; once the running ones have ended it runs
+  again alone, and its line says so (`"retried"`); then the run goes on with one pair fewer
+  side by side.  So a journal cut short (a time limit, a machine taken back) holds every
+  pair that ran, and a corpus of large problems settles on the width the machine holds.
+* With `stop_after` (`--stop-after SECONDS`) no pair starts after that many seconds: the
+  running ones end and are written, a held-back one runs again, and the same command
+  resumes the rest.  A run on borrowed time keeps what it ran, where a kill loses the pairs
+  in flight.
 
 ray_executor.py runs the same `run_one` inside each Ray task (`--executor ray`).
 """
@@ -82,7 +84,7 @@ class LocalExecutor:
         pending = deque(jobs)
         deadline = time.monotonic() + self.stop_after if self.stop_after is not None else None
         width = self.jobs                       # pairs side by side; one fewer after each shortage
-        running: dict[Future, tuple[str, dict]] = {}
+        running: dict[Future, tuple[tuple[str, dict], bool]] = {}
         short: deque[tuple[tuple[str, dict], str]] = deque()
         pool = ThreadPoolExecutor(max_workers=self.jobs)
         try:
@@ -96,14 +98,14 @@ class LocalExecutor:
                     pending.clear()             # the rest waits for a rerun, which resumes the journal
                 while pending and not short and len(running) < width:
                     job = pending.popleft()
-                    running[pool.submit(self.run_one, job[1])] = job
+                    running[pool.submit(self.run_one, job[1])] = job, width > 1   # (may have neighbours)
                 if not running:
                     continue
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
-                    job = running.pop(future)
+                    job, beside_others = running.pop(future)
                     result = future.result()
-                    shortage = starved(result) if self.jobs > 1 else None
+                    shortage = starved(result) if beside_others else None
                     if shortage:
                         short.append((job, shortage))
                         width = max(1, width - 1)
