@@ -45,7 +45,6 @@ _LOOPS = ("for_statement", "while_statement", "do_statement", "for_range_loop")
 _BARRIERS = frozenset({"__syncthreads"})
 
 
-
 class Bounds(Protocol):
     """What this module borrows from lower_bounds: its reading of calls, locals and exponentials."""
 
@@ -57,6 +56,7 @@ class Bounds(Protocol):
 
 
 def block_sum_with_one(bounds: Bounds, function: CudaFunction, name: str, use: ts.Node) -> bool:
+    """Does `name`, read at `use`, hold softmax's normaliser combined across threads (above)?"""
     reader = _Flow(bounds, function)
     if not reader.combined_before(name, use):
         return False
