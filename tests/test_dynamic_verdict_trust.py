@@ -600,3 +600,24 @@ def test_a_judge_that_ends_computing_float64_references_says_why_its_outputs_are
         assert "withheld" not in by_key[key].meta and "killed by signal 9" in by_key[key].meta["arrays_lost"]
         with pytest.raises(CannotJudge, match="killed by signal 9"):
             Result(Case("c", "PRC002", {}), by_key[key]).expected
+
+
+def test_a_run_that_faults_the_device_makes_the_case_the_candidates_error_and_reads_nothing_back() -> None:
+    """On a GPU an illegal address in the candidate's second run leaves a device whose memory
+    cannot be read: reading the first run's outputs back ended the worker in kanalyze's own
+    code (code 70, "kanalyze failed").  The case is now the candidate's error, with the fault,
+    and nothing of the device is read."""
+    import torch
+
+    from kanalyze.dynamic.sandbox.execute import _device_lost
+
+    fault = "AcceleratorError: CUDA error: an illegal memory access was encountered"
+    result = {"status": "ok", "runs": [{"status": "ok", "output": {"prefix": "r0_out"}},
+                                       {"status": "error", "error": fault}], "fatal": True}
+    arrays = {"r0_out0": torch.zeros(3), "kept": b"host bytes"}
+    _device_lost(result, arrays)
+    assert arrays == {"kept": b"host bytes"} and all("output" not in run for run in result["runs"])
+    assert result["status"] == "error" and fault in result["error"]
+    outcome = Outcome("done", meta=result, arrays={})
+    seen = _baseline(outcome)
+    assert seen.candidate_failed() and fault in seen.candidate_failure()

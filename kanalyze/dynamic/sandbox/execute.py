@@ -28,7 +28,6 @@ from kanalyze.dynamic.sandbox.device_share import DeviceArrays, export, put
 from kanalyze.dynamic.sandbox.transport import dtype_name, flatten_value, numpy_to_tensor, save_arrays, tensor_to_numpy
 
 
-
 def describe_error(exc: BaseException) -> str:
     if isinstance(exc, SystemExit):
         return f"called sys.exit({exc.code!r})"
@@ -111,6 +110,19 @@ def encode_leaves(structure: str, leaves: list, prefix: str, arrays: dict) -> di
 # The reference's arrays that the candidate's worker is given: inputs and the model's state.
 CANDIDATE_SIDE_KEYS = ("in", "init", "state", "second_in", "upstream")
 REPEAT_SEED_OFFSET = 1000   # the second input set of a repeated call (INT001): another seed, same shapes
+
+
+def _device_lost(result: dict, arrays: dict) -> None:
+    """A run of the candidate faulted the device (an illegal address): nothing on it can be read
+    back, earlier runs' outputs included.  The case is the candidate's error, with the fault."""
+    fault = next(run["error"] for run in result["runs"] if run.get("status") == "error"
+                 and any(m in run.get("error", "") for m in FATAL_MARKERS))
+    for key in [key for key, value in arrays.items() if isinstance(value, torch.Tensor)]:
+        del arrays[key]
+    for run in result["runs"]:
+        run.pop("output", None)
+        run.pop("inputs_after", None)
+    result.update(status="error", error=f"a run faulted the device: {fault}")
 
 
 def synchronize(device: str) -> None:
@@ -255,6 +267,8 @@ class CandidateSide:
                 self._record(result, candidate_gradients(model, base_inputs, upstream, reference, arrays,
                                                          self.phase))
         since = lap(seconds, "runs", since)
+        if result.get("fatal"):
+            _device_lost(result, arrays)
         self._finish(arrays, out_base, result)
         lap(seconds, "finish", since)
         return result
