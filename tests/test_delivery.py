@@ -51,6 +51,36 @@ def _case(seed: int, **more) -> dict:
     return Case(f"c{seed}", "CMP001", dict(SIZES), seed=seed, model_seed=0, **more).to_dict()
 
 
+def test_buffers_the_reference_side_cannot_open_are_filled_through_a_folder(tmp_path: Path, monkeypatch) -> None:
+    """On a GPU the candidate's worker sends device buffers for its inputs; where the reference
+    worker cannot write into them (an H100 once said "mapping of buffer object failed"), it asks
+    once more without them and reads the same arrays from a folder.  A second refusal stays
+    kanalyze's failure."""
+    import numpy as np
+
+    from kanalyze.dynamic.sandbox import delivery, device_share
+    from kanalyze.dynamic.sandbox.transport import save_arrays
+
+    save_arrays(str(tmp_path / "drawn"), {"input0": np.arange(6, dtype=np.float32).reshape(2, 3)})
+    empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda shape, dtype, device: empty(shape, dtype=dtype))   # no device here
+    monkeypatch.setattr(device_share, "export", lambda tensor: {"handle": "a CUDA IPC handle"})
+    offered = {"arrays": {"input0": {"dtype": "float32", "shape": [2, 3]}}}
+    asked = []
+
+    def ask(handles):
+        asked.append(handles)
+        if handles is not None:
+            return {"error": "CUDA error: mapping of buffer object failed"}
+        return {"folder": str(tmp_path / "drawn")}
+
+    got = delivery.receive(offered, "cuda", True, ask)
+    assert asked == [{"input0": {"handle": "a CUDA IPC handle"}}, None]
+    assert np.array_equal(np.asarray(got["input0"]), np.arange(6, dtype=np.float32).reshape(2, 3))
+    with pytest.raises(delivery.Undelivered, match="digest"):
+        delivery.receive(offered, "cuda", True, lambda handles: {"error": "the digest does not match"})
+
+
 def test_another_reference_worker_draws_the_same_inputs_again(tmp_path: Path) -> None:
     first = ReferenceSide({"kind": "kernelbench", "problem": str(PROBLEM)}, "cpu", lambda: None, deliver=True)
     result = first.run(_case(3, repeat_new_values=True), str(tmp_path / "case-3"), str(tmp_path / "inputs-3"))

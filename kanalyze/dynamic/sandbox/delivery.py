@@ -19,9 +19,11 @@ Model already holds them, bit for bit, and takes nothing).  Asked (`receive`):
   worker saves what it drew again into a fresh folder that the candidate's worker is
   shown (the parent names it in its reply).
 
-A digest that does not match (a problem whose `get_inputs` draws other values under the
-same seed), a refused handle or a reference worker that does not answer is kanalyze's
-failure: the candidate's case says so, `internal`, and no verdict rests on it.
+Where the reference worker cannot write into the buffers (a handle it cannot open), the
+candidate's worker asks once more without handles, through a folder.  A digest that does
+not match (a problem whose `get_inputs` draws other values under the same seed), a folder
+that fails too or a reference worker that does not answer is kanalyze's failure: the
+candidate's case says so, `internal`, and no verdict rests on it.
 Inputs a gate compares in kanalyze (MEM002: were they written?) are still saved with the
 reference (reference_side.py): the parent must read them.
 """
@@ -92,6 +94,11 @@ def receive(offered: dict, device: str, share: bool, ask) -> dict:
         except Exception:   # this platform cannot export (or an empty tensor): through a folder
             buffers, handles = {}, None
     reply = ask(handles)
+    if handles is not None and isinstance(reply, dict) and reply.get("error"):
+        # The reference side could not write into the buffers (on an H100 once: "mapping of
+        # buffer object failed" opening a handle): the same arrays through a folder instead.
+        buffers, handles = {}, None
+        reply = ask(None)
     if not isinstance(reply, dict) or reply.get("error"):
         raise Undelivered(str(reply.get("error") if isinstance(reply, dict) else "no reply"))
     if handles is not None:
