@@ -367,3 +367,13 @@ def test_pairs_start_beside_others_only_while_the_disk_has_room(tmp_path) -> Non
 
     assert most_at_once(lambda: False) == 1
     assert most_at_once(lambda: True) >= 2
+
+
+def test_stop_after_zero_starts_nothing_and_says_what_is_left(tmp_path, capsys) -> None:
+    manifest = tmp_path / "pairs.jsonl"
+    manifest.write_text(json.dumps({"candidate": str(KB / "candidates" / "level1_problem6_leaky_relu.py"),
+                                    "problem": str(KB / "level1" / "6_leaky_relu.py")}) + "\n")
+    assert main(["audit", "--manifest", str(manifest), "--output", str(tmp_path / "out"), "--device", "cpu",
+                 "--stop-after", "0", "-q"]) == 0
+    assert "1 pair not started within --stop-after 0 s: the same command resumes them" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "results.jsonl").exists() or _records(tmp_path / "out") == []

@@ -94,6 +94,10 @@ def run_audit_command(args, usage_error) -> int:
     except (JournalError, ExecutorError) as exc:
         raise usage_error(str(exc)) from exc
     _print_summary(summary, args.output_format)
+    left = len(pairs) - summary["pairs"]
+    if args.stop_after is not None and left > 0:
+        sys.stderr.write(f"{left} pair{'s' if left != 1 else ''} not started within --stop-after "
+                         f"{args.stop_after:g} s: the same command resumes them\n")
     _report(args, args.output, usage_error)
     return _exit_code(summary)
 
