@@ -115,8 +115,8 @@ REPEAT_SEED_OFFSET = 1000   # the second input set of a repeated call (INT001): 
 def _device_lost(result: dict, arrays: dict) -> None:
     """A run of the candidate faulted the device (an illegal address): nothing on it can be read
     back, earlier runs' outputs included.  The case is the candidate's error, with the fault."""
-    fault = next(run["error"] for run in result["runs"] if run.get("status") == "error"
-                 and any(m in run.get("error", "") for m in FATAL_MARKERS))
+    fault = next((run["error"] for run in result["runs"] if run.get("status") == "error"
+                  and any(m in run.get("error", "") for m in FATAL_MARKERS)), "a CUDA error")
     for key in [key for key, value in arrays.items() if isinstance(value, torch.Tensor)]:
         del arrays[key]
     for run in result["runs"]:
