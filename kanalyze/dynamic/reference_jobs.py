@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from kanalyze.dynamic.held_arrays import with_held
 from kanalyze.dynamic.results import Result
 from kanalyze.dynamic.sandbox import rundir
-from kanalyze.dynamic.sandbox.dispatch import READ_NOW_BYTES, Unanswered, ask
+from kanalyze.dynamic.sandbox.dispatch import READ_NOW_BYTES, Unanswered, ask, lost_arrays
 from kanalyze.dynamic.sandbox.process import Limits, Outcome, ProtocolViolation, Worker, WorkerGone
 from kanalyze.dynamic.sandbox.transport import ArrayFolder
 
@@ -99,12 +99,6 @@ def with_outputs(outcome: Outcome, released: str | dict | None) -> Outcome:
         return Outcome("crashed", detail=released, output=outcome.output)
     why = released.get(outcome.arrays)
     return outcome if why is None else lost_arrays(outcome, why)
-
-
-def lost_arrays(outcome: Outcome, why: str) -> Outcome:
-    """The outcome, its arrays said lost (`arrays_lost`: results.Result raises CannotJudge)."""
-    return Outcome("done", meta={**outcome.meta, "arrays_lost": why}, arrays=outcome.arrays, inputs=outcome.inputs,
-                   output=outcome.output)
 
 
 def float64_later(worker: Worker, indices: list[int], limits: Limits) -> tuple[dict, str]:

@@ -51,6 +51,7 @@ class Bounds(Protocol):
     cuda: CudaModule
 
     def plain_local(self, function: CudaFunction, name: str) -> bool: ...
+    def declarations(self, function: CudaFunction, name: str) -> list[tuple[ts.Node, ts.Node | None]]: ...
     def exponential(self, name: str) -> bool: ...
     def call(self, node: ts.Node) -> tuple[str, list[ts.Node]]: ...
 
@@ -191,12 +192,7 @@ class _Flow:
         return [(n, v) for n, v, op in self._definitions_with_ops(name) if op == "="]
 
     def _definitions_with_ops(self, name: str) -> list[tuple[ts.Node, ts.Node | None, str]]:
-        found: list[tuple[ts.Node, ts.Node | None, str]] = []
-        body = self.function.body
-        for declaration in self.cuda.declarations_of(name):
-            if body is not None and body.start_byte <= declaration.start_byte < body.end_byte:
-                found += [(declaration, v.init, "=") for v in self.cuda.read_declaration(declaration)
-                          if v.name == name]
+        found = [(declaration, init, "=") for declaration, init in self.bounds.declarations(self.function, name)]
         for node in self.function.assignments(name):
             if node.type != "assignment_expression":
                 found.append((node, None, "?"))

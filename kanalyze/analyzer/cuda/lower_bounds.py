@@ -27,10 +27,10 @@ from kanalyze.analyzer.cuda.block_sums import block_sum_with_one
 from kanalyze.analyzer.cuda.entities import CudaFunction
 from kanalyze.analyzer.cuda.model import CudaModule
 from kanalyze.analyzer.cuda.values import walk
+from kanalyze.analyzer.cuda.warp_shuffles import MAXIMA
 
 EXPONENTIALS = frozenset({"expf", "exp", "__expf", "exp2f", "exp2", "exp10f", "__exp10f"})
 _NON_NEGATIVE = EXPONENTIALS | {"fabsf", "fabs", "sqrtf", "sqrt", "__fsqrt_rn"}
-_MAXIMA = frozenset({"fmaxf", "fmax", "max", "std::max", "::max"})
 _WRAPPERS = ("parenthesized_expression", "cast_expression")
 _FLOATS = ("float", "double")
 
@@ -62,7 +62,7 @@ class _Bounds:
             return False
         if kind == "call_expression":
             name, args = self.call(node)
-            return name in _MAXIMA and len(args) == 2 and \
+            return name in MAXIMA and len(args) == 2 and \
                 any((_literal(cuda.text(a)) or 0.0) >= 1.0 for a in args if a.type == "number_literal")
         if kind == "identifier":
             name = cuda.text(node)
@@ -100,7 +100,7 @@ class _Bounds:
     def call(self, node: ts.Node) -> tuple[str, list[ts.Node]]:
         callee, arguments = node.child_by_field_name("function"), node.child_by_field_name("arguments")
         name = self.cuda.text(callee) if callee is not None else ""
-        if name in _MAXIMA | _NON_NEGATIVE and \
+        if name in MAXIMA | _NON_NEGATIVE and \
                 any(f.name == name.lstrip(":").removeprefix("std::") for f in self.cuda.functions):
             name = ""  # the unit's own `max` or `expf`: not the math library's
         return name, list(arguments.named_children) if arguments is not None else []
@@ -135,7 +135,7 @@ class _Bounds:
             return False
         try:
             keeps = self.at_least_one if bound == "one" else self.non_negative
-            declarations = self._declarations(function, name)
+            declarations = self.declarations(function, name)
             if not declarations or any(init is None or not keeps(function, init) for _, init in declarations):
                 return False
             for node in function.assignments(name):
@@ -152,7 +152,7 @@ class _Bounds:
         finally:
             self.visiting.discard((function.node.id, name, bound))
 
-    def _declarations(self, function: CudaFunction, name: str) -> list[tuple[ts.Node, ts.Node | None]]:
+    def declarations(self, function: CudaFunction, name: str) -> list[tuple[ts.Node, ts.Node | None]]:
         """(declaration, initial value) of each declaration of `name` in the function's body."""
         found = []
         body = function.body
@@ -226,7 +226,7 @@ class _Bounds:
 
     def _sum_with_one(self, function: CudaFunction, name: str, use: ts.Node) -> bool:
         """`s = 0; s += expf(a - m); s += expf(b - m); ...` with `m` the maximum of `a`, `b`, ..."""
-        declarations = self._declarations(function, name)
+        declarations = self.declarations(function, name)
         if len(declarations) != 1 or not self.plain_local(function, name) or not self._enter(function, name, "sum"):
             return False
         try:
@@ -279,7 +279,7 @@ class _Bounds:
     def _maximum_of(self, function: CudaFunction, m: str, block: ts.Node, before: int) -> set[str] | None:
         """The values `m` is the maximum of (`m = a; m = fmaxf(m, b);` in `block`, all before `before`),
         each a local or a field of one that nothing assigns after its declaration."""
-        declarations = self._declarations(function, m)
+        declarations = self.declarations(function, m)
         if len(declarations) != 1 or not self.plain_local(function, m):
             return None
         declaration, init = declarations[0]
@@ -294,7 +294,7 @@ class _Bounds:
             right = _unwrap(node.child_by_field_name("right"))
             name, args = self.call(right) if right is not None and right.type == "call_expression" else ("", [])
             others = [a for a in args if self.cuda.text(a) != m]
-            if name not in _MAXIMA or len(args) != 2 or len(others) != 1:
+            if name not in MAXIMA or len(args) != 2 or len(others) != 1:
                 return None
             values.append(others[0])
         for value in values:
@@ -308,7 +308,7 @@ class _Bounds:
         return {self.cuda.text(_unwrap(v)) for v in values}
 
     def _assigned_after_declaration(self, function: CudaFunction, name: str) -> bool:
-        if function.assignments(name) or len(self._declarations(function, name)) != 1:
+        if function.assignments(name) or len(self.declarations(function, name)) != 1:
             return True
         for node in walk(function.body):
             if node.type in ("assignment_expression", "update_expression"):

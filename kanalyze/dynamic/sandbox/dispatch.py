@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+from dataclasses import replace
 
 from kanalyze.dynamic.sandbox.process import Limits, Outcome, ProtocolViolation, Worker, WorkerGone
 from kanalyze.dynamic.sandbox.transport import ArrayFolder
@@ -151,11 +152,15 @@ def lose_what_it_held(outcomes: dict, indices: list, role: str, why: str) -> Non
         outcome = outcomes.get(index)
         if outcome is None or outcome.status != "done" or not (outcome.meta.get("withheld") or outcome.meta.get("held")):
             continue
-        meta = {k: v for k, v in outcome.meta.items() if k not in ("withheld", "held")}
-        outcomes[index] = Outcome("done", meta={**meta, "arrays_lost": f"kanalyze's {role} worker held this case's "
-                                                                        f"outputs, and {why}"},
-                                  arrays=outcome.arrays, inputs=outcome.inputs, output=outcome.output)
+        kept = replace(outcome, meta={k: v for k, v in outcome.meta.items() if k not in ("withheld", "held")})
+        outcomes[index] = lost_arrays(kept, f"kanalyze's {role} worker held this case's outputs, and {why}")
     indices.clear()
+
+
+def lost_arrays(outcome: Outcome, why: str) -> Outcome:
+    """The outcome, its arrays said lost (`arrays_lost`: results.Result raises CannotJudge)."""
+    return Outcome("done", meta={**outcome.meta, "arrays_lost": why}, arrays=outcome.arrays, inputs=outcome.inputs,
+                   output=outcome.output)
 
 
 def _fill(outcomes: dict[int, Outcome], pending: list[int]) -> dict[int, Outcome]:
