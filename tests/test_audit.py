@@ -391,3 +391,14 @@ def test_stop_after_zero_starts_nothing_and_says_what_is_left(tmp_path, capsys) 
                  "--stop-after", "0", "-q"]) == 0
     assert "1 pair not started within --stop-after 0 s: the same command resumes them" in capsys.readouterr().err
     assert not (tmp_path / "out" / "results.jsonl").exists() or _records(tmp_path / "out") == []
+
+
+def test_the_gates_have_the_pair_s_time_less_the_check_s_share() -> None:
+    """A pair's gates end where KernelBench's check, which runs after them, keeps its share of the
+    pair's time; where the check overlaps them (the Verifier), the whole time; no limit, none."""
+    from kanalyze.audit.pair import ALLCLOSE_SHARE, _gate_seconds
+
+    now = time.monotonic()
+    assert abs(_gate_seconds({"seconds": 200.0}, now - 10.0) - (200.0 * (1 - ALLCLOSE_SHARE) - 10.0)) < 1.0
+    assert abs(_gate_seconds({"seconds": 200.0, "overlap_allclose": True}, now) - 200.0) < 1.0
+    assert _gate_seconds({}, now) is None

@@ -358,3 +358,22 @@ def test_a_candidate_that_ran_with_less_than_the_cage_is_said_once_per_gap() -> 
     full = summarize([records[2]])
     assert full["containment"] == {"recorded": 1, "pairs": 0, "gaps": {}}
     assert "containment" not in render_text(full)
+
+
+def test_gates_the_time_limit_left_unrun_are_counted_apart_from_failures() -> None:
+    """A gate left unrun at the pair's time limit (runner.out_of_time) is neither kanalyze's failure
+    nor the candidate's: the summary counts its pairs and clauses, and says how to run them."""
+    from kanalyze.dynamic.runner import out_of_time
+
+    late = out_of_time(7, 41.2, 12.0)
+    assert late.startswith("not run: the time limit") and "7 sessions of about 41 s" in late
+    records = [_pair("late", {"CMP001": {"status": "refuted", "summary": "ok"},
+                              "EXC001": {"status": "unconfirmed", "summary": late},
+                              "MEM002": {"status": "unconfirmed", "summary": late}}),
+               _pair("late2", {"EXC001": {"status": "unconfirmed", "summary": late}}),
+               _pair("other", {"EXC001": {"status": "unconfirmed", "summary": "no NaN reached the output"}})]
+    summary = summarize(records)
+    assert summary["out_of_time"] == {"pairs": 2, "clauses": {"EXC001": 2, "MEM002": 1}}
+    assert summary["kanalyze_failed"] == 0
+    assert "2 pairs left gates unrun at their time limit (EXC001 2, MEM002 1)" in render_text(summary)
+    assert "unrun" not in render_text(summarize(records[2:]))

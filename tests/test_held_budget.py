@@ -140,3 +140,33 @@ def test_a_confirmation_of_a_later_session_has_a_witness_that_replays(tmp_path, 
     path = witness.write(confirmed, harness, run.environment, str(tmp_path / "witnesses"))
     again = witness.replay(path, Options(mode="cpu", limits=Limits(case_seconds=60)))
     assert (again.code, again.status) == ("MEM002", "confirmed"), again.summary
+
+
+def test_a_flagged_gate_runs_first_and_a_session_past_the_deadline_says_so() -> None:
+    """With gates in sessions of their own, the flagged clause's session comes first after the
+    first one; with a deadline already past once the first session ends, no later session
+    starts, and each of their gates says why (unconfirmed), while the first session's verdicts
+    stand."""
+    import time
+
+    from kanalyze.audit.summary import OUT_OF_TIME
+    from kanalyze.dynamic.harness import find_harness
+    from kanalyze.dynamic.runner import Options, run_gates
+    from kanalyze.dynamic.sandbox.process import Limits
+
+    harness = find_harness(str(KB / "candidates" / "level1_problem6_leaky_relu.py"), kernelbench=str(KB))
+    codes, flags = ["CMP001", "EXC001", "MEM002", "RES001"], {"MEM002": [{"row": 1, "kernel": None, "message": "m"}]}
+    limits = Limits(case_seconds=120)
+    run = run_gates(harness, codes, flags, Options(mode="cpu", limits=limits, held_budget=1))
+    order = [c["gate"] for c in run.environment["case_seconds"] if c["case"] != "baseline"]
+    assert order and order[0] == "CMP001" and order[order.index("CMP001", 0) + order.count("CMP001")] == "MEM002", order
+    assert "out_of_time" not in run.environment
+
+    run = run_gates(harness, codes, flags, Options(mode="cpu", limits=limits, held_budget=1,
+                                                   deadline=time.perf_counter()))
+    verdicts = {v.code: v for v in run.verdicts}
+    assert run.environment["sessions"] == 1 and sorted(run.environment["out_of_time"]) == ["EXC001", "MEM002", "RES001"]
+    assert verdicts["CMP001"].status == "refuted", verdicts["CMP001"].summary
+    for code in ("EXC001", "MEM002", "RES001"):
+        assert verdicts[code].status == "unconfirmed" and verdicts[code].summary.startswith(OUT_OF_TIME), verdicts[code]
+        assert "4 sessions" in verdicts[code].summary

@@ -90,6 +90,13 @@ def _static_text(static: dict) -> str:
             f"({total['false_alarms']} flags refuted)")
 
 
+def _late_text(late: dict) -> str:
+    if not late.get("pairs"):
+        return "none"
+    gates = ", ".join(f"{code} {n}" for code, n in late["clauses"].items())
+    return f"{late['pairs']} pairs ({gates}); a longer --pair-timeout runs them"
+
+
 def _containment_text(containment: dict) -> str:
     if not containment["recorded"]:
         return "not recorded (journal lines of an earlier kanalyze)"
@@ -124,6 +131,7 @@ def _summary(page: Page, summary: dict) -> str:
         ("kanalyze failed on", f"{summary['kanalyze_failed']} pairs (their verdicts are not the candidates')"
                                + (f"; {summary['retried_alone']} ran short beside others and ran again alone"
                                   if summary["retried_alone"] else "")),
+        ("gates left unrun at the time limit", _late_text(summary.get("out_of_time") or {})),
         ("containment", _containment_text(summary["containment"])),
         ("static pass against the gates", _static_text(summary["static"])),
         ("time per pair", _time_text(summary["seconds_per_pair"])),

@@ -37,6 +37,10 @@ import time
 
 from kanalyze.audit.child import die_with_parent
 
+# Of a pair's time, what is left to KernelBench's check when it runs after the gates: a later
+# session of the gates that would end past the rest does not start (runner.Options `deadline`).
+ALLCLOSE_SHARE = 0.25
+
 
 def static_pass(candidate: str, extend_select: list[str] | None = None, ir: bool = False) -> list[dict]:
     """The candidate's findings as `kanalyze check --isolated` gives them: the default selection
@@ -68,9 +72,11 @@ def gate_codes(gates, static: list[dict]) -> list[str]:
     return [code for code in gates if code in known]
 
 
-def run_gates_of(spec: dict, static: list[dict], codes: list[str]) -> tuple[dict[str, dict], dict | None, dict, list]:
+def run_gates_of(spec: dict, static: list[dict], codes: list[str],
+                 seconds: float | None = None) -> tuple[dict[str, dict], dict | None, dict, list]:
     """The verdicts by code, the baseline's outcome, where the time went, and the protections
-    the candidate's workers ran without."""
+    the candidate's workers ran without.  `seconds`: the time the gates have (runner.Options
+    `deadline`), or None."""
     from kanalyze.dynamic import witness as witnesses
     from kanalyze.dynamic.containment import gaps
     from kanalyze.dynamic.harness import NoHarness, find_harness
@@ -95,7 +101,8 @@ def run_gates_of(spec: dict, static: list[dict], codes: list[str]) -> tuple[dict
                      **({"counterexample": f["counterexample"]} if "counterexample" in f else {})}
                     for f in static if f["code"] == code] for code in codes}
     try:
-        gate_run = run_gates(harness, codes, flags, Options(mode=spec["device"], limits=limits))
+        deadline = None if seconds is None else time.perf_counter() + seconds
+        gate_run = run_gates(harness, codes, flags, Options(mode=spec["device"], limits=limits, deadline=deadline))
     except Exception as exc:  # kanalyze's own failure: said so, in every gate's verdict
         return each("unconfirmed", f"kanalyze could not run the gates: {type(exc).__name__}: {exc}")
     verdicts: dict[str, dict] = {}
@@ -152,7 +159,7 @@ def run_pair(spec: dict) -> dict:
     codes = gate_codes(spec["gates"], static)
     # Targeted with nothing flagged still runs the baseline: a candidate that fails on its own
     # inputs is CMP001 confirmed, never a pair with no verdict.
-    verdicts, baseline, steps, contained = (run_gates_of(spec, static, codes)
+    verdicts, baseline, steps, contained = (run_gates_of(spec, static, codes, _gate_seconds(spec, started))
                                             if codes or spec["gates"] == "targeted" else ({}, None, {}, []))
     gate_seconds = time.monotonic() - started - static_seconds
     if thread is not None:
@@ -165,6 +172,15 @@ def run_pair(spec: dict) -> dict:
     return {"static": static, "verdicts": verdicts, "baseline": baseline, "allclose": allclose,
             "contained": contained, "seconds": {"static": round(static_seconds, 3), "gates": round(gate_seconds, 3),
                         "allclose": round(allclose.pop("seconds"), 3), "steps": steps}}
+
+
+def _gate_seconds(spec: dict, started: float) -> float | None:
+    """The time the gates have: the pair's, less what has gone and, where KernelBench's check runs
+    after them, the share left to it (ALLCLOSE_SHARE).  None where the pair has no limit."""
+    if not spec.get("seconds"):
+        return None
+    share = 0.0 if spec.get("overlap_allclose") else ALLCLOSE_SHARE * spec["seconds"]
+    return spec["seconds"] - share - (time.monotonic() - started)
 
 
 def _begin_workers(spec: dict) -> None:

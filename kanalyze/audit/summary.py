@@ -39,6 +39,9 @@ PHASES = ("static", "gates", "allclose")
 
 # How the dynamic pass words its own failures (runner.py, results.py, rundir.py): never the candidate's.
 KANALYZE_FAILED = ("kanalyze could not", "kanalyze's worker")
+# How a gate left to a later session that the pair's time limit would have ended says so
+# (runner.out_of_time): neither a failure nor the candidate's.
+OUT_OF_TIME = "not run: the time limit"
 
 
 def tolerance_free(code: str, verdict: dict) -> bool:
@@ -217,6 +220,20 @@ def _containment(pairs: list[dict]) -> dict:
     return {"recorded": recorded, "pairs": concerned, "gaps": dict(sorted(gaps.items(), key=lambda item: -item[1]))}
 
 
+def _out_of_time(pairs: list[dict]) -> dict:
+    """The gates a pair's time limit left unrun (each had a session of its own to come: held_budget.py),
+    by clause, and the pairs they concern."""
+    by_clause: dict[str, int] = {}
+    concerned = 0
+    for record in pairs:
+        codes = [code for code, v in record.get("verdicts", {}).items()
+                 if v["status"] == "unconfirmed" and v["summary"].startswith(OUT_OF_TIME)]
+        concerned += bool(codes)
+        for code in codes:
+            by_clause[code] = by_clause.get(code, 0) + 1
+    return {"pairs": concerned, "clauses": dict(sorted(by_clause.items()))}
+
+
 def summarize(records: list[dict]) -> dict:
     pairs = [r for r in records if r.get("status") != "duplicate"]
     violating = sum(bool(_confirmed(r)) for r in pairs)
@@ -240,6 +257,7 @@ def summarize(records: list[dict]) -> dict:
         "static": _static(pairs),
         "seconds_per_pair": _seconds(pairs),
         "retried_alone": sum("retried" in r for r in pairs),   # ran short beside others (executor.py)
+        "out_of_time": _out_of_time(pairs),
         "containment": _containment(pairs),
         "kanalyze_failed": len(failed),
         "kanalyze_failures": failed,

@@ -136,6 +136,10 @@ def render_text(summary: dict) -> str:
     lines += ["", *_time(summary["seconds_per_pair"])]
     if summary["retried_alone"]:
         lines.append(f"{summary['retried_alone']} pairs ran short of memory or disk beside others and ran again alone")
+    late = summary.get("out_of_time") or {}
+    if late.get("pairs"):
+        gates = ", ".join(f"{code} {n}" for code, n in late["clauses"].items())
+        lines.append(f"{late['pairs']} pairs left gates unrun at their time limit ({gates}): a longer --pair-timeout runs them")
     lines += _containment(summary["containment"])
     lines.append(f"kanalyze failed on {summary['kanalyze_failed']} pairs")
     lines += _listed(summary["kanalyze_failures"], lambda pair: pair["reason"])

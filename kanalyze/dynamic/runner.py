@@ -58,6 +58,10 @@ class Options:
     # Bytes one session's judge may hold (held_budget.py); None: a share of what the reference's
     # worker reported of the device's memory (the machine's on the CPU).
     held_budget: int | None = None
+    # When the gates should be done (a time.perf_counter() instant; the audit's pair limit, the
+    # Verifier's timeout): a later session that would not end by then does not start, and its
+    # gates say so (`out_of_time`).  None: every session runs.
+    deadline: float | None = None
 
 
 @dataclass
@@ -146,7 +150,9 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
                     viewed = [judged_now(session, r) for r in baseline_results]
                     for code in decided_by_baseline([r for r in viewed if r is not None], codes, flags):
                         plan[code] = []
-                    groups = _sessions({code: plan[code] for code in codes}, baseline, baseline_results,
+                    # The flagged clauses' gates first: where time runs short, they are the ones run.
+                    ordered = sorted(codes, key=lambda code: not flags.get(code))
+                    groups = _sessions({code: plan[code] for code in ordered}, baseline, baseline_results,
                                        options.held_budget)
                     sessions.extend(groups[1:])
                     return [c for code in groups[0] for c in plan[code]]
@@ -168,15 +174,26 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
         session.close()
     # The gates of later sessions: those the first one's judge left without a case (a gate the
     # baseline decided, a candidate that fails there, is said already).
-    ran = 1
+    # A session is expected to take as long as the longest so far (the first one's, which also
+    # planned the sizes, until a later one has run).
+    ran, longest, later_longest = 1, time.perf_counter() - started, 0.0
     for group in sessions:
         todo = [code for code in group if _no_case(verdicts, code)]
-        if todo:
-            verdicts = [v for v in verdicts if v.code not in todo]
-            verdicts += _later_session(harness, mode, limits, variants, baseline,
-                                       {code: plan[code] for code in todo}, contexts, gates, flags, environment,
-                                       account, [v.code for v in verdicts])
-            ran += 1
+        if not todo:
+            continue
+        verdicts = [v for v in verdicts if v.code not in todo]
+        left = None if options.deadline is None else options.deadline - time.perf_counter()
+        if left is not None and left < (later_longest or longest):
+            verdicts += [Verdict(code, UNCONFIRMED, out_of_time(len(sessions) + 1, later_longest or longest, left),
+                                 gate=gates[code].name) for code in todo]
+            environment["out_of_time"] = environment.get("out_of_time", []) + todo
+            continue
+        began = time.perf_counter()
+        verdicts += _later_session(harness, mode, limits, variants, baseline,
+                                   {code: plan[code] for code in todo}, contexts, gates, flags, environment,
+                                   account, [v.code for v in verdicts])
+        later_longest = max(later_longest, time.perf_counter() - began)
+        ran += 1
     if sessions:   # (a worker protocol broken in any session leaves no verdict of the run trusted)
         verdicts = distrusted(sorted(verdicts, key=lambda v: codes.index(v.code) if v.code in codes else -1))
         environment["sessions"] = ran
@@ -262,6 +279,13 @@ def _later_session(harness: Harness, mode: str, limits: Limits, variants: dict[s
     finally:
         session.close()
     return verdicts
+
+
+def out_of_time(sessions: int, expected: float, left: float) -> str:
+    """Why a gate left to a later session did not run: the time limit would have ended it."""
+    return (f"not run: the time limit would have ended its session first (at this size the gates need "
+            f"{sessions} sessions of about {expected:.0f} s each, so that what the judge holds fits; "
+            f"{max(left, 0.0):.0f} s were left); a longer time limit runs it")
 
 
 def output_shapes(baseline_results: list[Result]) -> list | None:
