@@ -621,3 +621,20 @@ def test_a_run_that_faults_the_device_makes_the_case_the_candidates_error_and_re
     outcome = Outcome("done", meta=result, arrays={})
     seen = _baseline(outcome)
     assert seen.candidate_failed() and fault in seen.candidate_failure()
+
+
+def test_a_reference_out_of_device_memory_is_said_so_and_the_candidate_left_unrun_says_why() -> None:
+    """At a problem's real size the reference can run out of the device's memory: that is neither
+    the problem rejecting the sizes nor a candidate that did not run of itself.  A gate whose
+    case ended there names the reference's failure, once."""
+    oom = ("OutOfMemoryError: CUDA out of memory. Tried to allocate 12.00 GiB. GPU 0 has a total "
+           "capacity of 79.18 GiB of which 5.72 GiB is free.")
+    rejected = Outcome("done", meta={"status": "rejected", "error": oom})
+    result = Result(Case("INT001/repeat", "INT001", {"N": 8}), rejected)
+    assert result.reference_failure() == f"the reference ran out of the device's memory at these sizes: {oom}"
+    verdict = gates_by_code()["INT001"].judge(None, [result])
+    assert verdict.status == UNCONFIRMED
+    assert verdict.summary == f"the candidate did not run: the reference failed first ({result.reference_failure()})"
+    other = Result(Case("INT001/repeat", "INT001", {"N": 8}), Outcome("done", meta={"status": "rejected",
+                                                                                  "error": "ValueError: N < 16"}))
+    assert other.reference_failure() == "the reference rejects these sizes: ValueError: N < 16"

@@ -117,7 +117,10 @@ class Result:
             return f"the reference {self.reference.status}: {self.reference.detail}"
         if self.reference.meta.get("status") == "internal":   # kanalyze's own step, not the problem
             return str(self.reference.meta.get("error"))
-        return f"the reference rejects these sizes: {self.reference.meta.get('error')}"
+        error = str(self.reference.meta.get("error"))
+        if error.startswith("OutOfMemoryError"):   # the machine's limit at these sizes, not the problem's
+            return f"the reference ran out of the device's memory at these sizes: {error}"
+        return f"the reference rejects these sizes: {error}"
 
     @cached_property
     def reference_arrays(self) -> dict:
@@ -166,8 +169,8 @@ class Result:
 
     def candidate_failure(self) -> str:
         """Why the candidate produced nothing for this case, in words."""
-        if self.candidate is None:
-            return "the candidate did not run"
+        if self.candidate is None:   # its case ended at the reference (session.py runs no candidate then)
+            return "the candidate did not run" if self.reference_ok else f"the reference failed first ({self.reference_failure()})"
         if self.candidate.status != "done":
             tail = self.candidate.output.strip().splitlines()[-1:] if self.candidate.output else []
             last = f" (last output: {tail[0][:200]})" if tail else ""
