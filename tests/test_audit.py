@@ -205,6 +205,9 @@ def test_a_real_hanging_candidate_is_stopped_at_the_pair_timeout(tmp_path, capsy
     assert code == 1
     (record,) = _records(output)
     assert record["status"] == "timeout" and "did not finish within --pair-timeout 12 s" in record["reason"]
+    # where it was: the candidate never ended the baseline's case, so the last step is before it
+    assert record["last_step"]["step"] == "the baseline's reference", record
+    assert 0 < record["last_step"]["seconds"] < 12 and "its last step" in record["reason"]
     assert "kanalyze failed on 1 pairs" in capsys.readouterr().out
 
 

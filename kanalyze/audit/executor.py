@@ -46,6 +46,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Iterable, Iterator
 
 from kanalyze.audit.child import kill_group
+from kanalyze.audit.pair import last_step
 from kanalyze.dynamic.causes import shortage
 
 STDERR_TAIL = 2000
@@ -141,8 +142,10 @@ class LocalExecutor:
                 code = child.wait(timeout=self.seconds)
             except subprocess.TimeoutExpired:
                 kill_group(child)
-                return {"status": "timeout",
-                        "reason": f"kanalyze's pair worker did not finish within --pair-timeout {self.seconds:g} s"}
+                step = last_step(out_path)
+                where = f" (its last step, {step['seconds']:g} s in: {step['step']})" if step else ""
+                return {"status": "timeout", **({"last_step": step} if step else {}),
+                        "reason": f"kanalyze's pair worker did not finish within --pair-timeout {self.seconds:g} s{where}"}
             finally:
                 kill_group(child)    # whatever the child left running in its group
         try:

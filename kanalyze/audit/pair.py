@@ -30,6 +30,7 @@ parent: a watchdog thread ends the child's process group when the parent is gone
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import threading
@@ -40,6 +41,7 @@ from kanalyze.audit.child import die_with_parent
 # Of a pair's time, what is left to KernelBench's check when it runs after the gates: a later
 # session of the gates that would end past the rest does not start (runner.Options `deadline`).
 ALLCLOSE_SHARE = 0.25
+PROGRESS_SUFFIX = ".progress"   # beside the result: the pair's last step (LastStep)
 
 
 def static_pass(candidate: str, extend_select: list[str] | None = None, ir: bool = False) -> list[dict]:
@@ -154,9 +156,11 @@ def run_pair(spec: dict) -> dict:
         thread.start()
     if spec.get("problem") is not None:
         _begin_workers(spec)
+    _step("the static pass")
     static = static_pass(spec["candidate"], spec.get("extend_select"), spec.get("ir", False))
     static_seconds = time.monotonic() - started
     codes = gate_codes(spec["gates"], static)
+    _step("the gates: the problem's sizes and the baseline")
     # Targeted with nothing flagged still runs the baseline: a candidate that fails on its own
     # inputs is CMP001 confirmed, never a pair with no verdict.
     verdicts, baseline, steps, contained = (run_gates_of(spec, static, codes, _gate_seconds(spec, started))
@@ -168,6 +172,7 @@ def run_pair(spec: dict) -> dict:
             raise overlapped[0]
         allclose = overlapped[0]
     else:
+        _step("KernelBench's check")
         allclose = allclose_of(spec, spec.get("seconds", 600.0) - (time.monotonic() - started) - 2.0)
     return {"static": static, "verdicts": verdicts, "baseline": baseline, "allclose": allclose,
             "contained": contained, "seconds": {"static": round(static_seconds, 3), "gates": round(gate_seconds, 3),
@@ -191,8 +196,47 @@ def _begin_workers(spec: dict) -> None:
     prestart_zygote(spec["device"], wait=False)
 
 
+class LastStep(logging.Handler):
+    """Keeps the run's last step (the `kanalyze.progress` log) in `path`, rewritten whole at each
+    step, with the seconds since the pair began: the executor reads it when the pair's time
+    limit ends this process (executor.py)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path, self.started = path, time.monotonic()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            with open(self.path + ".part", "w", encoding="utf-8") as handle:
+                json.dump({"seconds": round(time.monotonic() - self.started, 1), "step": record.getMessage()}, handle)
+            os.replace(self.path + ".part", self.path)
+        except OSError:   # the pair goes on without its trail
+            pass
+
+
+def last_step(out_path: str) -> dict | None:
+    """What the pair whose result goes to `out_path` last said it was doing ({"seconds", "step"}), or None."""
+    try:
+        with open(out_path + PROGRESS_SUFFIX, encoding="utf-8") as handle:
+            found = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    if not (isinstance(found, dict) and isinstance(found.get("step"), str)
+            and isinstance(found.get("seconds"), (int, float))):
+        return None
+    return {"seconds": found["seconds"], "step": found["step"][:300]}
+
+
+def _step(words: str) -> None:
+    logging.getLogger("kanalyze.progress").info(words)
+
+
 def main(spec_path: str, out_path: str) -> int:
     die_with_parent()
+    progress = logging.getLogger("kanalyze.progress")
+    progress.setLevel(logging.INFO)
+    progress.propagate = False
+    progress.addHandler(LastStep(out_path + PROGRESS_SUFFIX))
     with open(spec_path, encoding="utf-8") as handle:
         spec = json.load(handle)
     result = run_pair(spec)

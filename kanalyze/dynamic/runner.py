@@ -29,7 +29,7 @@ from kanalyze.dynamic.reference_jobs import judged_now
 from kanalyze.dynamic.results import Result
 from kanalyze.dynamic.sandbox import extensions, rundir
 from kanalyze.dynamic.sandbox.process import Limits, Outcome
-from kanalyze.dynamic.session import BASELINE, MAX_NUMEL, Session
+from kanalyze.dynamic.session import BASELINE, MAX_NUMEL, PROGRESS, Session
 
 BUILD_SECONDS = 600.0   # a worker's start when it compiles a CUDA C++ extension
 
@@ -155,6 +155,7 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
                     groups = _sessions({code: plan[code] for code in ordered}, baseline, baseline_results,
                                        options.held_budget)
                     sessions.extend(groups[1:])
+                    PROGRESS.info("session 1 of %d: %s", len(groups), ", ".join(groups[0]) or "the baseline")
                     return [c for code in groups[0] for c in plan[code]]
 
                 # (the baseline alone: no second reference worker to start)
@@ -189,6 +190,7 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
             environment["out_of_time"] = environment.get("out_of_time", []) + todo
             continue
         began = time.perf_counter()
+        PROGRESS.info("session %d of %d: %s", ran + 1, len(sessions) + 1, ", ".join(todo))
         verdicts += _later_session(harness, mode, limits, variants, baseline,
                                    {code: plan[code] for code in todo}, contexts, gates, flags, environment,
                                    account, [v.code for v in verdicts])

@@ -27,6 +27,7 @@ let go on to its next case.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -47,6 +48,9 @@ from kanalyze.dynamic.sandbox.process import (Limits, Outcome, ProtocolViolation
 # scaled down to this; on a GPU (None) the problem's own sizes run, as the benchmark measured them.
 MAX_NUMEL = {"cpu": 2 ** 16, "cuda": None}
 BASELINE = "baseline"
+# Where a run is, step by step (the audit's pair worker keeps the last one: a pair its time
+# limit ends says where it was).
+PROGRESS = logging.getLogger("kanalyze.progress")
 
 
 # A kernel harness's cases have no reference run: the gate judges what the call did.
@@ -165,6 +169,7 @@ class Session:
         self._judge = None
         if self.harness.kind != "kernel" and (more is not None or any(key not in first for key in missing)):
             self.ahead.start()   # its start overlaps the baseline's
+        PROGRESS.info("the baseline's reference")
         self._references(first, reference_cases, by_key)
         results = [Result(case, NO_REFERENCE if case.call is not None else by_key.get(case.input_key) or _PENDING)
                    for case in cases]
@@ -202,6 +207,7 @@ class Session:
         computed = [key for key in missing if by_key.get(key) is not None
                     and not by_key[key].meta.get("output64_later")]
         if computed:
+            PROGRESS.info("the references' outputs handed to the judge")
             for key, outcome in hand_back(self, computed, ahead_keys, by_key).items():
                 # Held by the judge: they live as long as this session (never kept for later ones).
                 by_key[key] = outcome if outcome.meta.get("held") else \
@@ -348,9 +354,14 @@ class Session:
                 return {"references": {str(i): {"meta": results[i].reference.meta,
                                                 "arrays": results[i].reference.inputs} for i in chosen}}
 
+            def ended(i, outcome, results=results, variant=variant):
+                PROGRESS.info("%s's case %s on the candidate (%s) ended", results[i].case.gate or "the baseline",
+                              results[i].case.id, variant)
+                return reader.read(i, outcome)
+
             outcomes, ready, worker = run_cases("candidate", self.mode, spec, runnable, self.limits, self.root,
                                                 job_extra=references, first_worker=worker, keep=True,
-                                                on_case=reader.read, on_inputs=lambda i, what, handles, results=results:
+                                                on_case=ended, on_inputs=lambda i, what, handles, results=results:
                                                 reader.deliver(i, results[i].reference.meta, what, handles))
             self.candidates[variant] = worker   # None where it ended: the next call starts another
             if variant == "original" and ready:
