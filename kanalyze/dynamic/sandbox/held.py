@@ -78,6 +78,23 @@ class Store:
         self.refused_bytes += size
         return False
 
+    def spill(self) -> int:
+        """Move what is held on the device to host memory, as far as its share goes, for a
+        computation that did not fit beside it (the float64 reference: float64.py); the bytes moved."""
+        moved = 0
+        for name, tensor in list(self.tensors.items()):
+            size = tensor.numel() * tensor.element_size()
+            if tensor.device.type != "cuda" or self.host_bytes + size > self.host_budget:
+                continue
+            self.tensors[name] = tensor.to("cpu")
+            self.device_bytes, self.host_bytes, self.moved = self.device_bytes - size, self.host_bytes + size, self.moved + 1
+            self.peaks["host"] = max(self.peaks["host"], self.host_bytes)
+            moved += size
+        tensor = None   # (the last one moved is no longer kept by this frame either)
+        if moved:
+            torch.cuda.empty_cache()
+        return moved
+
     def get(self, name) -> torch.Tensor:
         tensor = self.tensors.get(name) if isinstance(name, str) else None
         if tensor is None:

@@ -27,7 +27,6 @@ judge's comparisons are asked of it by the parent.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import os
@@ -48,6 +47,7 @@ from kanalyze.dynamic.sandbox.device_share import DeviceArrays
 from kanalyze.dynamic.sandbox.execute import (CANDIDATE_SIDE_KEYS, REPEAT_SEED_OFFSET, apart, describe_error,
                                               encode_list, encode_output, lap, seed_all, synchronize, timed_build,
                                               traceback_tail)
+from kanalyze.dynamic.sandbox.float64 import float64_reference
 from kanalyze.dynamic.sandbox.transport import dtype_name, save_arrays, tensor_to_numpy
 
 WITHHOLD_BYTES = 8 * 2 ** 30   # reference outputs kept in memory until release; more is saved at once
@@ -265,26 +265,8 @@ class ReferenceSide:
         return folder
 
     def _float64(self, model, values: list, result: dict, arrays: dict, name: str, prefix: str) -> None:
-        """The same computation in float64 on upcast inputs, or why there is none (`NAME_error`):
-        out of the device's memory at a problem's real size, the gates that need it say so."""
-        model64 = values64 = out64 = None
-        try:
-            model64 = copy.deepcopy(model).to(torch.float64) if isinstance(model, torch.nn.Module) else model
-            values64 = [v.to(torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-                        for v in values]
-            with torch.no_grad():
-                out64 = model64(*values64)
-            synchronize(self.device)
-            result[name] = encode_output(out64, prefix, arrays)
-        except torch.cuda.OutOfMemoryError as exc:
-            result[f"{name}_error"] = ("the float64 reference does not fit in the device's memory at these sizes "
-                                       f"({describe_error(exc)[:200]})")
-        except BaseException as exc:
-            result[f"{name}_error"] = describe_error(exc)
-        finally:
-            del model64, values64, out64
-            if self.device == "cuda":
-                torch.cuda.empty_cache()
+        """The same computation in float64 on upcast inputs, or why there is none (`NAME_error`)."""
+        float64_reference(model, values, self.device, self.store, result, arrays, name, prefix)
 
     def _second_inputs(self, problem: Problem, model, case: dict, result: dict, arrays: dict,
                        offered: dict | None) -> None:
