@@ -200,3 +200,32 @@ def test_a_reference_worker_that_dies_at_one_size_costs_that_case_only(tmp_path:
     assert "1 of the gate's cases did not run" in verdict.summary and "reference worker" in verdict.summary
     assert "correct at 9 perturbed sizes" in verdict.summary, verdict.summary   # the others, after it
     assert "could not start" not in verdict.summary   # it had started: the problem's code exited
+
+
+def test_a_case_whose_gate_reads_no_float64_gets_no_float64_reference() -> None:
+    """A gate that compares bits or traces (Gate.needs_float64 False) plans cases without the
+    float64 reference: none is computed for an input set only such cases use, and one shared
+    with a value gate's case has it.  The cache gives a reference without it only to such cases."""
+    from kanalyze.dynamic.gates import gates_by_code
+    from kanalyze.dynamic.reference_cache import REFERENCES
+
+    gates = gates_by_code()
+    assert [code for code, gate in sorted(gates.items()) if not gate.needs_float64 and not gate.kernel_harness] \
+        == ["EXC002", "MEM001", "MEM002", "ORD001", "ORD002", "RES001"]
+    REFERENCES.clear()
+    sizes = {"batch_size": 32, "in_features": 64, "out_features": 64}
+    cases = _cases() + [Case("MEM002/own", "MEM002", sizes, seed=12, model_seed=0, float64=False),
+                        Case("ORD002/shared", "ORD002", sizes, seed=11, distribution="normal", model_seed=0,
+                             float64=False)]
+    harness = find_harness(str(GOOD), reference=str(PROBLEM))
+    session = Session(harness, "cpu", Limits())
+    try:
+        baseline, value, own, shared = session.execute(cases)
+    finally:
+        session.close()
+    assert all(r.reference_ok and r.candidate_ok for r in (baseline, value, own, shared))
+    assert "output64" not in own.reference.meta and "output64_error" not in own.reference.meta
+    assert own.expected64 is None and own.expected                       # its working-dtype outputs only
+    assert shared.case.input_key == value.case.input_key and shared.expected64 and value.expected64
+    assert REFERENCES.get(harness, "cpu", own.case.input_key, False) is None
+    assert REFERENCES.get(harness, "cpu", own.case.input_key, False, float64=False) is not None

@@ -38,6 +38,9 @@ def test_a_case_holds_its_outputs_their_float64_copy_and_each_run() -> None:
     assert held_budget.case_bytes(backward, base, [GIB], ["float32"], inputs=GIB) == 9 * GIB   # and 1 upstream
     assert held_budget.case_bytes(case("X"), base, [GIB], ["float16"]) == 6 * GIB   # float64 is 4x float16
     assert held_budget.case_bytes(case("X"), base, [GIB], ["int64"]) == 2 * GIB     # no float64 copy
+    bits = case("X", runs=2)
+    bits.float64 = False              # a gate that compares bits: no float64 reference
+    assert held_budget.case_bytes(bits, base, [GIB], ["float32"]) == 3 * GIB
     assert held_budget.case_bytes(case("X"), base, [GIB], ["float8_e4m3fn"]) == 10 * GIB
     # a size past the base one scales it; a smaller one never lowers the estimate
     assert held_budget.case_bytes(case("X", N=2000), base, [GIB], ["float32"]) == 8 * GIB

@@ -45,6 +45,10 @@ class Case:
     collect_bounds: bool = False    # interpreter: record every out-of-bounds access, mask it off, go on
     repeat_new_values: bool = False  # INT001: call once more, new values written into the same buffers
     gradients: bool = False         # CMP002: input gradients for seeded upstream gradients, both sides
+    # The reference's float64 outputs, which the value gates calibrate against; False where the
+    # case's gate reads none (Gate.needs_float64): at a real size, twice the outputs not computed
+    # or held.  A reference computed for several cases of one input set has them if any needs them.
+    float64: bool = True
     # The seed the model's weights are drawn with (None: `seed`).  A run's cases share one, as
     # KernelBench builds its model once from one seed: each side builds it once and keeps it.
     model_seed: int | None = None

@@ -58,7 +58,7 @@ def case_bytes(case: Case, base_sizes: dict[str, int], nbytes: list[int], dtypes
     large as `inputs`, which holds the model's state too) in the working dtype, in float64
     (counted as twice float32's) and from each run, and the upstream gradients."""
     reference = sum(nbytes)
-    wide = sum(n // _itemsize(d) * FLOAT_WIDTH for n, d in zip(nbytes, dtypes) if _is_float(d))
+    wide = sum(n // _itemsize(d) * FLOAT_WIDTH for n, d in zip(nbytes, dtypes) if _is_float(d)) if case.float64 else 0
     total = (reference * (1 + len(case.runs)) + wide) * (2 if case.repeat_new_values else 1)
     total += 2 * inputs if case.return_inputs else 0
     total += inputs * (3 + len(case.runs)) + reference if case.gradients else 0

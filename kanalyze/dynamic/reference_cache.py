@@ -87,10 +87,13 @@ class ReferenceCache:
 
     # ------------------------------------------------------------ outcomes
 
-    def get(self, harness: Harness, mode: str, input_key: str, record_ops: bool) -> Outcome | None:
+    def get(self, harness: Harness, mode: str, input_key: str, record_ops: bool,
+            float64: bool = True) -> Outcome | None:
+        """A kept outcome of `input_key`, where it recorded the ops if `record_ops` and computed
+        (or tried) the float64 reference if `float64`; None else."""
         with self._lock:
             found = self._outcomes.get((self._problem(harness, mode), input_key))
-            if found is None or (record_ops and not found[1]):
+            if found is None or (record_ops and not found[1]) or (float64 and not _tried_float64(found[0])):
                 self.misses += 1
                 return None
             self.hits += 1
@@ -129,6 +132,11 @@ class ReferenceCache:
         if ready:
             with self._lock:
                 self._ready[self._problem(harness, mode)] = ready
+
+
+def _tried_float64(outcome: Outcome) -> bool:
+    meta = outcome.meta if isinstance(outcome.meta, dict) else {}
+    return "output64" in meta or "output64_error" in meta
 
 
 REFERENCES = ReferenceCache()

@@ -239,8 +239,10 @@ class Session:
                 new.append(case.input_key)
             entry = reference_cases[case.input_key]
             entry["record_ops"] = entry["record_ops"] or case.record_ops
+            entry["float64"] = entry["float64"] or case.float64
         for key in new:
-            by_key[key] = REFERENCES.get(self.harness, self.mode, key, reference_cases[key]["record_ops"])
+            entry = reference_cases[key]
+            by_key[key] = REFERENCES.get(self.harness, self.mode, key, entry["record_ops"], entry["float64"])
             if by_key[key] is None:
                 missing.append(key)
 

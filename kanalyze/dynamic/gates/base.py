@@ -45,6 +45,7 @@ class GateContext:
         fields.setdefault("seed", self.seed)
         fields.setdefault("dtype", self.dtype)
         fields.setdefault("model_seed", self.seed)   # one model for every case of the run
+        fields.setdefault("float64", gate.needs_float64)
         return Case(id=f"{gate.code}/{suffix}", gate=gate.code, **fields)
 
 
@@ -72,6 +73,9 @@ class Gate:
     # A gate whose plan reads the reference's output shapes (`GateContext.output_shapes`) is
     # planned once the baseline has run, from the shapes of the reference's own outputs.
     needs_output_shapes: ClassVar[bool] = False
+    # A gate that never compares with the float64 reference (bits, value classes, traces) plans
+    # its cases without one (Case.float64).
+    needs_float64: ClassVar[bool] = True
 
     def plan(self, ctx: GateContext) -> list[Case]:
         raise NotImplementedError

@@ -16,6 +16,7 @@ class SubnormalInputs(Gate):
     code = "EXC002"
     name = "exc002-subnormal-inputs"
     summary = "subnormal-magnitude inputs; zeros where the reference is not zero"
+    needs_float64 = False   # (compares no value with the float64 reference)
 
     def plan(self, ctx: GateContext):
         return [ctx.case(self, "subnormal", distribution="subnormal", seed=ctx.seed + 5)]

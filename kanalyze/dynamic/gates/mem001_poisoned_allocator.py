@@ -19,6 +19,7 @@ class PoisonedAllocator(Gate):
     code = "MEM001"
     name = "mem001-poisoned-allocator"
     summary = "fresh memory filled with a sentinel; elements left at it were never written"
+    needs_float64 = False   # (compares no value with the float64 reference)
 
     def plan(self, ctx: GateContext):
         return [ctx.case(self, "sentinels", runs=[Run(poison=b) for b in SENTINELS])]

@@ -15,6 +15,7 @@ class InputHash(Gate):
     code = "MEM002"
     name = "mem002-input-hash"
     summary = "inputs compared bit for bit before and after the run"
+    needs_float64 = False   # (compares no value with the float64 reference)
 
     def plan(self, ctx: GateContext):
         return [ctx.case(self, "inputs", return_inputs=True)]

@@ -92,6 +92,7 @@ class PermutedOrder(Gate):
     code = "ORD001"
     name = "ord001-permuted-order"
     summary = "permuted program order (interpreter) or repeated launches (GPU), bitwise compare"
+    needs_float64 = False   # (compares no value with the float64 reference)
 
     def plan(self, ctx: GateContext):
         if ctx.mode != "cpu":

@@ -33,6 +33,7 @@ class RepeatedRuns(Gate):
     code = "ORD002"
     name = "ord002-repeated-runs"
     summary = "repeated runs with differently poisoned fresh memory, bitwise compare"
+    needs_float64 = False   # (compares no value with the float64 reference)
 
     def plan(self, ctx: GateContext):
         if ctx.mode == "cpu":
