@@ -57,6 +57,10 @@ def test_gates_go_into_sessions_that_fit_and_the_first_gates_stay_first() -> Non
     assert sessions == [["INT001", "CMP003"], ["EXC001"], ["ORD001"]]
     assert held_budget.sessions(plan, baseline, [GIB], ["float32"], 1000 * GIB) == [["INT001", "CMP003", "EXC001",
                                                                                       "ORD001"]]
+    # a later session's baseline holds no float64 copy (3 GiB, not 5): two 7 GiB gates share one
+    plan = {"INT001": [case("INT001", runs=7)], "MEM002": [case("MEM002", runs=4)], "ORD002": [case("ORD002", runs=4)]}
+    assert held_budget.sessions(plan, baseline, [GIB], ["float32"], 17 * GIB) == [["INT001"], ["MEM002", "ORD002"]]
+    assert held_budget.later_baseline(baseline).float64 is False and baseline.float64 is True
     assert held_budget.baseline_output({"output": {"nbytes": [4, "x"], "dtypes": ["float32", "int"]}}) is None
     assert held_budget.baseline_output({"output": {"nbytes": [4], "dtypes": ["float32"]}, "problem_bytes": 12}) \
         == ([4], ["float32"], 8)

@@ -11,7 +11,8 @@ So once the baseline has run, and its outputs' sizes are known, the gates are
 put into sessions whose estimated arrays stay under a share of the memory the
 reference's worker reported (the device's on a GPU, the worker's limit or the
 machine's on the CPU).  Each session runs the baseline again, then its own gates'
-cases, and its judge lets everything go once they are judged.  A gate is never
+cases, and its judge lets everything go once they are judged.  A later session's baseline
+has no float64 reference (`later_baseline`): the first session judged the baseline's values.  A gate is never
 split (it judges its cases together); one that alone exceeds the share gets a
 session of its own, where the judge's host memory takes the rest.
 
@@ -23,6 +24,7 @@ limit on what a case may use.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from kanalyze.dynamic.cases import Case
 from kanalyze.dynamic.sandbox.transport import FLOAT_DTYPES, storage_dtype
@@ -69,18 +71,19 @@ def case_bytes(case: Case, base_sizes: dict[str, int], nbytes: list[int], dtypes
 def sessions(plan: dict[str, list[Case]], baseline: Case, nbytes: list[int], dtypes: list[str],
              budget: int, inputs: int = 0) -> list[list[str]]:
     """The gates of `plan` in sessions, in order: FIRST's in the first, then each gate in the
-    first session with room for it, or a new one.  Every session also holds the baseline."""
+    first session with room for it, or a new one.  Every session also holds the baseline (a
+    later one without its float64 reference)."""
     def estimate(cases: list[Case]) -> int:
         return sum(case_bytes(c, baseline.sizes, nbytes, dtypes, inputs) for c in cases)
 
-    room = budget - estimate([baseline])
+    first_room, later_room = budget - estimate([baseline]), budget - estimate([later_baseline(baseline)])
     groups: list[list[str]] = [[code for code in plan if code in FIRST]]
     used = [sum(estimate(plan[code]) for code in groups[0])]
     for code in plan:
         if code in FIRST:
             continue
         need = estimate(plan[code])
-        fits = next((n for n, u in enumerate(used) if u + need <= room), None)
+        fits = next((n for n, u in enumerate(used) if u + need <= (later_room if n else first_room)), None)
         if fits is None:
             groups.append([code])
             used.append(need)
@@ -88,6 +91,12 @@ def sessions(plan: dict[str, list[Case]], baseline: Case, nbytes: list[int], dty
             groups[fits].append(code)
             used[fits] += need
     return [group for group in groups if group]
+
+
+def later_baseline(baseline: Case) -> Case:
+    """The baseline as a later session runs it: the same inputs and runs, no float64 reference
+    (the first session judged its values; a later one needs its runs, ops and traces)."""
+    return replace(baseline, float64=False)
 
 
 def _itemsize(dtype: str) -> int:
@@ -101,4 +110,4 @@ def _is_float(dtype: str) -> bool:
     return dtype in FLOAT_DTYPES or dtype.startswith("complex")
 
 
-__all__ = ["FIRST", "HELD_SHARE", "baseline_output", "case_bytes", "sessions"]
+__all__ = ["FIRST", "HELD_SHARE", "baseline_output", "case_bytes", "later_baseline", "sessions"]

@@ -24,6 +24,7 @@ from kanalyze.dynamic.gates import gates_by_code
 from kanalyze.dynamic.gates.base import UNCONFIRMED, GateContext, Verdict
 from kanalyze.dynamic.harness import Harness
 from kanalyze.dynamic.held_arrays import merge_account
+from kanalyze.dynamic.held_budget import later_baseline
 from kanalyze.dynamic.judging import NO_CASE, decided_by_baseline, distrusted, held_windows, judge
 from kanalyze.dynamic.reference_jobs import judged_now
 from kanalyze.dynamic.results import Result
@@ -191,7 +192,7 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
             continue
         began = time.perf_counter()
         PROGRESS.info("session %d of %d: %s", ran + 1, len(sessions) + 1, ", ".join(todo))
-        verdicts += _later_session(harness, mode, limits, variants, baseline,
+        verdicts += _later_session(harness, mode, limits, variants, later_baseline(baseline),
                                    {code: plan[code] for code in todo}, contexts, gates, flags, environment,
                                    account, [v.code for v in verdicts])
         later_longest = max(later_longest, time.perf_counter() - began)
