@@ -11,10 +11,11 @@ So once the baseline has run, and its outputs' sizes are known, the gates are
 put into sessions whose estimated arrays stay under a share of the memory the
 reference's worker reported (the device's on a GPU, the worker's limit or the
 machine's on the CPU).  Each session runs the baseline again, then its own gates'
-cases, and its judge lets everything go once they are judged.  A later session's baseline
-has no float64 reference (`later_baseline`): the first session judged the baseline's values.  A gate is never
-split (it judges its cases together); one that alone exceeds the share gets a
-session of its own, where the judge's host memory takes the rest.
+cases, and its judge lets everything go once they are judged.  A later session's
+baseline has no float64 reference (`later_baseline`): the first session judged the
+baseline's values.  A gate is never split (it judges its cases together); one that
+alone exceeds the share gets a session of its own, where the judge's host memory
+takes the rest.
 
 The estimate scales the baseline's outputs by how far each size of the case
 exceeds the base size; it is an estimate of what the judge will hold, never a

@@ -357,8 +357,7 @@ class Session:
                                                 "arrays": results[i].reference.inputs} for i in chosen}}
 
             def ended(i, outcome, results=results, variant=variant):
-                PROGRESS.info("%s's case %s on the candidate (%s) ended", results[i].case.gate or "the baseline",
-                              results[i].case.id, variant)
+                PROGRESS.info("the candidate's case %s (%s) ended", results[i].case.id, variant)
                 return reader.read(i, outcome)
 
             outcomes, ready, worker = run_cases("candidate", self.mode, spec, runnable, self.limits, self.root,
