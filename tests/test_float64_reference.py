@@ -75,3 +75,64 @@ def test_another_failure_is_said_as_it_is() -> None:
     result = {}
     float64_reference(Broken(), [torch.zeros(2)], "cpu", None, result, {}, "output64", "o_")
     assert result == {"output64_error": "ValueError: no float64 kernel for this op"}
+
+
+OUT_OF_MEMORY_ONCE = '''
+import torch
+
+calls = [0]
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        calls[0] += 1
+        if calls[0] == 1 or ALWAYS:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.00 GiB.")
+        return x * 2
+
+
+ALWAYS = {always}
+batch_size = 8
+
+
+def get_inputs():
+    return [torch.rand(batch_size)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("always", [False, True])
+def test_a_reference_forward_out_of_device_memory_runs_once_more_after_the_held_arrays_move(tmp_path, always) -> None:
+    """The reference worker is also the session's judge: out of the device's memory beside what it
+    holds, its held arrays move to host memory and the problem's forward runs once more; where it
+    still does not fit, the case says so (results.py words it as the device's memory)."""
+    from kanalyze.dynamic.cases import Case
+    from kanalyze.dynamic.results import Result
+    from kanalyze.dynamic.sandbox import held
+    from kanalyze.dynamic.sandbox.process import Outcome
+    from kanalyze.dynamic.sandbox.reference_side import ReferenceSide
+
+    class Spilling(held.Store):
+        spills = 0
+
+        def spill(self) -> int:
+            self.spills += 1
+            return 2 ** 30
+
+    problem = tmp_path / "1_out_of_memory_once.py"
+    problem.write_text(OUT_OF_MEMORY_ONCE.format(always=always))
+    side = ReferenceSide({"kind": "kernelbench", "problem": str(problem)}, "cpu", lambda: None, hold=True)
+    side.store = Spilling("cpu")
+    case = Case("CMP001/given", "CMP001", {"batch_size": 8}, seed=1, model_seed=0).to_dict()
+    result = side.run(case, str(tmp_path / "case-1"), str(tmp_path / "inputs-1"))
+    assert side.store.spills == 1
+    if always:
+        assert result["status"] == "rejected" and result["error"].startswith("OutOfMemoryError")
+        failure = Result(Case.from_dict(case), Outcome("done", meta=result)).reference_failure()
+        assert failure.startswith("the reference ran out of the device's memory at these sizes: OutOfMemoryError")
+    else:
+        assert result["status"] == "ok" and result["output"]["dtypes"] == ["float32"], result
+        assert result["output64"]["dtypes"] == ["float64"]
