@@ -187,6 +187,32 @@ def test_a_store_past_its_shares_says_no() -> None:
     assert store.hold("b", torch.zeros(100)) and store.host_bytes == 400
 
 
+def test_a_run_with_the_bits_of_one_held_is_kept_once() -> None:
+    """Repeated runs of one case that came back bit for bit the same (ORD001's, ORD002's, MEM001's)
+    are kept once under every name; another folder, another dtype or one byte apart is not.
+    Dropping one name keeps the array for the others; its bytes go with the last."""
+    store = held.Store("cpu")
+    values = torch.arange(100, dtype=torch.float32)
+    values[3] = float("nan")
+    assert store.hold("shared-1/run0_out0", values.clone())
+    assert store.hold("shared-1/run1_out0", values.clone())              # the same bits: shared
+    other = values.clone()
+    other[7] = -other[7] if other[7] != 0 else 1.0
+    assert store.hold("shared-1/run2_out0", other)                       # one element apart
+    assert store.hold("shared-2/run0_out0", values.clone())              # another case
+    assert store.hold("shared-1/run3_out0", values.clone().view(torch.int32))   # another dtype
+    assert store.shared == 1 and store.host_bytes == 4 * 400
+    assert store.get("shared-1/run0_out0") is store.get("shared-1/run1_out0")
+    assert torch.equal(store.get("shared-1/run1_out0").view(torch.int32), values.view(torch.int32))
+    assert held.answer(store, {"op": "bits", "a": "shared-1/run0_out0", "b": "shared-1/run1_out0"})["count"] == 0
+    assert held.answer(store, {"op": "bits", "a": "shared-1/run0_out0", "b": "shared-1/run2_out0"})["count"] == 1
+    store.drop(["shared-1/run0_out0"])
+    assert store.host_bytes == 4 * 400 and torch.equal(store.get("shared-1/run1_out0").view(torch.int32),
+                                                       values.view(torch.int32))
+    store.drop(["shared-1/run1_out0", "shared-1/run2_out0", "shared-2/run0_out0", "shared-1/run3_out0"])
+    assert store.host_bytes == 0 and not store.tensors
+
+
 def test_the_account_says_where_held_arrays_went(tmp_path) -> None:
     """The most held at once, and what neither share could take (the caller saved it to files),
     as the run's account reports them; the account's own question is not counted as the gates'."""

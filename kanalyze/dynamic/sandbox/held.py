@@ -13,13 +13,10 @@ whole array).  Every comparison runs here, in chunks, on the device, with the
 same arithmetic as compare.py's numpy (float64, the same masks, the first
 largest error), so that a verdict does not depend on where it was computed.
 
-An array stays on the device while the device keeps `DEVICE_RESERVE` of its
-memory free (asked of the driver: the candidate's worker and the second reference
-worker run beside this one); past that it moves to host memory, up to
-`HOST_FRACTION` of the machine's, and past that `hold` says no and the caller
-saves it to files as before.  A request that names an array this store does not
-hold, or one that fails, gets `error` (kanalyze's failure: the gate says
-`unconfirmed`), never a verdict.
+Where the arrays are kept (the device, host memory, once for identical runs) is
+store.py's `Store`.  A request that names an array the store does not hold, or one
+that fails, gets `error` (kanalyze's failure: the gate says `unconfirmed`), never a
+verdict.
 """
 
 from __future__ import annotations
@@ -29,91 +26,11 @@ import shutil
 
 import torch
 
+from kanalyze.dynamic.sandbox.store import DEVICE_RESERVE, HOST_FRACTION, Store
 from kanalyze.dynamic.sandbox.transport import save_arrays, tensor_to_numpy
 
-DEVICE_RESERVE = 0.30     # of the device's memory, left free for the candidate's worker and the computations
-HOST_FRACTION = 0.40      # of the machine's memory, for arrays held past the device's share
 CHUNK = 1 << 25           # elements compared at a time (float64 temporaries of 256 MiB)
 MAX_SAVED = 1 << 20       # elements of a window; a whole array only where asked (`whole`)
-
-
-class Store:
-    """Tensors held by name ("case-3.arrays/out0", "shared-7/out0"), on the device while its share
-    lasts, then in host memory."""
-
-    def __init__(self, device: str) -> None:
-        self.device = device
-        self.tensors: dict[str, torch.Tensor] = {}
-        self.device_bytes = self.host_bytes = 0
-        self.host_budget = int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * HOST_FRACTION)
-        # Where held arrays went, for the run's account (`stats`): the most held at once on the
-        # device and in host memory, arrays the device's reserve sent to host memory, and arrays
-        # neither could take (the caller saved them to files).
-        self.peaks = {"device": 0, "host": 0}
-        self.moved = self.refused = self.refused_bytes = 0
-
-    def hold(self, name: str, tensor: torch.Tensor) -> bool:
-        """Keep `tensor` (contiguous: the caller lets it go), on the device while the device keeps
-        its reserve free, else in host memory; False where neither has room: the caller saves it."""
-        size = tensor.numel() * tensor.element_size()
-        self.drop([name])
-        if tensor.device.type == "cuda":
-            tensor = tensor.detach().contiguous()
-            free, total = torch.cuda.mem_get_info(tensor.device)
-            if free < DEVICE_RESERVE * total:   # what this process's allocator keeps cached is free too
-                torch.cuda.empty_cache()
-                free, total = torch.cuda.mem_get_info(tensor.device)
-            if free >= DEVICE_RESERVE * total:   # (the tensor is allocated already: keeping it costs nothing more)
-                self.tensors[name] = tensor
-                self.device_bytes += size
-                self.peaks["device"] = max(self.peaks["device"], self.device_bytes)
-                return True
-        if self.host_bytes + size <= self.host_budget:
-            self.moved += tensor.device.type == "cuda"
-            self.tensors[name] = tensor.detach().to("cpu").contiguous()
-            self.host_bytes += size
-            self.peaks["host"] = max(self.peaks["host"], self.host_bytes)
-            return True
-        self.refused += 1
-        self.refused_bytes += size
-        return False
-
-    def spill(self) -> int:
-        """Move what is held on the device to host memory, as far as its share goes, for a
-        computation that did not fit beside it (the float64 reference: float64.py); the bytes moved."""
-        moved = 0
-        for name, tensor in list(self.tensors.items()):
-            size = tensor.numel() * tensor.element_size()
-            if tensor.device.type != "cuda" or self.host_bytes + size > self.host_budget:
-                continue
-            self.tensors[name] = tensor.to("cpu")
-            self.device_bytes, self.host_bytes, self.moved = self.device_bytes - size, self.host_bytes + size, self.moved + 1
-            self.peaks["host"] = max(self.peaks["host"], self.host_bytes)
-            moved += size
-        tensor = None   # (the last one moved is no longer kept by this frame either)
-        if moved:
-            torch.cuda.empty_cache()
-        return moved
-
-    def get(self, name) -> torch.Tensor:
-        tensor = self.tensors.get(name) if isinstance(name, str) else None
-        if tensor is None:
-            raise KeyError(f"kanalyze's judge holds no array {str(name)[:200]!r}")
-        return tensor
-
-    def drop(self, names) -> None:
-        for name in names:
-            tensor = self.tensors.pop(name, None)
-            if tensor is not None:
-                size = tensor.numel() * tensor.element_size()
-                if tensor.device.type == "cuda":
-                    self.device_bytes -= size
-                else:
-                    self.host_bytes -= size
-
-    def describe(self, name: str) -> dict:
-        tensor = self.tensors[name]
-        return {"dtype": str(tensor.dtype).replace("torch.", ""), "shape": list(tensor.shape)}
 
 
 # ---------------------------------------------------------------- the summaries
@@ -323,7 +240,7 @@ def _stats(store: Store, request: dict) -> dict:
     """Where this store's arrays went (Store.peaks, moved, refused), for the run's account."""
     return {"held_device_peak": store.peaks["device"], "held_host_peak": store.peaks["host"],
             "held_moved_to_host": store.moved, "held_refused": store.refused,
-            "held_refused_bytes": store.refused_bytes}
+            "held_refused_bytes": store.refused_bytes, "held_shared": store.shared}
 
 
 _OPS = {"values": _values, "calibrate": _calibrated, "bits": _bits, "classes": _class_pairs,
