@@ -377,3 +377,14 @@ def test_gates_the_time_limit_left_unrun_are_counted_apart_from_failures() -> No
     assert summary["kanalyze_failed"] == 0
     assert "2 pairs left gates unrun at their time limit (EXC001 2, MEM002 1)" in render_text(summary)
     assert "unrun" not in render_text(summarize(records[2:]))
+
+
+def test_what_a_candidate_printed_reaches_the_terminal_escaped() -> None:
+    """A reason quotes a candidate's last output: its escape sequences and bidi controls are
+    shown, not obeyed, as the check's text report shows them (report/escape.py)."""
+    died = "crashed: \x1b[2J\u202eevil"
+    records = [_pair("evil", {"CMP001": {"status": "unconfirmed", "summary": "kanalyze could not run the candidate: "
+                                                                             + died}})]
+    text = render_text(summarize(records))
+    assert "\x1b" not in text and "\u202e" not in text
+    assert "\\x1b[2J" in text and "\\u202e" in text

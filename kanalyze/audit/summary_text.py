@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+from kanalyze.report.escape import printable
+
 WIDTH = 100
 LISTED = 20
 
@@ -28,6 +30,9 @@ def _seconds(value: float | None) -> str:
 
 
 def _clip(line: str) -> str:
+    """One line of the table, cut to WIDTH, its controls escaped: reasons quote what candidates
+    printed, and a journal's lines are as trustworthy as its folder (report/escape.py)."""
+    line = printable(line)
     return line if len(line) <= WIDTH else line[:WIDTH - 1] + "…"
 
 
