@@ -175,9 +175,9 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
     finally:
         session.close()
     # The gates of later sessions: those the first one's judge left without a case (a gate the
-    # baseline decided, a candidate that fails there, is said already).
-    # A session is expected to take as long as the longest so far (the first one's, which also
-    # planned the sizes, until a later one has run).
+    # baseline decided, a candidate that fails there, is said already).  A session is expected to
+    # take as long as the longest so far (the first one's, which also planned the sizes, until a
+    # later one has run); one that would end past the deadline does not start.
     ran, longest, later_longest = 1, time.perf_counter() - started, 0.0
     for group in sessions:
         todo = [code for code in group if _no_case(verdicts, code)]
