@@ -12,7 +12,8 @@
 #                               the journal in $AUDIT (default: audit-NAME beside MANIFEST, for
 #                               MANIFEST NAME.jsonl, so that the same manifest resumes its own);
 #                               no pair starts in the last 250 s (--stop-after), so the pairs
-#                               running at the limit are written, not lost
+#                               running at the limit are written, not lost; PAIR_TIMEOUT=SECONDS
+#                               (default 240) is each pair's limit, JOBS=N (default 4) the pairs at once
 #
 # Everything a step prints also goes to $OUT/<step>.log (default ./gpu-out); the bench's
 # numbers to $OUT/bench.json and the audit's journal to $OUT/results.jsonl.  WHEELS=DIR
@@ -49,7 +50,7 @@ for step in "$@"; do
         # No pair starts in the last 250 s: the running ones end and are written before the limit.
         limit=${seconds:-300}
         timeout "$limit" python3 -m kanalyze audit --manifest "$manifest" --output "$journal" \
-            --device cuda --jobs 4 --pair-timeout 240 --stop-after $(( limit > 300 ? limit - 250 : 50 )) -q \
+            --device cuda --jobs "${JOBS:-4}" --pair-timeout "${PAIR_TIMEOUT:-240}" --stop-after $(( limit > 300 ? limit - 250 : 50 )) -q \
             > "$OUT/audit.log" 2>&1
         cp "$journal/results.jsonl" "$OUT/results.jsonl" 2>/dev/null
         tail -30 "$OUT/audit.log" ;;
