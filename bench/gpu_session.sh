@@ -8,10 +8,10 @@
 #                               was too short on 2026-12-05: the interrupt cut a test mid-way)
 #   bench:MANIFEST[:290]        bench/bench_corpus.py --all over the pairs of MANIFEST
 #                               (a pairs.jsonl, or a few of its lines: bench/corpus/README.md)
-#   audit:MANIFEST[:300]        kanalyze audit --device cuda --jobs 4 over MANIFEST, resuming
+#   audit:MANIFEST[:300]        kanalyze audit --device cuda --jobs JOBS over MANIFEST, resuming
 #                               the journal in $AUDIT (default: audit-NAME beside MANIFEST, for
 #                               MANIFEST NAME.jsonl, so that the same manifest resumes its own);
-#                               no pair starts in the last 250 s (--stop-after), so the pairs
+#                               no pair starts in the last PAIR_TIMEOUT + 10 s (--stop-after), so the pairs
 #                               running at the limit are written, not lost; PAIR_TIMEOUT=SECONDS
 #                               (default 240) is each pair's limit, JOBS=N (default 4) the pairs at once
 #
@@ -47,10 +47,10 @@ for step in "$@"; do
     audit)
         journal=${AUDIT:-$(dirname "$manifest")/audit-$(basename "$manifest" .jsonl)}
         mkdir -p "$journal"
-        # No pair starts in the last 250 s: the running ones end and are written before the limit.
-        limit=${seconds:-300}
+        # No pair starts in its last PAIR_TIMEOUT + 10 s: the running ones end and are written before the limit.
+        limit=${seconds:-300} pair=${PAIR_TIMEOUT:-240}
         timeout "$limit" python3 -m kanalyze audit --manifest "$manifest" --output "$journal" \
-            --device cuda --jobs "${JOBS:-4}" --pair-timeout "${PAIR_TIMEOUT:-240}" --stop-after $(( limit > 300 ? limit - 250 : 50 )) -q \
+            --device cuda --jobs "${JOBS:-4}" --pair-timeout "$pair" --stop-after $(( limit > pair + 60 ? limit - pair - 10 : 50 )) -q \
             > "$OUT/audit.log" 2>&1
         cp "$journal/results.jsonl" "$OUT/results.jsonl" 2>/dev/null
         tail -30 "$OUT/audit.log" ;;
