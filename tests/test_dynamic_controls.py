@@ -288,3 +288,28 @@ def test_a_parameter_the_backward_never_reaches_is_confirmed() -> None:
     frozen, honest = verdicts.values()
     assert frozen["CMP002"].status == "confirmed" and "`bias` gets no gradient" in frozen["CMP002"].summary, frozen
     assert honest["CMP002"].status == "refuted" and "and 1 parameter match" in honest["CMP002"].summary, honest
+
+
+def test_check_timeout_gives_each_candidate_its_own_deadline(monkeypatch) -> None:
+    """`check --dynamic --timeout S`: each candidate's gates get a deadline S seconds after they
+    start (runner.Options `deadline`; what a later session does with it: test_held_budget.py);
+    without it, none."""
+    import time
+
+    from kanalyze.dynamic import confirm
+
+    seen = []
+    real = confirm.run_gates
+
+    def spy(harness, codes, flags, options):
+        seen.append((time.perf_counter(), options.deadline))
+        return real(harness, codes, flags, options)
+
+    monkeypatch.setattr(confirm, "run_gates", spy)
+    candidate = KB / "candidates" / "level1_problem6_leaky_relu.py"
+    for extra in (["--timeout", "30"], []):
+        code = main(["check", str(candidate), "--isolated", "--gates", "CMP001", "--device", "cpu",
+                    "--kernelbench", str(KB), "-q", *extra])
+        assert code in (0, 1)
+    (started, deadline), (_, none) = seen
+    assert none is None and 29.0 < deadline - started <= 30.0

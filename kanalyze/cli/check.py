@@ -234,6 +234,7 @@ def _run_dynamic(args: argparse.Namespace, paths: list[str], config, result):
     witness_dir = args.witness_dir or config.raw.get("witness-dir")
     options = DynamicOptions(gates=gates, reference=args.reference, kernelbench=args.kernelbench, mapping=mapping,
                              root=config.root, mode=args.device, jobs=args.jobs, case_seconds=args.case_timeout,
+                             seconds=args.timeout,
                              witness_dir=os.path.join(config.root, witness_dir) if witness_dir else None,
                              max_numel=config.raw.get("gate-numel"))
     with _progress_bar(args, "gates") as options.progress:

@@ -153,6 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="where witnesses go (default: .kanalyze/witnesses beside the configuration)")
     dynamic.add_argument("--case-timeout", type=float, metavar="SECONDS",
                          help="time limit of one gate case in a worker (default: 120)")
+    dynamic.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+                         help="each candidate's gates end within this: where a problem's size needs them in "
+                              "several sessions, one that would end past it does not start, and its clauses "
+                              "stay unconfirmed, saying so (default: none)")
 
     rules = sub.add_parser("rules", help="list every clause of the contract catalog")
     rules.add_argument("--output-format", choices=("text", "json"), default="text")

@@ -23,8 +23,9 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from kanalyze.dynamic import containment
@@ -48,6 +49,9 @@ class DynamicOptions:
     jobs: int | None = None
     witness_dir: str | None = None
     case_seconds: float | None = None
+    # Each candidate's gates end within this (`--timeout`): a later session that would end past it
+    # does not start, and its clauses stay unconfirmed, saying so (runner.Options `deadline`).
+    seconds: float | None = None
     max_numel: int | None = None
     # Told of each kernel as its gates finish: progress(name, done, total); total first with done = 0.
     progress: Callable[[str, int, int], None] | None = None
@@ -125,8 +129,10 @@ def confirm(findings: list[Finding], files: list[str], options: DynamicOptions,
         flags = {c: [{"row": f.location.row, "kernel": f.kernel, "message": f.message,
                       **({"counterexample": f.evidence["counterexample"]} if "counterexample" in f.evidence else {})}
                      for f in by_file.get(path, []) if f.code == c] for c in codes}
+        own = run_options if not options.seconds else replace(run_options,
+                                                                deadline=time.perf_counter() + options.seconds)
         try:
-            return plan, flags, run_gates(harness, codes, flags, run_options), None
+            return plan, flags, run_gates(harness, codes, flags, own), None
         except Exception as exc:  # one candidate's trouble never stops the others
             return plan, flags, None, f"{type(exc).__name__}: {exc}"
 
