@@ -60,8 +60,8 @@ class Options:
     # worker reported of the device's memory (the machine's on the CPU).
     held_budget: int | None = None
     # When the gates should be done (a time.perf_counter() instant; the audit's pair limit, the
-    # Verifier's timeout): a later session that would not end by then does not start, and its
-    # gates say so (`out_of_time`).  None: every session runs.
+    # Verifier's timeout, `check --timeout`): a later session that would not end by then does not
+    # start, and its gates say so (`out_of_time`).  None: every session runs.
     deadline: float | None = None
 
 
