@@ -58,6 +58,14 @@ def _command(manifest: Path, output: Path) -> list[str]:
             "--jobs", "2", "-q"]
 
 
+def _four_pairs() -> tuple[list[str], list[Pair]]:
+    """Four pairs of problem 6 for the executor's own tests (their workers are stand-ins: what the
+    candidates are does not matter), and the candidates' file names in order."""
+    names = ["level1_problem6_hang.py", "level1_problem6_hard_exit.py", "level1_problem6_no_model_new.py",
+             "level1_problem6_wrong_shape.py"]
+    return names, [Pair(str(KB / "hostile" / name), str(KB / "level1" / "6_leaky_relu.py")) for name in names]
+
+
 def _records(output: Path) -> list[dict]:
     return [json.loads(line) for line in (output / "results.jsonl").read_text().splitlines()]
 
@@ -262,9 +270,7 @@ def test_a_pair_that_ran_short_runs_again_before_later_pairs_start_and_narrows_t
         "           'static_flag': False, 'witness': None}}, 'allclose': {'verdict': 'PASS', 'detail': ''}},\n"
         "          open(sys.argv[2], 'w'))\n"
         "with open(log, 'a') as f: f.write(f'end {name} {time.monotonic()}\\n')\n")
-    names = ["level1_problem6_hang.py", "level1_problem6_hard_exit.py", "level1_problem6_no_model_new.py",
-             "level1_problem6_wrong_shape.py"]
-    pairs = [Pair(str(KB / "hostile" / name), str(KB / "level1" / "6_leaky_relu.py")) for name in names]
+    names, pairs = _four_pairs()
     executor = LocalExecutor(jobs=2, seconds=30, command=[sys.executable, str(worker)])
     order = [Path(job[1]["candidate"]).name for job, _ in executor.run(
         [(str(i), {"candidate": p.candidate, "problem": p.problem}) for i, p in enumerate(pairs)])]
@@ -287,9 +293,7 @@ def test_stop_after_starts_no_pair_past_its_time_and_a_rerun_resumes(tmp_path) -
         "time.sleep(1.0)\n"
         "json.dump({'static': [], 'verdicts': {}, 'allclose': {'verdict': 'PASS', 'detail': ''}},\n"
         "          open(sys.argv[2], 'w'))\n")
-    names = ["level1_problem6_hang.py", "level1_problem6_hard_exit.py", "level1_problem6_no_model_new.py",
-             "level1_problem6_wrong_shape.py"]
-    pairs = [Pair(str(KB / "hostile" / name), str(KB / "level1" / "6_leaky_relu.py")) for name in names]
+    names, pairs = _four_pairs()
     output = tmp_path / "out"
     executor = LocalExecutor(jobs=2, seconds=30, command=[sys.executable, str(worker)], stop_after=0.5)
     audit(pairs, AuditOptions(output=str(output), gates=["CMP001"], device="cpu", executor=executor))

@@ -4,7 +4,7 @@ on upcast inputs, which the gates calibrate the working dtype's error against.
 At a problem's real size it may not fit beside what the worker holds on the device: as
 the session's judge it keeps arrays there up to a share of the device (held.py).  Where
 the float64 run runs out of the device's memory, those arrays move to host memory
-(`Store.spill`) and the run is tried once more; where it still does not fit, there is
+(`store.with_room`) and the run is tried once more; where it still does not fit, there is
 no float64 reference, and the gates that need one say why.
 """
 
@@ -15,25 +15,17 @@ import copy
 import torch
 
 from kanalyze.dynamic.sandbox.execute import describe_error, encode_output, synchronize
+from kanalyze.dynamic.sandbox.store import with_room
 
 
 def float64_reference(model, values: list, device: str, store, result: dict, arrays: dict,
                       name: str, prefix: str) -> None:
     """`result[name]`, the float64 outputs (kept in `arrays` under `prefix`), or `result[name_error]`,
-    why there are none.  `store`: the judge's held arrays (held.Store), or None."""
+    why there are none.  `store`: the judge's held arrays (store.Store), or None."""
     try:
-        result[name] = _run(model, values, device, arrays, prefix)
+        result[name] = with_room(lambda: _run(model, values, device, arrays, prefix), store)
     except torch.cuda.OutOfMemoryError as exc:
-        moved = store.spill() if store is not None else 0
-        if moved:
-            try:
-                result[name] = _run(model, values, device, arrays, prefix)
-                return
-            except torch.cuda.OutOfMemoryError as again:
-                exc = again
-            except BaseException as failed:
-                result[f"{name}_error"] = describe_error(failed)
-                return
+        moved = getattr(exc, "moved", 0)
         room = f", with {moved / 2 ** 30:.1f} GiB of held arrays moved to host memory" if moved else ""
         result[f"{name}_error"] = (f"the float64 reference does not fit in the device's memory at these sizes{room} "
                                    f"({describe_error(exc)[:200]})")

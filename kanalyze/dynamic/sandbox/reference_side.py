@@ -48,6 +48,7 @@ from kanalyze.dynamic.sandbox.execute import (CANDIDATE_SIDE_KEYS, REPEAT_SEED_O
                                               encode_list, encode_output, lap, seed_all, synchronize, timed_build,
                                               traceback_tail)
 from kanalyze.dynamic.sandbox.float64 import float64_reference
+from kanalyze.dynamic.sandbox.store import with_room
 from kanalyze.dynamic.sandbox.transport import dtype_name, save_arrays, tensor_to_numpy
 
 WITHHOLD_BYTES = 8 * 2 ** 30   # reference outputs kept in memory until release; more is saved at once
@@ -168,27 +169,22 @@ class ReferenceSide:
                    for t in [*state.values(), *values] if isinstance(t, torch.Tensor))
         result["budget_bytes"] = self.budget_bytes
         since = lap(seconds, "encode", since)
-        # Out of the device's memory beside what this worker holds for the judge, its held arrays
-        # move to host memory and the forward runs once more (float64.py does the same).
-        for spilled in (False, True):
+        def forward() -> None:
             recorder = self.recorder_factory() if case.get("record_ops") else None
             reductions = ReductionRecorder()
-            try:
-                with torch.no_grad(), (recorder if recorder is not None else nullcontext()), reductions:
-                    out = model(*[v.clone() if isinstance(v, torch.Tensor) else v for v in values])
-                if recorder is not None:
-                    result["ops"] = dict(recorder.calls)
-                result["reduction_length"] = reductions.longest
-                synchronize(self.device)
-                result["output"] = encode_output(out, "out", arrays)
-                result["problem_bytes"] = held + sum(result["output"]["nbytes"])
-                del out
-                break
-            except BaseException as exc:
-                if isinstance(exc, torch.cuda.OutOfMemoryError) and not spilled and self.store is not None \
-                        and self.store.spill():
-                    continue
-                return {"status": "rejected", "error": describe_error(exc), "traceback": traceback_tail(exc)}
+            with torch.no_grad(), (recorder if recorder is not None else nullcontext()), reductions:
+                out = model(*[v.clone() if isinstance(v, torch.Tensor) else v for v in values])
+            if recorder is not None:
+                result["ops"] = dict(recorder.calls)
+            result["reduction_length"] = reductions.longest
+            synchronize(self.device)
+            result["output"] = encode_output(out, "out", arrays)
+            result["problem_bytes"] = held + sum(result["output"]["nbytes"])
+
+        try:   # (out of the device's memory beside what this worker holds for the judge: once more)
+            with_room(forward, self.store)
+        except BaseException as exc:
+            return {"status": "rejected", "error": describe_error(exc), "traceback": traceback_tail(exc)}
         since = lap(seconds, "forward", since)
         if case.get("float64_later"):   # the baseline: only once the candidate has run there (float64_later)
             self._later[out_base] = (model, values)

@@ -71,7 +71,7 @@ class Store:
 
     def spill(self) -> int:
         """Move what is held on the device to host memory, as far as its share goes, for a
-        computation that did not fit beside it (the float64 reference: float64.py); the bytes moved."""
+        computation that did not fit beside it (`with_room`); the bytes moved."""
         moved, copies = 0, {}
         for name, tensor in list(self.tensors.items()):
             if tensor.device.type != "cuda":
@@ -132,8 +132,26 @@ class Store:
         return None
 
 
+def with_room(run, store: Store | None):
+    """`run()`'s value.  Where it runs out of the device's memory beside what `store` holds (the
+    reference worker is also the judge), the held arrays move to host memory (`Store.spill`) and
+    it runs once more.  The OutOfMemoryError that ends it says how many bytes moved (`moved`)."""
+    try:
+        return run()
+    except torch.cuda.OutOfMemoryError as exc:
+        moved = store.spill() if store is not None else 0
+        if not moved:
+            exc.moved = 0
+            raise
+    try:
+        return run()
+    except torch.cuda.OutOfMemoryError as exc:
+        exc.moved = moved
+        raise
+
+
 def _raw(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().reshape(-1).view(torch.uint8)
 
 
-__all__ = ["DEVICE_RESERVE", "HOST_FRACTION", "Store"]
+__all__ = ["DEVICE_RESERVE", "HOST_FRACTION", "Store", "with_room"]
