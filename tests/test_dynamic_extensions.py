@@ -83,3 +83,24 @@ def test_a_killed_build_is_started_over(cache, tmp_path) -> None:
     rebuilt = Path(_load(source))
     assert rebuilt == library and library.stat().st_size > 1000          # compiled again, not the stub
     assert (directory / "kanalyze-complete").exists() and not (directory / "lock").exists()
+
+
+def test_calls_into_a_built_module_are_counted(cache, tmp_path) -> None:
+    """ORD001's reversed run must show that the candidate's CUDA C++ ran: each function of a
+    module built through the cache counts its calls (`extensions.CALLS`), once it returned."""
+    from torch.utils import cpp_extension
+
+    cpp = tmp_path / "twice.cpp"   # a bare CPython module: no torch headers, built in a second
+    cpp.write_text(
+        "#include <Python.h>\n"
+        "static PyObject* twice(PyObject* self, PyObject* arg) { return PyNumber_Add(arg, arg); }\n"
+        "static PyMethodDef methods[] = {{\"twice\", twice, METH_O, \"\"}, {NULL, NULL, 0, NULL}};\n"
+        "static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, \"counted_op\", NULL, -1, methods};\n"
+        "PyMODINIT_FUNC PyInit_counted_op(void) { return PyModule_Create(&module); }\n")
+    built = cpp_extension.load(name="counted_op", sources=[str(cpp)], is_python_module=True)
+    extensions.CALLS.clear()
+    assert built.twice(21) == 42 and built.twice("a") == "aa"
+    assert extensions.CALLS == {"counted_op.twice": 2}
+    with pytest.raises(TypeError):   # a call that raised did no work: not counted
+        built.twice(None)
+    assert extensions.CALLS == {"counted_op.twice": 2}

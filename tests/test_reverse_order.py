@@ -76,6 +76,28 @@ def test_cuda_block_indices_are_mirrored_and_nothing_else() -> None:
     assert reverse_program_order("def broken(:\n") == ("def broken(:\n", [])
 
 
+def test_on_a_gpu_ord001_runs_a_control_the_candidate_unchanged(tmp_path) -> None:
+    """The reversed variant runs in a worker of its own; ORD001's control is the candidate as
+    written in another (runner._variants), planned beside the reversed case."""
+    from kanalyze.dynamic.gates.base import GateContext
+    from kanalyze.dynamic.gates.ord001_permuted_order import PermutedOrder
+    from kanalyze.dynamic.harness import Harness
+    from kanalyze.dynamic.runner import _variants
+
+    candidate = tmp_path / "cand.py"
+    candidate.write_text("import triton\n@triton.jit\ndef k(x):\n    i = tl.program_id(0)\n")
+    harness = Harness("kernelbench", str(candidate), str(candidate), {"N": 4}, "ModelNew")
+    sources, rewrites = _variants(harness, ["ORD001"], {}, "cuda", None)
+    assert set(sources) == {"reversed", "control"} and sources["control"] == candidate.read_text()
+    assert "tl.num_programs(0) - 1 - tl.program_id(0)" in sources["reversed"] and "control" not in rewrites
+    assert set(_variants(harness, ["ORD002"], {}, "cuda", None)[0]) == {"reversed"}   # its runs share a worker
+    assert _variants(harness, ["ORD001"], {}, "cpu", None)[0] == {}                   # the interpreter permutes
+
+    cases = PermutedOrder().plan(GateContext(harness, {"N": 4}, "cuda", reversal=rewrites["reversed"]))
+    assert [(c.id, c.variant) for c in cases] == [("ORD001/runs", "original"), ("ORD001/reversed", "reversed"),
+                                                  ("ORD001/control", "control")]
+
+
 def _interpreted(script: str) -> str:
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
@@ -145,7 +167,8 @@ def test_a_pinned_autotuner_keeps_the_config_the_candidate_chose(tmp_path) -> No
 # ------------------------------------------------------------------ the judges on a GPU's results
 # What the workers would return on a GPU, written out: the judges see the same views (results.py).
 
-def _gpu_result(case_id: str, outputs: list, variant: str = "original", settings=None, failed: str | None = None):
+def _gpu_result(case_id: str, outputs: list, variant: str = "original", settings=None, failed: str | None = None,
+                launches=None):
     import numpy as np
 
     from kanalyze.dynamic.cases import Case, Run
@@ -160,6 +183,7 @@ def _gpu_result(case_id: str, outputs: list, variant: str = "original", settings
     for i, values in enumerate(outputs):
         arrays[f"run{i}_0"] = np.asarray(values, dtype=np.float32)
         runs.append({"status": "ok", "launch_settings": settings or {"k": [{"BLOCK": 64}]},
+                     "launches": {"k": 1} if launches is None else launches, "extension_calls": {},
                      "output": {"prefix": f"run{i}_", "dtypes": ["float32"], "structure": "tensor"}})
     candidate = Outcome("crashed", detail=failed, blame="candidate") if failed else \
         Outcome("done", meta={"status": "ok", "runs": runs}, arrays=arrays)
@@ -178,17 +202,52 @@ def _ord001(results, reversal=REVERSAL):
     return PermutedOrder().judge(GateContext(None, {"N": 4}, "cuda", reversal=reversal), results)
 
 
-def test_on_a_gpu_agreeing_launches_refute_only_once_the_reversed_order_agrees() -> None:
-    launches = _gpu_result("ORD001/runs", SAME)
-    agreed = _ord001([launches, _gpu_result("ORD001/reversed", SAME[:1], "reversed")])
-    assert agreed.status == "refuted" and "and so did a run with the candidate's programs in reverse order" \
-        in agreed.summary and len(agreed.cases) == 2
+OTHER_BITS = [[1.0, 2.0, 3.0000002, 4.0]]
 
-    other = _ord001([launches, _gpu_result("ORD001/reversed", [[1.0, 2.0, 3.0000002, 4.0]], "reversed")])
+
+def test_on_a_gpu_agreeing_launches_refute_only_once_the_reversed_order_agrees() -> None:
+    launches, control = _gpu_result("ORD001/runs", SAME), _gpu_result("ORD001/control", SAME[:1], "control")
+    agreed = _ord001([launches, _gpu_result("ORD001/reversed", SAME[:1], "reversed"), control])
+    assert agreed.status == "refuted" and "and so did a run with the candidate's programs in reverse order" \
+        in agreed.summary and len(agreed.cases) == 3
+
+    other = _ord001([launches, _gpu_result("ORD001/reversed", OTHER_BITS, "reversed"), control])
     assert other.status == "confirmed", other.summary
     assert "in reverse order (tl.program_id(0) → (tl.num_programs(0) - 1 - tl.program_id(0)), line 13)" \
         in other.summary and "differ in 1 of 1 outputs (1 elements)" in other.summary
-    assert set(other.arrays) >= {"run10_output0", "reversed_output0"} and len(other.cases) == 2
+    assert "and with the candidate as written in a worker of its own" in other.summary
+    assert set(other.arrays) >= {"run10_output0", "reversed_output0"} and len(other.cases) == 3
+
+    # A CUDA C++ candidate's kernels are calls into its extension (extensions.CALLS).
+    reversed_cuda = _gpu_result("ORD001/reversed", OTHER_BITS, "reversed", launches={})
+    reversed_cuda.candidate.meta["runs"][0]["extension_calls"] = {"fused.fused_cuda": 1}
+    assert _ord001([launches, reversed_cuda, control]).status == "confirmed"
+
+
+@pytest.mark.parametrize("why,reversed_run,control,said", [
+    # A DenseNet whose CUDA kernel is never called: cuDNN in a new process picked another algorithm.
+    ("the reversal ran nothing", _gpu_result("ORD001/reversed", OTHER_BITS, "reversed", launches={}),
+     _gpu_result("ORD001/control", OTHER_BITS, "control", launches={}),
+     "that run launched none of the candidate's kernels"),
+    ("the process changes the bits", _gpu_result("ORD001/reversed", OTHER_BITS, "reversed"),
+     _gpu_result("ORD001/control", OTHER_BITS, "control"),
+     "the candidate as written, in a worker of its own, differ in 1 of 1 outputs (1 elements)"),
+    ("no control", _gpu_result("ORD001/reversed", OTHER_BITS, "reversed"), None,
+     "did not run (it was not run), so a new process alone could explain it"),
+    ("the control crashed", _gpu_result("ORD001/reversed", OTHER_BITS, "reversed"),
+     _gpu_result("ORD001/control", [], "control", failed="the worker died of SIGSEGV"), "did not run (the candidate"),
+    ("the control chose other configs", _gpu_result("ORD001/reversed", OTHER_BITS, "reversed"),
+     _gpu_result("ORD001/control", SAME[:1], "control", {"k": [{"BLOCK": 128}]}), "with other settings"),
+])
+def test_on_a_gpu_a_reversed_run_that_differs_confirms_only_what_the_order_did(why, reversed_run, control,
+                                                                               said) -> None:
+    """The reversed run is a process of its own: a difference is the order's only where the reversed
+    run launched the candidate's kernels and the candidate as written, in a process of its own too,
+    gave the launch order's bits."""
+    results = [_gpu_result("ORD001/runs", SAME), reversed_run] + ([control] if control else [])
+    verdict = _ord001(results)
+    assert verdict.status == "unconfirmed" and said in verdict.summary, (why, verdict.summary)
+    assert "differ in 1 of 1 outputs" in verdict.summary
 
 
 @pytest.mark.parametrize("why,reversed_run,reversal,said", [

@@ -40,7 +40,8 @@ class Case:
     emulate_tf32: bool = False      # interpreter: round tl.dot's fp32 operands as TF32 does
     record_ops: bool = False        # record aten ops and kernel launches (RES001)
     return_inputs: bool = False     # send the inputs back after the run (MEM002)
-    variant: str = "original"       # "promoted": fp32 accumulators (PRC002); "reversed": program order (ORD001)
+    variant: str = "original"       # "promoted": fp32 accumulators (PRC002); "reversed": program order (ORD001);
+    #                                 "control": as written, in a worker of its own (ORD001)
     call: dict | None = None        # a kernel harness: the call to make (kernel_call.py), no problem
     collect_bounds: bool = False    # interpreter: record every out-of-bounds access, mask it off, go on
     repeat_new_values: bool = False  # INT001: call once more, new values written into the same buffers

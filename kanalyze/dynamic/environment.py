@@ -5,7 +5,7 @@
   that an unwritten output or a read of unwritten scratch shows (MEM001, ORD002);
 * program order and TF32 emulation: set on the interpreter driver (CPU only), and
   autotuned kernels tuned without a device (autotune_cpu.py);
-* recorders: kernel launches always, torch calls when a case asks (RES001),
+* recorders: kernel launches (and calls into CUDA C++ extensions) always, torch calls when a case asks (RES001),
   sealed after each call with the run's nonce (recording.py, `tampered`), the seal
   broken too where the candidate replaced what the worker reads its results and
   writes its records with (writers.py);
@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 
 from kanalyze.dynamic.recording import CallRecorder, LaunchCounter, ModeGuard, follow_threads
+from kanalyze.dynamic.sandbox import extensions
 
 
 class Environment:
@@ -97,6 +98,7 @@ class Environment:
         self.poison = run.get("poison")
         self.launches.launches.clear()
         self.launches.settings.clear()
+        extensions.CALLS.clear()
         if self.pin is not None:
             self.pin(case.get("pin_launches"))
         self.modes.seen.clear()
@@ -142,6 +144,7 @@ class Environment:
         out = {"launches": dict(self.launches.launches), "replaced": self.watch.replaced(),
                "launch_settings": {name: [dict(s) for s in sorted(settings, key=repr)]
                                    for name, settings in self.launches.settings.items()},
+               "extension_calls": dict(extensions.CALLS),   # its CUDA C++ entry points (extensions.py)
                "threads_left": self.watch.threads_left(), "snooped": self.watch.snooped()}
         if self._ops is not None:
             out["ops"] = dict(self._ops.calls)

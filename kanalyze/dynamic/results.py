@@ -258,10 +258,10 @@ class Result:
 def sealed(result: Result, results: list[Result]) -> dict:
     """The case as sent to a candidate worker: each run with a fresh nonce of the trusted side's,
     kept in `result.nonces`, that the run's recorder seal must show (recording.py).  A case of
-    the reversed-order variant keeps the autotune configs the candidate chose in its own case of
-    the same gate (autotune_pin.py)."""
+    the reversed-order variant (and ORD001's control) keeps the autotune configs the candidate chose
+    in its own case of the same gate (autotune_pin.py)."""
     case = result.case.to_dict()
-    if result.case.variant == "reversed":
+    if result.case.variant in ("reversed", "control"):
         case["pin_launches"] = next((r.runs[-1].meta.get("launch_settings") for r in results
                                      if r.case.variant == "original" and r.case.gate == result.case.gate
                                      and r.runs and r.runs[-1].status == "ok"), None)

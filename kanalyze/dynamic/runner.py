@@ -209,7 +209,8 @@ def _variants(harness: Harness, codes: list[str], flags: dict, mode: str,
               cases: list[Case] | None) -> tuple[dict[str, str], dict[str, list[dict]]]:
     """The candidate rewritten for the gates of `codes` (variant name -> source), and the
     rewrites each made: "promoted", PRC002's fp32 accumulators (promote.py); "reversed", ORD001's
-    and ORD002's program order reversed on a GPU (reverse_order.py).  Only the variants a replay's cases use."""
+    and ORD002's program order reversed on a GPU (reverse_order.py), with "control", the candidate
+    unchanged in a worker of its own (ORD001).  Only the variants a replay's cases use."""
     from kanalyze.dynamic.promote import promote_accumulators
     from kanalyze.dynamic.reverse_order import reverse_program_order
 
@@ -230,6 +231,11 @@ def _variants(harness: Harness, codes: list[str], flags: dict, mode: str,
             changed, changes = rewrite(source)
             if changes:
                 sources[name], rewrites[name] = changed, changes
+        # ORD001's control: the candidate as written, in a worker of its own as the reversed one
+        # runs, so that bits a new process changes (a library's choice of algorithm) are not
+        # taken for the order's doing.
+        if "reversed" in sources and "ORD001" in codes and used("control"):
+            sources["control"] = source
     return sources, rewrites
 
 

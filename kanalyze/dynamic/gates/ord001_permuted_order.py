@@ -9,6 +9,13 @@ every time, so a race on which program writes last gives the same bits launch
 after launch, and only another order shows it.  Every run must give the same
 bits (NaNs count as equal).
 
+The reversed run is a worker of its own, and a new process may give other bits
+for reasons of its own (the algorithm cuDNN or cuBLAS picks follows the memory
+free there).  So a difference is the order's doing only where the reversed run
+launched one of the candidate's kernels (a Triton launch, a call into its CUDA
+C++ extension: extensions.py counts them) and a control, the candidate as
+written in a worker of its own, gave the launch order's bits.
+
 Power: a float sum's order shows only where at least three programs add to
 one address (0+a+b equals 0+b+a).  The interpreter counts them; where float
 atomics ran but no address got three, the gate could not have seen the
@@ -97,8 +104,9 @@ class PermutedOrder(Gate):
     def plan(self, ctx: GateContext):
         if ctx.mode != "cpu":
             cases = [ctx.case(self, "runs", runs=[Run() for _ in range(GPU_LAUNCHES)])]
-            if ctx.reversal:   # the same inputs, the candidate's programs in reverse order
-                cases.append(ctx.case(self, "reversed", variant="reversed"))
+            if ctx.reversal:   # the same inputs, the candidate's programs in reverse order; and the
+                # control: the candidate as written, in a worker of its own as the reversed one runs
+                cases += [ctx.case(self, "reversed", variant="reversed"), ctx.case(self, "control", variant="control")]
             return cases
         # Scaled down, a row may keep too few blocks for order to matter: each scaled knob
         # is also tried at the problem's own size, the others shrunk to make room.
@@ -112,6 +120,7 @@ class PermutedOrder(Gate):
 
     def judge(self, ctx: GateContext, results):
         reversed_run = next((r for r in results if r.case.variant == "reversed"), None)
+        control = next((r for r in results if r.case.variant == "control"), None)
         results = [r for r in results if r.case.variant == "original"]
         problem = next((run_problem(r) for r in results if not r.candidate_ok), None)
         if not problem and not any(run.ok for r in results for run in r.runs):   # nothing ran to compare
@@ -127,7 +136,7 @@ class PermutedOrder(Gate):
         same = f"{len(results[0].runs)} runs ({how}) gave the same bits"
         cases = [r.case for r in results]
         if ctx.mode != "cpu":
-            return self._against_reversed(ctx, results[0], reversed_run, same)
+            return self._against_reversed(ctx, results[0], reversed_run, same, control)
         counts = {r.case.id: max((run.meta.get("atomic_programs", 0) for run in r.runs), default=0) for r in results}
         most = max(counts.values(), default=0)
         if 0 < most < MIN_CONTRIBUTIONS:
@@ -139,9 +148,10 @@ class PermutedOrder(Gate):
         power = f"; up to {most} programs add to one address" if most else "; no float atomics ran"
         return self.verdict(REFUTED, same + power, cases, atomic_programs=most)
 
-    def _against_reversed(self, ctx: GateContext, original: Result, reversed_run: Result | None, same: str):
+    def _against_reversed(self, ctx: GateContext, original: Result, reversed_run: Result | None, same: str,
+                          control: Result | None = None):
         """On a GPU, once the launches agreed: the verdict of the run in reverse program order."""
-        cases = [original.case] + ([reversed_run.case] if reversed_run else [])
+        cases = [original.case] + [r.case for r in (reversed_run, control) if r is not None]
         unsure = f"{same}, but a GPU runs a launch's programs in nearly the same order every time"
         if not ctx.reversal:
             return self.verdict(UNCONFIRMED, f"{unsure}, and the candidate has no program index (tl.program_id, "
@@ -165,14 +175,46 @@ class PermutedOrder(Gate):
             return self.verdict(REFUTED, f"{same}, and so did a run with the candidate's programs in reverse order "
                                 f"({how})", cases, launches=len(original.runs), reversal=ctx.reversal)
         said = f"return {found}" if isinstance(found, str) else _said(found)
+        elsewhere = _not_the_order(first, theirs, control)
+        if elsewhere:
+            return self.verdict(UNCONFIRMED, f"the candidate's programs run in reverse order ({how}) and in launch "
+                                f"order {said}, but {elsewhere}", cases, reversal=ctx.reversal)
         arrays = {f"run{first.index + 1}_output{i}": leaf.array for i, leaf in enumerate(first.outputs)}
         arrays.update({f"reversed_output{i}": leaf.array for i, leaf in enumerate(theirs.outputs)})
         arrays.update({f"input{i}": leaf.array for i, leaf in enumerate(original.inputs)})
         details = found if isinstance(found, dict) else {}
         return self.verdict(CONFIRMED, f"the candidate's programs run in reverse order ({how}) and in launch order "
-                            f"{said}; {len(original.runs)} launches in launch order agreed with each other",
+                            f"{said}; {len(original.runs)} launches in launch order agreed with each other, and "
+                            f"with the candidate as written in a worker of its own",
                             cases, arrays=arrays, runs=[first.index + 1, "reversed"], reversal=ctx.reversal,
                             **details)
+
+
+def _not_the_order(first: RunView, theirs: RunView, control: Result | None) -> str | None:
+    """Why bits that differ between the launch order and the reversed run (another worker) may not
+    be the order's doing, or None where they are: the reversed run launched none of the
+    candidate's kernels (a model that calls PyTorch alone), or the control, the candidate as
+    written in a worker of its own, did not run or gave bits of its own as well (a new process's
+    library picked another algorithm: cuDNN's and cuBLAS's choices follow the memory free)."""
+    own = dict(theirs.meta.get("launches") or {}, **(theirs.meta.get("extension_calls") or {}))
+    if not any(own.values()):
+        return ("that run launched none of the candidate's kernels (no Triton launch, no call into a CUDA C++ "
+                "extension of its own), so the reversal changed nothing it ran: the new process did")
+    ran = control.runs[0] if control is not None and control.runs else None
+    if ran is None or not ran.ok:
+        why = ("it was not run" if control is None else control.candidate_failure() if not control.candidate_ok
+               else ran.failure() if ran is not None else "it returned nothing")
+        return (f"the control, the candidate as written in a worker of its own, did not run ({why}), so a new "
+                f"process alone could explain it")
+    if ran.meta.get("launch_settings") != first.meta.get("launch_settings"):
+        return ("the control, the candidate as written in a worker of its own, launched its kernels with other "
+                "settings, so it cannot tell the order's doing from the process's")
+    found = differences(first, ran)
+    if found is not None:
+        said = f"returns {found}" if isinstance(found, str) else _said(found)
+        return (f"the candidate as written, in a worker of its own, {said} from the launch order as well: the bits "
+                f"change with the process (a library's choice of algorithm), not with the order")
+    return None
 
 
 def _sizes(sizes: dict[str, int]) -> str:

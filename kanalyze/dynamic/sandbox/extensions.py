@@ -26,6 +26,7 @@ the module has loaded; a directory without the mark is built from scratch.
 
 from __future__ import annotations
 
+import collections
 import fcntl
 import functools
 import hashlib
@@ -35,11 +36,15 @@ import os
 import re
 import shutil
 import sys
+import types
 
 ROOT_VARIABLE = "KANALYZE_EXTENSIONS_DIR"
 USES_EXTENSIONS = re.compile(r"\bload_inline\b|\bcpp_extension\b")
 BUILD_VARIABLES = ("CXX", "CC", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")   # besides the arch list
 _COMPLETE = "kanalyze-complete"
+# Calls into the candidate's built extensions during a run, by function (`module.function`):
+# which of its CUDA C++ entry points ran (environment.py clears and reports them per run).
+CALLS: collections.Counter = collections.Counter()
 _LOCK = "kanalyze.lock"
 _installed = False
 
@@ -84,7 +89,7 @@ def _build_in_cache(original, function: str, *args, **kwargs):
     bound.apply_defaults()
     arguments = dict(bound.arguments)
     if arguments.get("build_directory"):   # the candidate chose its own place
-        return original(*args, **kwargs)
+        return counting_calls(original(*args, **kwargs))
     name = re.sub(r"[^\w.-]", "_", str(arguments.get("name")))[:64]
     directory = os.path.join(cache_root(), f"{name}-{build_key(function, arguments)}")
     os.makedirs(directory, exist_ok=True)
@@ -105,9 +110,37 @@ def _build_in_cache(original, function: str, *args, **kwargs):
             module = original(**arguments)
             with open(complete, "w", encoding="utf-8") as handle:
                 handle.write(json.dumps({"name": arguments.get("name"), "function": function}))
-            return module
+            return counting_calls(module)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def counting_calls(module):
+    """The built module, each of its functions (pybind11's builtins) counting its calls into
+    `CALLS`: ORD001's reversed-order run must show that the rewritten CUDA C++ ran at all.  A
+    build that registers operators only (`is_python_module=False`) returns no module: nothing
+    to count there."""
+    if not isinstance(module, types.ModuleType):   # `is_python_module=False`: the library's path
+        return module
+    name = getattr(module, "__name__", "extension")
+    for attribute in dir(module):
+        function = getattr(module, attribute, None)
+        if attribute.startswith("_") or type(function).__name__ != "builtin_function_or_method":
+            continue
+        try:
+            setattr(module, attribute, _counting(function, f"{name}.{attribute}"))
+        except (AttributeError, TypeError):   # a module that refuses new attributes keeps its own
+            pass
+    return module
+
+
+def _counting(function, label: str):
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        result = function(*args, **kwargs)
+        CALLS[label] += 1   # once it returned, as a Triton launch is counted (recording.py)
+        return result
+    return call
 
 
 def _clear(directory: str) -> None:
