@@ -638,3 +638,59 @@ def test_a_reference_out_of_device_memory_is_said_so_and_the_candidate_left_unru
     other = Result(Case("INT001/repeat", "INT001", {"N": 8}), Outcome("done", meta={"status": "rejected",
                                                                                   "error": "ValueError: N < 16"}))
     assert other.reference_failure() == "the reference rejects these sizes: ValueError: N < 16"
+
+
+DROPOUT_PROBLEM = '''
+import torch
+
+class Model(torch.nn.Module):
+    def __init__(self, p):
+        super().__init__()
+        self.dropout = torch.nn.Dropout(p)
+
+    def forward(self, x):
+        return torch.softmax(self.dropout(x * 2.0), dim=1)
+
+rows, cols, p = 8, 64, {p}
+
+def get_inputs():
+    return [torch.randn(rows, cols)]
+
+def get_init_inputs():
+    return [p]
+'''
+DROPOUT_CANDIDATE = '''
+import torch
+
+class ModelNew(torch.nn.Module):
+    def __init__(self, p):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        return torch.softmax(torch.nn.functional.dropout(x * 2.0, self.p, self.training), dim=1)
+'''
+
+
+def test_a_reference_that_draws_random_numbers_holds_no_value_or_bit_to_account(tmp_path) -> None:
+    """A problem with dropout in training mode answers the same inputs differently on every call:
+    its float64 run drew another mask, so a bound calibrated from it says nothing.  The gates that
+    compare values or bits say so (unconfirmed); the others judge.  With p = 0 nothing is drawn."""
+    verdicts = {}
+    for p in (0.2, 0.0):
+        problem, candidate = tmp_path / f"problem_{p}.py", tmp_path / f"candidate_{p}.py"
+        problem.write_text(DROPOUT_PROBLEM.format(p=p))
+        candidate.write_text(DROPOUT_CANDIDATE)
+        run = run_gates(find_harness(str(candidate), reference=str(problem)), ["CMP001", "ORD002", "INT001", "MEM002"],
+                        options=Options(mode="cpu"))
+        verdicts[p] = (_by_code(run.verdicts), run.baseline)
+    random, baseline = verdicts[0.2]
+    for code in ("CMP001", "ORD002"):
+        assert random[code].status == UNCONFIRMED and "the reference draws random numbers" in random[code].summary, \
+            random[code].summary
+    assert random["INT001"].status == UNCONFIRMED and "a cached answer could not show" in random["INT001"].summary
+    assert random["MEM002"].status == REFUTED, random["MEM002"].summary   # its inputs are compared, not its outputs
+    assert baseline["status"] == "undecided" and "draws random numbers" in baseline["summary"]
+    steady, baseline = verdicts[0.0]
+    assert steady["CMP001"].status == REFUTED and steady["ORD002"].status == REFUTED, steady
+    assert steady["INT001"].status == REFUTED and baseline["status"] == "passed"

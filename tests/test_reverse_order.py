@@ -252,6 +252,8 @@ def test_on_a_gpu_a_reversed_run_that_differs_confirms_only_what_the_order_did(w
 
 @pytest.mark.parametrize("why,reversed_run,reversal,said", [
     ("nothing to reverse", None, None, "no program index (tl.program_id, blockIdx) that kanalyze can reverse"),
+    ("no kernel of its own ran", _gpu_result("ORD001/reversed", SAME[:1], "reversed", launches={}), REVERSAL,
+     "launched none of the candidate's kernels (no Triton launch, no call into a CUDA C++ extension"),
     ("another autotune config", _gpu_result("ORD001/reversed", SAME[:1], "reversed", {"k": [{"BLOCK": 128}]}),
      REVERSAL, "launched its kernels with other settings"),
     ("it crashed", _gpu_result("ORD001/reversed", [], "reversed", failed="the worker died of SIGSEGV"),

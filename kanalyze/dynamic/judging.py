@@ -4,7 +4,8 @@
 
 The baseline (the problem's own inputs) is judged first: a candidate that fails
 there blocks every gate (said once, as CMP001), one already wrong there blocks
-the value gates no static flag asked for.  The rest judge side by side.  A gate
+the value gates no static flag asked for, and a reference that draws random
+numbers blocks every gate that compares values or bits.  The rest judge side by side.  A gate
 whose cases kanalyze lost refutes nothing; a candidate that broke the worker
 protocol is INT001, and nothing else of its run is trusted.
 """
@@ -16,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from kanalyze.dynamic.cases import Case
-from kanalyze.dynamic.gates.base import (CONFIRMED, REFUTED, UNCONFIRMED, CannotJudge, GateContext, Verdict,
-                                         value_failure, witness_arrays)
+from kanalyze.dynamic.gates.base import (CONFIRMED, RANDOM_REFERENCE, REFUTED, UNCONFIRMED, CannotJudge, GateContext,
+                                         Verdict, value_failure, witness_arrays)
 from kanalyze.dynamic.results import Result
 from kanalyze.dynamic.session import BASELINE
 from kanalyze.dynamic.traces import value_dependent_paths
@@ -30,6 +31,9 @@ PROTOCOL_BROKEN = "the candidate broke kanalyze's worker protocol (INT001), so n
 # problem's own inputs fails them all for that one reason (reported once, as CMP001),
 # unless a static flag asked for the gate.
 VALUE_GATES = {"CMP003", "EXC001", "EXC002", "PRC001", "PRC002"}
+
+# The gates a reference that draws random numbers leaves blind (gates.base.RANDOM_REFERENCE says why).
+RANDOM_BLIND = VALUE_GATES | {"CMP001", "CMP002", "ORD001", "ORD002"}
 
 # What a candidate's failure says when it asked for a GPU or its driver and the run has none.
 NO_DEVICE_MARKERS = ("libcuda.so cannot found", "0 active drivers", "Found no NVIDIA driver",
@@ -50,7 +54,7 @@ def judge(results: list[Result], codes, contexts, gates, replay: bool,
     if changed is not None and "INT001" not in codes:   # found on the way, as CMP001 is from the baseline
         verdicts.append(changed)
     baseline = next((r for r in results if r.case.id == BASELINE), None)
-    blocked, wrong, outcome = None, None, None
+    blocked, wrong, outcome, random = None, None, None, None
     if baseline is not None:
         outcome = {"status": "passed", "summary": "within the calibrated bound against float64 on the problem's "
                                                   "own inputs"}
@@ -71,6 +75,8 @@ def judge(results: list[Result], codes, contexts, gates, replay: bool,
                     verdicts.append(found)
                 outcome = {"status": "failed", "summary": found.summary if found else "?"}
                 blocked = f"the candidate fails on {_own_inputs(outcome['summary'])}"
+        elif baseline.reference.meta.get("draws_random"):
+            random, outcome = RANDOM_REFERENCE, {"status": "undecided", "summary": RANDOM_REFERENCE}
         else:
             try:
                 found = _baseline_verdict(baseline)
@@ -95,6 +101,8 @@ def judge(results: list[Result], codes, contexts, gates, replay: bool,
         elif lost and not own:
             decided[code] = _undecided(gates[code], f"kanalyze could not run this gate: {lost[0].kanalyze_failure()}",
                                        lost)
+        elif random and code in RANDOM_BLIND:
+            decided[code] = _undecided(gates[code], random, own)
         elif wrong and code in VALUE_GATES and not flags_by_code.get(code):
             decided[code] = _undecided(gates[code], wrong, own)
         elif not own:
@@ -120,7 +128,8 @@ def judge(results: list[Result], codes, contexts, gates, replay: bool,
 
 
 def decided_by_baseline(baseline_results: list[Result], codes, flags_by_code: dict) -> list[str]:
-    """The value gates of `codes` that `judge` will decide from the baseline alone: the candidate's
+    """The gates of `codes` that `judge` will decide from the baseline alone: those that compare values
+    or bits where the reference draws random numbers, and the value gates where the candidate's
     values are already wrong on the problem's own inputs and no static flag asked for them, so
     their cases would be run only to be set aside (at a problem's real sizes, CMP003's new sizes
     alone take seconds each).  The runner leaves their cases out; `judge` says why."""
@@ -128,6 +137,8 @@ def decided_by_baseline(baseline_results: list[Result], codes, flags_by_code: di
     if (baseline is None or not baseline.reference_ok or baseline.kanalyze_failure()
             or baseline.candidate_failed()):
         return []
+    if baseline.reference.meta.get("draws_random"):
+        return [code for code in codes if code in RANDOM_BLIND]
     try:
         if _baseline_verdict(baseline) is None:
             return []
@@ -235,5 +246,5 @@ def distrusted(verdicts: list[Verdict]) -> list[Verdict]:
                       for v in verdicts if v.code != "INT001"]
 
 
-__all__ = ["NO_CASE", "NO_DEVICE_MARKERS", "PROTOCOL_BROKEN", "VALUE_GATES", "decided_by_baseline", "distrusted",
-           "held_windows", "judge", "name_the_cause"]
+__all__ = ["NO_CASE", "NO_DEVICE_MARKERS", "PROTOCOL_BROKEN", "RANDOM_BLIND", "VALUE_GATES", "decided_by_baseline",
+           "distrusted", "held_windows", "judge", "name_the_cause"]

@@ -23,6 +23,12 @@ from kanalyze.dynamic.sandbox.transport import Leaf, as_float64
 
 CONFIRMED, REFUTED, UNCONFIRMED = "confirmed", "refuted", "unconfirmed"
 
+# A reference whose forward draws random numbers (dropout in training mode, torch.rand: its worker
+# sees torch's random generator move) answers every call differently (judging.py, INT001).
+RANDOM_REFERENCE = ("the reference draws random numbers (its forward moved torch's random generator: dropout in "
+                    "training mode, torch.rand, ...), so it answers the same inputs differently on every call and "
+                    "neither the candidate's values nor its bits can be held to it")
+
 
 @dataclass
 class GateContext:

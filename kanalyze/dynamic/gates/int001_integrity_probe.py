@@ -21,7 +21,8 @@ error (CMP001's business), not a cache: `unconfirmed` for this clause.
 from __future__ import annotations
 
 from kanalyze.dynamic.compare import bitwise_differences, check_values, same_shape
-from kanalyze.dynamic.gates.base import CONFIRMED, REFUTED, UNCONFIRMED, Gate, GateContext, run_problem
+from kanalyze.dynamic.gates.base import (CONFIRMED, RANDOM_REFERENCE, REFUTED, UNCONFIRMED, Gate, GateContext,
+                                         run_problem)
 from kanalyze.dynamic.results import Result, leaves
 
 
@@ -55,6 +56,10 @@ class IntegrityProbe(Gate):
         return self._repeat(result)
 
     def _repeat(self, result: Result):
+        if result.reference.meta.get("draws_random"):
+            return self.verdict(UNCONFIRMED, f"no benchmark function replaced, no thread left running, no read of "
+                                f"the heap or the stack; but {RANDOM_REFERENCE}, so a cached answer could not show",
+                                [result.case])
         first = next((run for run in result.runs if not run.meta.get("repeat")), None)
         second = next((run for run in result.runs if run.meta.get("repeat") is True), None)
         fresh = next((run for run in result.runs if run.meta.get("repeat") == "fresh"), None)

@@ -171,6 +171,11 @@ class PermutedOrder(Gate):
                                 f"their bits say nothing of order", cases, reversal=ctx.reversal,
                                 launch_settings=[first.meta.get("launch_settings"), theirs.meta.get("launch_settings")])
         found = differences(first, theirs)
+        if found is None and not _launched_own(theirs):
+            return self.verdict(UNCONFIRMED, f"{unsure}, and the run with its programs in reverse order ({how}), "
+                                f"which gave the same bits, launched none of the candidate's kernels (no Triton "
+                                f"launch, no call into a CUDA C++ extension of its own): no order was reversed",
+                                cases, reversal=ctx.reversal)
         if found is None:
             return self.verdict(REFUTED, f"{same}, and so did a run with the candidate's programs in reverse order "
                                 f"({how})", cases, launches=len(original.runs), reversal=ctx.reversal)
@@ -190,14 +195,20 @@ class PermutedOrder(Gate):
                             **details)
 
 
+def _launched_own(run: RunView) -> bool:
+    """Whether the run launched a kernel of the candidate's: a Triton launch (recording.py) or a
+    call into a CUDA C++ extension it built (extensions.py)."""
+    own = dict(run.meta.get("launches") or {}, **(run.meta.get("extension_calls") or {}))
+    return any(own.values())
+
+
 def _not_the_order(first: RunView, theirs: RunView, control: Result | None) -> str | None:
     """Why bits that differ between the launch order and the reversed run (another worker) may not
     be the order's doing, or None where they are: the reversed run launched none of the
     candidate's kernels (a model that calls PyTorch alone), or the control, the candidate as
     written in a worker of its own, did not run or gave bits of its own as well (a new process's
     library picked another algorithm: cuDNN's and cuBLAS's choices follow the memory free)."""
-    own = dict(theirs.meta.get("launches") or {}, **(theirs.meta.get("extension_calls") or {}))
-    if not any(own.values()):
+    if not _launched_own(theirs):
         return ("that run launched none of the candidate's kernels (no Triton launch, no call into a CUDA C++ "
                 "extension of its own), so the reversal changed nothing it ran: the new process did")
     ran = control.runs[0] if control is not None and control.runs else None

@@ -172,8 +172,12 @@ class ReferenceSide:
         def forward() -> None:
             recorder = self.recorder_factory() if case.get("record_ops") else None
             reductions = ReductionRecorder()
+            drawn = _generators(self.device)
             with torch.no_grad(), (recorder if recorder is not None else nullcontext()), reductions:
                 out = model(*[v.clone() if isinstance(v, torch.Tensor) else v for v in values])
+            # A forward that moved a random generator (dropout in training mode, torch.rand) gives
+            # other values on every call: nothing of the candidate's can be held to them (judging.py).
+            result["draws_random"] = _generators(self.device) != drawn
             if recorder is not None:
                 result["ops"] = dict(recorder.calls)
             result["reduction_length"] = reductions.longest
@@ -386,6 +390,12 @@ class ReferenceSide:
         self._withheld_bytes = 0
         self._later.clear()   # a float64 reference never asked for: its candidate failed first
         return lost, (held.hand_over(self.store, memory) if export and self.store is not None else {})
+
+
+def _generators(device: str) -> list[bytes]:
+    """The states of torch's default random generators (the CPU's, and the device's)."""
+    states = [torch.get_rng_state()] + ([torch.cuda.get_rng_state()] if device == "cuda" else [])
+    return [state.numpy().tobytes() for state in states]
 
 
 def _numpy(value):
