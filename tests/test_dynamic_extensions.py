@@ -104,3 +104,48 @@ def test_calls_into_a_built_module_are_counted(cache, tmp_path) -> None:
     with pytest.raises(TypeError):   # a call that raised did no work: not counted
         built.twice(None)
     assert extensions.CALLS == {"counted_op.twice": 2}
+
+
+def test_aten_work_inside_an_extension_is_recorded_for_res001(tmp_path) -> None:
+    """A "kernel" whose C++ calls `torch::matmul` reaches no torch function mode; while a run
+    records the candidate's calls, a dispatch recorder around each extension call counts the ATen
+    ops its C++ dispatches (recording.extension_recorder), beside the calls themselves.  A worker's
+    Environment, in a fresh interpreter (its wrappers are process-wide); nothing needs a device."""
+    import json
+    import textwrap
+
+    program = textwrap.dedent('''
+        import json, torch
+        from kanalyze.dynamic.environment import Environment
+        from kanalyze.dynamic.sandbox import extensions
+        environment = Environment("cuda")
+        extensions.install()
+        from torch.utils.cpp_extension import load_inline
+        ext = load_inline(name="res_probe", functions=["via_aten", "own_loop"], cpp_sources="""
+            #include <torch/extension.h>
+            torch::Tensor via_aten(torch::Tensor a, torch::Tensor b) { return torch::matmul(a, b).relu(); }
+            torch::Tensor own_loop(torch::Tensor a) {
+                auto out = torch::empty_like(a);
+                auto p = a.data_ptr<float>(); auto q = out.data_ptr<float>();
+                for (int64_t i = 0; i < a.numel(); ++i) q[i] = p[i] > 0 ? p[i] : 0;
+                return out;
+            }""")
+        a = torch.randn(4, 4)
+        environment.before_run({}, {}, [])
+        with environment.recording(True):
+            ext.via_aten(a, a)
+            ext.own_loop(a)
+            ext.own_loop(a)
+        seen = environment.after_run({})
+        environment.before_run({}, {}, [])
+        with environment.recording(False):   # a run that records no calls: counted, not looked into
+            ext.own_loop(a)
+        print(json.dumps([seen["extension_calls"], seen["extension_ops"], environment.after_run({})]))
+    ''')
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          env={**os.environ, extensions.ROOT_VARIABLE: str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    calls, inside, quiet = json.loads(done.stdout.strip().splitlines()[-1])
+    assert calls == {"res_probe.via_aten": 1, "res_probe.own_loop": 2}
+    assert inside.get("mm") == 1 and inside.get("relu") == 1 and inside.get("empty_like") == 2, inside
+    assert quiet["extension_calls"] == {"res_probe.own_loop": 1} and "extension_ops" not in quiet

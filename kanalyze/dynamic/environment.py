@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 
-from kanalyze.dynamic.recording import CallRecorder, LaunchCounter, ModeGuard, follow_threads
+from kanalyze.dynamic.recording import CallRecorder, LaunchCounter, ModeGuard, extension_recorder, follow_threads
 from kanalyze.dynamic.sandbox import extensions
 
 
@@ -48,6 +48,7 @@ class Environment:
         self.launches = LaunchCounter()
         self.modes = ModeGuard()
         self._ops = None
+        self._inside = None   # while recording: the ATen ops inside the candidate's extension calls
         follow_threads(lambda: self._ops)   # a thread's torch calls go to the run's recorder too
         self._seal: dict | None = None
         self.poison: int | None = None
@@ -119,6 +120,9 @@ class Environment:
         """Records the call made inside; with a `nonce`, checks the recorders as the call ends (`seal`)."""
         self._ops = self.op_recorder() if record_ops else None
         self._seal = None
+        # ATen ops that the candidate's CUDA C++ extension dispatches (RES001), where it has one.
+        self._inside = extension_recorder() if record_ops and extensions.in_use() else None
+        extensions.INSIDE = self._inside
         try:
             if self._ops is not None:
                 with self._ops:
@@ -130,6 +134,7 @@ class Environment:
                 yield
         finally:
             self.poison = None
+            extensions.INSIDE = None
 
     def _close_seal(self, nonce: int | None) -> None:
         """Inside the recorder, after the candidate's call: its canary and whether the hooks are intact."""
@@ -148,6 +153,8 @@ class Environment:
                "threads_left": self.watch.threads_left(), "snooped": self.watch.snooped()}
         if self._ops is not None:
             out["ops"] = dict(self._ops.calls)
+        if self._inside is not None:
+            out["extension_ops"] = dict(self._inside.calls)
         if self._seal is not None:
             out["seal"] = self._seal
         if self.driver is not None:

@@ -12,6 +12,9 @@ Worker-side only.  Two recorders, on while a case asks for them:
   `item`, `cpu` …).  A TorchFunctionMode rather than a TorchDispatchMode: it
   sees the same library calls at the level the candidate wrote them, and
   entering a dispatch mode imports torch._dynamo (seconds per worker).
+* `extension_recorder`: a torch dispatch mode around each call into the
+  candidate's CUDA C++ extension, counting the ATen ops its C++ dispatches
+  (`torch::matmul` in a "kernel" reaches no function mode).
 * `follow_threads`: torch function modes are kept per thread, so the recorder
   on the calling thread's stack never sees what a thread the candidate starts
   computes (one it joins before returning leaves nothing running).  Every
@@ -232,6 +235,29 @@ class CallRecorder(TorchFunctionMode):
 
 
 RECORDER_CODE = CallRecorder.__torch_function__.__code__
+_DISPATCH_RECORDER: list[type] = []   # made on first use (below)
+
+
+def extension_recorder():
+    """A recorder of the ATen ops dispatched while a CUDA C++ extension of the candidate's runs
+    (extensions.py enters it around each call): C++ that calls `torch::matmul` reaches no torch
+    function mode, but every op it dispatches passes a torch dispatch mode on that thread.  The
+    class is made on first use: entering a dispatch mode imports torch._dynamo (about a second),
+    which only a candidate with an extension, in a run that records its calls, pays."""
+    if not _DISPATCH_RECORDER:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class ExtensionOps(TorchDispatchMode):
+            def __init__(self) -> None:
+                super().__init__()
+                self.calls: collections.Counter = collections.Counter()
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                self.calls[func.overloadpacket.__name__] += 1
+                return func(*args, **(kwargs or {}))
+
+        _DISPATCH_RECORDER.append(ExtensionOps)
+    return _DISPATCH_RECORDER[0]()
 try:
     from torch.utils._device import DeviceContext as _DEVICE_MODE
 except ImportError:  # pragma: no cover - every torch we support has it

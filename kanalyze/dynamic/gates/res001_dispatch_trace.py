@@ -1,11 +1,13 @@
 """RES001 residency: the work runs in the submitted kernel, on the input's device.
 
 While the candidate runs, the worker records the torch calls its Python code
-makes, the Triton launches, and host transfers (`.cpu()`, `.item()`,
+makes, the Triton launches, the calls into its CUDA C++ extension and the ATen
+ops that extension's C++ dispatches, and host transfers (`.cpu()`, `.item()`,
 `.numpy()`, `.tolist()`).  The candidate fails when no kernel of its own ran,
 when it moved data to the host, or when a library call of the same family as
 the reference's main computation (a matmul, a convolution, a softmax, a norm,
-a reduction …) ran in PyTorch instead of in the kernel.
+a reduction …) ran in PyTorch instead of in the kernel, from Python or from
+the extension's C++ (`torch::matmul` in a "kernel").
 """
 
 from __future__ import annotations
@@ -54,6 +56,18 @@ def family(call: str) -> str | None:
     return None
 
 
+def aten_family(op: str) -> str | None:
+    """The family of an ATen op as the dispatcher names it (`mm`, `_softmax`, `native_layer_norm`,
+    `cudnn_convolution`, `_native_batch_norm_legit`): what C++ inside an extension computes."""
+    name = op.lstrip("_")
+    for prefix in ("native_", "cudnn_", "miopen_", "mkldnn_"):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+    if name.startswith("batch_norm") or name.startswith("group_norm") or name.startswith("layer_norm"):
+        return "normalization"
+    return family(name)
+
+
 class DispatchTrace(Gate):
     code = "RES001"
     name = "res001-dispatch-trace"
@@ -69,6 +83,9 @@ class DispatchTrace(Gate):
             return self.verdict(UNCONFIRMED, f"the candidate did not run: {run_problem(result)}", [result.case])
         run = result.runs[0].meta
         calls, launches = run.get("ops", {}), run.get("launches", {})
+        # A CUDA C++ candidate's kernels are its extension's functions (extensions.py counts the
+        # calls); the ATen ops its C++ dispatched inside them are recorded apart.
+        extension, inside = run.get("extension_calls") or {}, run.get("extension_ops") or {}
         transfers = {f".{c}()": n for c, n in calls.items() if c in HOST_CALLS}
         reference_calls = result.reference.meta.get("ops") or {}
         reference_families = {family(c) for c in reference_calls} - {None}
@@ -77,23 +94,25 @@ class DispatchTrace(Gate):
             # An elementwise problem (relu, gelu, a scale): its own ops are its main computation,
             # and a candidate that calls them in PyTorch beside a decoy kernel does the work there.
             library = sorted(set(library) | {c for c in calls if c in reference_calls and c not in GLUE})
-        trace = {"torch_calls": calls, "kernel_launches": launches, "host_transfers": transfers,
-                 "reference_calls": reference_calls}
+        in_extension = sorted(op for op in inside if (aten_family(op) and (aten_family(op) in reference_families
+                                                                          or not reference_calls))
+                              or (not reference_families and op in reference_calls and op not in GLUE))
+        trace = {"torch_calls": calls, "kernel_launches": launches, "extension_calls": extension,
+                 "extension_aten_ops": inside, "host_transfers": transfers, "reference_calls": reference_calls}
         problems = []
-        if not launches and ctx.cuda_cpp:
-            if not library and not transfers:
-                return self.verdict(UNCONFIRMED, "the candidate's CUDA C++ kernels are not counted yet (only "
-                                    "Triton launches are); no reference library call and no host transfer ran",
-                                    [result.case], **trace)
-        elif not launches:
+        if not launches and not extension:
             problems.append("no custom kernel ran")
         if library:
             names = ", ".join(f"torch {c} ({family(c) or 'the reference op itself'})" for c in library)
             problems.append(f"the reference's main computation ran in PyTorch: {names}")
+        if in_extension:
+            names = ", ".join(f"aten {op} ({aten_family(op) or 'the reference op itself'})" for op in in_extension)
+            problems.append(f"the candidate's CUDA C++ extension ({', '.join(sorted(extension))}) had ATen do the "
+                            f"reference's main computation: {names}")
         if transfers:
             problems.append("host transfers: " + ", ".join(f"{k} ×{v}" for k, v in sorted(transfers.items())))
         if problems:
             return self.confirmed("; ".join(problems), result, **trace)
-        kernels = ", ".join(f"{k} ×{v}" for k, v in sorted(launches.items()))
+        kernels = ", ".join(f"{k} ×{v}" for k, v in sorted({**launches, **extension}.items()))
         return self.verdict(REFUTED, f"the work ran in the candidate's kernels ({kernels}); no reference library op "
                                      "and no host transfer", [result.case], **trace)

@@ -45,6 +45,9 @@ _COMPLETE = "kanalyze-complete"
 # Calls into the candidate's built extensions during a run, by function (`module.function`):
 # which of its CUDA C++ entry points ran (environment.py clears and reports them per run).
 CALLS: collections.Counter = collections.Counter()
+# While a run records the candidate's calls (RES001): a recorder of the ATen ops each call into
+# an extension dispatches (recording.extension_recorder), entered around it; None otherwise.
+INSIDE = None
 _LOCK = "kanalyze.lock"
 _installed = False
 
@@ -137,7 +140,12 @@ def counting_calls(module):
 def _counting(function, label: str):
     @functools.wraps(function)
     def call(*args, **kwargs):
-        result = function(*args, **kwargs)
+        inside = INSIDE
+        if inside is None:
+            result = function(*args, **kwargs)
+        else:
+            with inside:
+                result = function(*args, **kwargs)
         CALLS[label] += 1   # once it returned, as a Triton launch is counted (recording.py)
         return result
     return call
@@ -202,6 +210,11 @@ def install() -> None:
         setattr(cpp_extension, function, _wrap(getattr(cpp_extension, function), function))
     _find_ninja()
     _installed = True
+
+
+def in_use() -> bool:
+    """Whether this process routes extension builds (`install`: a candidate that builds one)."""
+    return _installed
 
 
 def keep_root(root: str | None = None) -> None:
