@@ -132,7 +132,7 @@ def test_aten_work_inside_an_extension_is_recorded_for_res001(tmp_path) -> None:
             }""")
         a = torch.randn(4, 4)
         environment.before_run({}, {}, [])
-        with environment.recording(True):
+        with environment.recording(True, nonce=7):   # sealed: the dispatch recorder tampers with nothing
             ext.via_aten(a, a)
             ext.own_loop(a)
             ext.own_loop(a)
@@ -140,12 +140,13 @@ def test_aten_work_inside_an_extension_is_recorded_for_res001(tmp_path) -> None:
         environment.before_run({}, {}, [])
         with environment.recording(False):   # a run that records no calls: counted, not looked into
             ext.own_loop(a)
-        print(json.dumps([seen["extension_calls"], seen["extension_ops"], environment.after_run({})]))
+        print(json.dumps([seen["extension_calls"], seen["extension_ops"], environment.after_run({}), seen["seal"]]))
     ''')
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=ROOT, timeout=600,
                           env={**os.environ, extensions.ROOT_VARIABLE: str(tmp_path / "cache")})
     assert done.returncode == 0, done.stderr[-3000:]
-    calls, inside, quiet = json.loads(done.stdout.strip().splitlines()[-1])
+    calls, inside, quiet, seal = json.loads(done.stdout.strip().splitlines()[-1])
     assert calls == {"res_probe.via_aten": 1, "res_probe.own_loop": 2}
     assert inside.get("mm") == 1 and inside.get("relu") == 1 and inside.get("empty_like") == 2, inside
     assert quiet["extension_calls"] == {"res_probe.own_loop": 1} and "extension_ops" not in quiet
+    assert seal == {"canaries": [7], "tampered": []}
