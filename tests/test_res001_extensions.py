@@ -57,3 +57,29 @@ def test_an_elementwise_reference_op_called_from_c_plus_plus_is_the_work() -> No
                                        ("empty_like", None), ("add", None)])
 def test_aten_ops_are_read_in_their_families(op, family) -> None:
     assert aten_family(op) == family
+
+
+def test_a_cuda_cpp_candidate_that_leaves_its_extension_for_some_inputs_is_int001() -> None:
+    """Its extension's calls are its kernels in the trace too (traces.py): the extension on the
+    benchmark's inputs, PyTorch on a probe with a NaN, is a path that depends on input values."""
+    from kanalyze.dynamic.traces import trace, value_dependent_paths
+
+    assert trace({"extension_calls": {"fused.forward": 2}, "launches": {}}) == (frozenset({"fused.forward"}),
+                                                                                frozenset())
+
+    def result(case_id: str, special, run: dict) -> Result:
+        meta = {"status": "ok", "launches": {}, "ops": {}, "extension_calls": {}, **run,
+                "output": {"prefix": "run0_", "dtypes": ["float32"], "structure": "tensor"}}
+        candidate = Outcome("done", meta={"status": "ok", "runs": [meta, meta]},
+                            arrays={"run0_0": np.zeros(4, np.float32)})
+        reference = Outcome("done", meta={"status": "ok", "inputs": [], "init_inputs": []})
+        return Result(Case(case_id, case_id.split("/")[0], {"N": 4}, runs=[Run(), Run()], special=special),
+                      reference, candidate)
+
+    honest = result("CMP001/given", None, {"extension_calls": {"fused.forward": 1}})
+    probed = result("EXC001/nan", "nan", {"ops": {"linear": 1}})
+    found = value_dependent_paths([honest, probed])
+    assert found is not None and found.code == "INT001" and found.status == CONFIRMED
+    assert "launched fused.forward" in found.summary and "called linear" in found.summary, found.summary
+    assert value_dependent_paths([honest, result("EXC001/nan", "nan", {"extension_calls": {"fused.forward": 1}})]) \
+        is None

@@ -1,7 +1,8 @@
 """INT001 from what ran: a candidate whose work changes with the values of its inputs (parent side).
 
-Every run of the candidate records the Triton kernels it launched and the
-torch calls its Python code made (recording.py).  Runs at the same sizes and
+Every run of the candidate records the Triton kernels it launched, the calls
+into a CUDA C++ extension it built (extensions.py) and the torch calls its
+Python code made (recording.py).  Runs at the same sizes and
 dtype differ only in their input values (another seed, another distribution,
 injected NaN or Inf, the same call repeated): an honest kernel launches the
 same kernels and makes the same library calls whatever the values.  One that
@@ -28,7 +29,8 @@ GATE = "dispatch-trace-consistency"
 
 def trace(meta: dict) -> tuple[frozenset, frozenset]:
     """(kernels launched, work calls) of one run's record."""
-    launched = frozenset(name for name, count in (meta.get("launches") or {}).items() if count)
+    launched = frozenset(name for record in ("launches", "extension_calls")   # Triton's, a CUDA C++ extension's
+                         for name, count in (meta.get(record) or {}).items() if count)
     calls = frozenset(name for name, count in (meta.get("ops") or {}).items()
                       if count and (family(name) or name in HOST_CALLS))
     return launched, calls
