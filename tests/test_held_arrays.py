@@ -30,7 +30,7 @@ class InProcessJudge(Judge):
         super().__init__(None, 10.0, root)
         self.store = store
 
-    def ask(self, request: dict) -> dict:
+    def _ask(self, request: dict) -> dict:
         reply = held.answer(self.store, request)
         if reply.get("error"):
             raise CannotJudge(reply["error"])
@@ -372,3 +372,24 @@ def test_arrays_handed_over_in_host_memory_go_through_shared_memory_not_the_disk
     assert not (cases / "case-1.arrays").exists()                              # never on the disk
     again = held.hand_over(second)                                              # none given: the cases' folders
     assert {w["folder"] for w in again["saved"].values()} == {f"{cases}/case-1.arrays", f"{cases}/case-2.arrays"}
+
+
+def test_a_summary_asked_again_is_the_one_given_even_once_the_arrays_are_let_go_of(tmp_path) -> None:
+    """Held arrays never change: the parent keeps every summary and window the judge gave, so a gate
+    judged as its cases ended and again at the session's end asks the judge once (streaming.py),
+    even where the judge let go of the arrays in between; a question no one asked before is
+    kanalyze's failure then, never an answer."""
+    store = held.Store("cpu")
+    values = torch.arange(8, dtype=torch.float32)
+    store.hold("c/out0", values.clone())
+    store.hold("c/ref0", values + 1)
+    judge = InProcessJudge(store, str(tmp_path))
+    request = {"op": "bits", "a": "c/out0", "b": "c/ref0"}
+    first = judge.ask(request)
+    window = judge.fetch("c/out0", 2, 3)
+    judge.drop(["c/out0", "c/ref0", "c/gone"])
+    assert not store.tensors and store.host_bytes == 0 and (judge.dropped, judge.dropped_bytes) == (2, 64)
+    assert judge.ask(dict(reversed(list(request.items())))) == first and judge.asked == 2   # (the bits, the window)
+    assert judge.fetch("c/out0", 2, 3).tolist() == window.tolist() == [2.0, 3.0, 4.0]
+    with pytest.raises(CannotJudge, match="holds no array"):
+        judge.ask({"op": "finite", "name": "c/out0"})

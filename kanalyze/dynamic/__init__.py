@@ -7,6 +7,7 @@ Data flows one way (DESIGN.md): static findings → gate selection (confirm.py)
   harness.py     problem + candidate pairs (KernelBench, contracts)
   cases.py       what a gate asks to run; size scaling and perturbation
   runner.py      a session: workers, cases, verdicts; `run_gates`, `run_at_sizes`
+  streaming.py   each case judged as it ends, where the gates' arrays would not fit one session
   sandbox/       where untrusted code runs: worker processes, zygotes, confinement,
                  the worker's loop, one case's execution, transport (its docstring)
   gates/         one module per gate: the case it asks for and the verdict it draws

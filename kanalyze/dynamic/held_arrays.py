@@ -16,6 +16,7 @@ kanalyze's failure, raised as CannotJudge, and the gate says `unconfirmed`.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shutil
 import threading
@@ -37,8 +38,34 @@ class Judge:
         self.whole_bytes = 0
         self._files = itertools.count(1)
         self._lock = threading.Lock()   # gates judge on threads of their own (runner.py): one request at a time
+        # Answers kept: held arrays never change, so a summary asked again (a gate judged as its cases
+        # ended, then with the run's other gates: streaming.py) is the one given, even where the
+        # judge has let go of the arrays since.
+        self._answers: dict[str, dict] = {}
+        self._windows: dict[tuple, np.ndarray] = {}
+        self.dropped = self.dropped_bytes = 0
 
     def ask(self, request: dict) -> dict:
+        key = json.dumps(request, sort_keys=True, default=str) if request.get("op") in KEPT else None
+        if key is not None and key in self._answers:
+            return self._answers[key]
+        reply = self._ask(request)
+        if key is not None:
+            self._answers[key] = reply
+        return reply
+
+    def drop(self, names: list[str]) -> None:
+        """Have the judge let go of these arrays (their summaries stay known, `ask`)."""
+        if names:
+            asked = self.asked
+            try:
+                reply = self._ask({"op": "drop", "names": sorted(names)})
+            finally:
+                self.asked = asked   # (not one of the gates' questions)
+            self.dropped += int(reply.get("dropped") or 0)
+            self.dropped_bytes += int(reply.get("bytes") or 0)
+
+    def _ask(self, request: dict) -> dict:
         from kanalyze.dynamic.sandbox.dispatch import Unanswered, ask
 
         if self.worker is None:
@@ -59,7 +86,7 @@ class Judge:
         """Where the judge kept its arrays (sandbox/held.py `_stats`); {} where it cannot say."""
         asked = self.asked
         try:
-            reply = self.ask({"op": "stats"})
+            reply = self._ask({"op": "stats"})
         except CannotJudge:
             return {}
         finally:
@@ -67,7 +94,15 @@ class Judge:
         return {k: v for k, v in reply.items() if k.startswith("held_") and type(v) is int}
 
     def fetch(self, name: str, start: int = 0, count: int | None = None) -> np.ndarray:
-        """The flat window of `count` elements from `start` (None: the whole array)."""
+        """The flat window of `count` elements from `start` (None: the whole array).  A window is
+        kept: a witness's is fetched as its gate is judged and again for the witness."""
+        if count is None:
+            return self._fetch(name, start, count)
+        if (name, start, count) not in self._windows:
+            self._windows[(name, start, count)] = self._fetch(name, start, count)
+        return self._windows[(name, start, count)]
+
+    def _fetch(self, name: str, start: int, count: int | None) -> np.ndarray:
         folder = os.path.join(self.root, f"held-{next(self._files)}")
         request = {"op": "save", "name": name, "path": folder}
         request.update({"whole": True} if count is None else {"start": start, "count": count})
@@ -109,6 +144,8 @@ class Judges:
             return {}
         account = {"asked": sum(j.asked for j in judges), "whole_arrays": sum(j.whole for j in judges),
                    "whole_bytes": sum(j.whole_bytes for j in judges)}
+        if any(j.dropped for j in judges):   # let go of as their cases were judged (streaming.py)
+            account.update(dropped=sum(j.dropped for j in judges), dropped_bytes=sum(j.dropped_bytes for j in judges))
         for judge in judges:
             for key, value in judge.stats().items():
                 account[key] = merge_account(key, account.get(key, 0), value)
@@ -128,6 +165,7 @@ def merge_account(key: str, total: int, value: int) -> int:
 
 
 WHOLE_IN_MEMORY = 512 * 2 ** 20   # a whole array fetched up to this size is read into memory
+KEPT = {"values", "calibrate", "bits", "classes", "finite", "unwritten", "flushed"}   # summaries: Judge.ask keeps them
 
 
 class HeldArray:
@@ -215,6 +253,17 @@ def with_held(arrays, judge: Judge, folder: str, described: dict) -> Mapping:
     return collections.ChainMap(held, rest)
 
 
+def held_names(arrays) -> list[str]:
+    """The names of the held arrays among a case's arrays (`with_held`'s mapping), the rest unread."""
+    import collections
+
+    if isinstance(arrays, collections.ChainMap):
+        return [name for part in arrays.maps for name in held_names(part)]
+    if isinstance(arrays, dict):
+        return [array.name for array in arrays.values() if isinstance(array, HeldArray)]
+    return []
+
+
 def held_by(*arrays) -> Judge | None:
     """The judge holding every one of `arrays`, or None (some are not held, or not by one judge)."""
     judges = {id(a.judge): a.judge for a in arrays if isinstance(a, HeldArray)}
@@ -249,4 +298,4 @@ def windows(arrays: dict, index, elements: int) -> dict:
     return out
 
 
-__all__ = ["HeldArray", "Judge", "Judges", "Window", "held_arrays", "held_by", "windows", "with_held"]
+__all__ = ["HeldArray", "Judge", "Judges", "Window", "held_arrays", "held_by", "held_names", "windows", "with_held"]

@@ -199,21 +199,41 @@ def name_the_cause(verdicts: list[Verdict]) -> list[Verdict]:
     verdict says so (both stand: the values are off, and why)."""
     if not any(v.code == "PRC001" and v.status == CONFIRMED for v in verdicts):
         return verdicts
-    import numpy as np
-
     from kanalyze.dynamic.gates.prc001_ieee_error_bound import GROSS
 
     out = []
     for v in verdicts:
         if v.code == "CMP001" and v.status == CONFIRMED and "metric" in v.details:
-            expected = [value for key, value in v.arrays.items() if key.startswith("expected")]
-            scale = max((float(np.max(np.abs(e[np.isfinite(e)]), initial=0.0)) for e in expected
-                         if e.dtype.kind == "f"), default=0.0)
+            try:
+                scale = expected_scale(v)
+            except CannotJudge:   # (the judge could not say: CMP001 says no more than it found)
+                scale = 0.0
             error = v.details["metric"].get("max_abs_error")
             if scale and error is not None and error / scale <= GROSS:
                 v = replace(v, summary=v.summary + " (the size of the reduced precision PRC001 confirms: its cause)")
         out.append(v)
     return out
+
+
+def expected_scale(verdict: Verdict) -> float:
+    """The largest finite magnitude of a verdict's expected arrays: a summary of the judge's where
+    it holds them (a problem's outputs reach 2^31 elements), else numpy's."""
+    import numpy as np
+
+    from kanalyze.dynamic.compare import finite_summary
+    from kanalyze.dynamic.held_arrays import HeldArray
+    from kanalyze.dynamic.sandbox.transport import Leaf
+
+    scale = 0.0
+    for key, array in verdict.arrays.items():
+        if not key.startswith("expected"):
+            continue
+        if isinstance(array, HeldArray):
+            if array.torch_dtype.startswith(("float", "bfloat")):
+                scale = max(scale, finite_summary(Leaf(array, array.torch_dtype))[1])
+        elif isinstance(array, np.ndarray) and array.dtype.kind == "f":
+            scale = max(scale, float(np.max(np.abs(array[np.isfinite(array)]), initial=0.0)))
+    return scale
 
 
 def _without_lost_power(verdict: Verdict, lost: list[Result]) -> Verdict:

@@ -166,7 +166,8 @@ def judged_now(session: "Session", result: Result) -> Result | None:
     read only once the session hands them back."""
     meta, judge = result.reference.meta, session._judge
     held = meta.get("held") or {}
-    outputs = [meta.get("output"), meta.get("output64")]
+    # (a case of the gates that compare no value with float64 has none: Gate.needs_float64)
+    outputs = [meta.get("output")] + ([meta.get("output64")] if result.case.float64 else [])
     if (judge is None or not session.spec["judge_held"] or not isinstance(result.reference.arrays, str)
             or not all(isinstance(o, dict) and o.get("dtypes") for o in outputs)):
         return None

@@ -255,6 +255,25 @@ class Result:
         return [RunView(i, meta, self.candidate_arrays) for i, meta in enumerate(self.candidate.meta["runs"])]
 
 
+def failed_baseline(results: list[Result], base: list[int]) -> tuple[str, str] | None:
+    """(why, whose) when the candidate could not be run on the problem's own inputs: its own
+    failure ("candidate"), or it ran short of memory or disk, or out of time under Triton's
+    interpreter ("kanalyze": every gate is then undecided, judging.judge, and the other
+    cases would run as short or as slow), else None."""
+    for i in base:
+        result = results[i]
+        if not result.reference_ok or result.candidate is None:
+            continue
+        if result.candidate_failed():
+            why = result.runs[0].failure() if result.runs else result.candidate_failure()
+            return f"the candidate fails on the problem's own inputs ({why[:300]})", "candidate"
+        if result.ran_short() or (result.candidate.blame == "interpreter" and result.kanalyze_failure()):
+            # (short of memory or disk, or too slow for the interpreter: the other cases would be too)
+            return (f"kanalyze could not run the candidate on the problem's own inputs "
+                    f"({result.kanalyze_failure()[:300]})", "kanalyze")
+    return None
+
+
 def sealed(result: Result, results: list[Result]) -> dict:
     """The case as sent to a candidate worker: each run with a fresh nonce of the trusted side's,
     kept in `result.nonces`, that the run's recorder seal must show (recording.py).  A case of

@@ -31,6 +31,7 @@ from kanalyze.dynamic.results import Result
 from kanalyze.dynamic.sandbox import extensions, rundir
 from kanalyze.dynamic.sandbox.process import Limits, Outcome
 from kanalyze.dynamic.session import BASELINE, MAX_NUMEL, PROGRESS, Session
+from kanalyze.dynamic.streaming import Streaming
 
 BUILD_SECONDS = 600.0   # a worker's start when it compiles a CUDA C++ extension
 
@@ -59,6 +60,10 @@ class Options:
     # Bytes one session's judge may hold (held_budget.py); None: a share of what the reference's
     # worker reported of the device's memory (the machine's on the CPU).
     held_budget: int | None = None
+    # Where the gates' arrays would not fit one session: one session all the same, each case judged
+    # as it ends so that the judge lets go of its arrays (streaming.py), instead of several sessions.
+    # None: on a GPU, where the judge holds the arrays (KANALYZE_STREAM=0 turns it off).
+    stream: bool | None = None
     # When the gates should be done (a time.perf_counter() instant; the audit's pair limit, the
     # Verifier's timeout, `check --timeout`): a later session that would not end by then does not
     # start, and its gates say so (`out_of_time`).  None: every session runs.
@@ -155,6 +160,10 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
                     ordered = sorted(codes, key=lambda code: not flags.get(code))
                     groups = _sessions({code: plan[code] for code in ordered}, baseline, baseline_results,
                                        options.held_budget)
+                    if len(groups) > 1 and _streams(options, session):   # one session, each case judged as it ends
+                        session.streaming = Streaming(session, gates, contexts, ordered, {baseline.input_key},
+                                                      options.deadline)
+                        groups = [[code for group in groups for code in group]]
                     sessions.extend(groups[1:])
                     PROGRESS.info("session 1 of %d: %s", len(groups), ", ".join(groups[0]) or "the baseline")
                     return [c for code in groups[0] for c in plan[code]]
@@ -170,6 +179,8 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
         for verdict in verdicts:   # a witness's windows of what the judge holds, while it still does
             verdict.arrays = held_windows(verdict)
         environment = {**session.environment, "sizes": sizes, "knobs": harness.knobs}
+        if session.streaming is not None:
+            environment["streamed"] = session.streaming.account()
         account = session.judges.account()
         environment["seconds"] = {**environment.get("seconds", {}), "judge": round(time.perf_counter() - judging, 3)}
     finally:
@@ -237,6 +248,15 @@ def _variants(harness: Harness, codes: list[str], flags: dict, mode: str,
         if "reversed" in sources and "ORD001" in codes and used("control"):
             sources["control"] = source
     return sources, rewrites
+
+
+def _streams(options: Options, session: Session) -> bool:
+    """Whether a session whose gates' arrays would not fit judges each case as it ends (streaming.py)."""
+    if not session.spec["judge_held"]:
+        return False
+    if options.stream is not None:
+        return options.stream
+    return session.mode == "cuda" and os.environ.get("KANALYZE_STREAM", "1") != "0"
 
 
 def _sessions(plan: dict[str, list[Case]], baseline: Case, baseline_results: list[Result],

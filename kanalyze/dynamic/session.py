@@ -38,7 +38,7 @@ from kanalyze.dynamic.harness import Harness
 from kanalyze.dynamic.reference_cache import REFERENCES
 from kanalyze.dynamic.held_arrays import Judges
 from kanalyze.dynamic.reference_jobs import Reader, float64_later, hand_back
-from kanalyze.dynamic.results import Result, sealed
+from kanalyze.dynamic.results import Result, failed_baseline, sealed
 from kanalyze.dynamic.sandbox import zygote_client
 from kanalyze.dynamic.sandbox.dispatch import lose_what_it_held, run_cases
 from kanalyze.dynamic.sandbox.process import (Limits, Outcome, ProtocolViolation, Worker, WorkerGone,
@@ -57,8 +57,6 @@ PROGRESS = logging.getLogger("kanalyze.progress")
 NO_REFERENCE = Outcome("done", meta={"status": "ok", "inputs": [], "init_inputs": []})
 # A case whose reference is not computed yet (the baseline runs first: Session.execute).
 _PENDING = Outcome("not-started", detail="the reference was not computed")
-
-
 
 
 class Session:
@@ -103,6 +101,7 @@ class Session:
                                                                   "visible": shown["visible"] + [folder]},
                                               limits, self.root)
         self.environment: dict = {"mode": mode}
+        self.streaming = None   # set once the baseline has run, where each case is judged as it ends (streaming.py)
         # Where the run's time went (the environment's `seconds`): `start` is the workers' launch
         # (a zygote's own start included); each worker's start in detail is `<role>_start_seconds`.
         self.seconds: dict[str, float] = {"start": round(time.perf_counter() - created, 3)}
@@ -175,7 +174,7 @@ class Session:
                    for case in cases]
         reader = Reader(self, self._judge)
         candidates_seconds = self._candidates(results, reader, base)
-        failed = self._failed_baseline(results, base)
+        failed = failed_baseline(results, base)
         if not failed:
             self._float64_later(first, by_key)
             added = list(more([results[i] for i in base])) if more is not None else []
@@ -191,6 +190,9 @@ class Session:
                 results[i].candidate = skipped
                 if results[i].reference is _PENDING:
                     results[i].reference = skipped
+        elif self.streaming is not None:   # each case judged as it ends (streaming.py)
+            reader.judge = self._judge
+            candidates_seconds += self._streamed(cases, results, rest, reference_cases, by_key, reader)
         else:
             later = {key: n for n, key in enumerate(dict.fromkeys(cases[i].input_key for i in base + rest))}
             keys = sorted((key for key in missing if key not in first), key=later.__getitem__)
@@ -284,6 +286,24 @@ class Session:
             self.seconds["reference.ahead"] = round(self.ahead.seconds, 3)
         return seconds
 
+    def _streamed(self, cases: list[Case], results: list[Result], rest: list[int], reference_cases: dict[str, dict],
+                  by_key: dict, reader: Reader) -> float:
+        """The cases after the baseline one at a time, each reference computed by the judge just before
+        the candidate runs it, each case judged as it ends (streaming.py).  The candidates' seconds."""
+        self.ahead.close()
+        seconds = 0.0
+        for i in self.streaming.order(cases, rest):
+            if not self.streaming.in_time(results[i]):   # (it says why it was not run)
+                continue
+            key = cases[i].input_key
+            if cases[i].call is None and by_key.get(key) is None:
+                self._references([key], reference_cases, by_key)
+            if cases[i].call is None:
+                results[i].reference = by_key[key]
+            seconds += self._candidates(results, reader, [i])
+            self.streaming.ended(results, i)
+        return seconds
+
     def _references(self, keys: list[str], reference_cases: dict[str, dict], by_key: dict) -> None:
         """Compute the references of `keys` in the reference worker (kept: it is the judge that
         reads a candidate's device arrays, and withholds its outputs until `release`)."""
@@ -373,25 +393,6 @@ class Session:
                 self.case_seconds.append({"gate": results[i].case.gate, "case": results[i].case.id,
                                           "variant": variant, "seconds": round(taken, 3)})
         return time.perf_counter() - started - (reader.seconds - read_before)
-
-    @staticmethod
-    def _failed_baseline(results: list[Result], base: list[int]) -> tuple[str, str] | None:
-        """(why, whose) when the candidate could not be run on the problem's own inputs: its own
-        failure ("candidate"), or it ran short of memory or disk, or out of time under Triton's
-        interpreter ("kanalyze": every gate is then undecided, judging.judge, and the other
-        cases would run as short or as slow), else None."""
-        for i in base:
-            result = results[i]
-            if not result.reference_ok or result.candidate is None:
-                continue
-            if result.candidate_failed():
-                why = result.runs[0].failure() if result.runs else result.candidate_failure()
-                return f"the candidate fails on the problem's own inputs ({why[:300]})", "candidate"
-            if result.ran_short() or (result.candidate.blame == "interpreter" and result.kanalyze_failure()):
-                # (short of memory or disk, or too slow for the interpreter: the other cases would be too)
-                return (f"kanalyze could not run the candidate on the problem's own inputs "
-                        f"({result.kanalyze_failure()[:300]})", "kanalyze")
-        return None
 
     def _add_steps(self, role: str, outcome: Outcome) -> float:
         """A worker's own account of a case's steps (`seconds` in its result), summed per step as

@@ -243,9 +243,21 @@ def _stats(store: Store, request: dict) -> dict:
             "held_refused_bytes": store.refused_bytes, "held_shared": store.shared}
 
 
+def _drop(store: Store, request: dict) -> dict:
+    """Let go of held arrays the gates have judged already (streaming.py): at a problem's real
+    size, the next case's arrays need their room."""
+    names = [n for n in request.get("names") or [] if isinstance(n, str) and n in store.tensors]
+    before = store.device_bytes + store.host_bytes
+    store.drop(names)
+    freed = before - store.device_bytes - store.host_bytes
+    if freed and store.device == "cuda":
+        torch.cuda.empty_cache()
+    return {"dropped": len(names), "bytes": freed}
+
+
 _OPS = {"values": _values, "calibrate": _calibrated, "bits": _bits, "classes": _class_pairs,
         "finite": _finite_summary, "unwritten": _unwritten, "flushed": _flushed, "save": _save,
-        "stats": _stats}
+        "stats": _stats, "drop": _drop}
 
 
 # ---------------------------------------------------------------- arrays changing hands

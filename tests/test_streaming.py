@@ -1,0 +1,63 @@
+"""Each case judged as it ends (kanalyze/dynamic/streaming.py): where the gates' arrays would not
+fit one session, one session all the same, the judge letting go of each case's arrays once its
+gate has judged it.  Here the judge holds arrays in host memory (KANALYZE_JUDGE_HELD=1, a GPU's
+default), and a budget below any gate's arrays asks for streaming."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from kanalyze.dynamic.harness import find_harness
+from kanalyze.dynamic.reference_cache import REFERENCES
+from kanalyze.dynamic.runner import Options, run_gates
+from kanalyze.dynamic.sandbox.process import Limits
+from kanalyze.dynamic.streaming import OUT_OF_TIME
+
+KB = Path(__file__).resolve().parent.parent / "fixtures" / "kernelbench"
+CODES = ["CMP001", "CMP003", "EXC001", "MEM002", "ORD002", "RES001"]
+
+
+def _run(name: str, **options):
+    REFERENCES.clear()
+    harness = find_harness(str(KB / "candidates" / name), kernelbench=str(KB))
+    return run_gates(harness, CODES, options=Options(mode="cpu", limits=Limits(case_seconds=120), **options))
+
+
+@pytest.mark.parametrize("name", ["level1_problem6_leaky_relu_floor_grid.py", "level1_problem6_leaky_relu.py"])
+def test_a_streamed_session_says_what_one_session_says_and_lets_go_of_what_it_judged(name, monkeypatch) -> None:
+    """Every verdict the same, word for word, as one session's holding everything; the plant's
+    confirmations stand (a witness's windows fetched before its arrays were let go of) and the twin's
+    refutations too; the judge let go of the cases it judged, and held less at once."""
+    monkeypatch.setenv("KANALYZE_JUDGE_HELD", "1")
+    whole = _run(name)
+    streamed = _run(name, held_budget=1, stream=True)
+    said = {run: [(v.code, v.status, v.summary) for v in r.verdicts] for run, r in (("whole", whole),
+                                                                                  ("streamed", streamed))}
+    assert said["streamed"] == said["whole"], [p for p in zip(said["whole"], said["streamed"]) if p[0] != p[1]]
+    assert "sessions" not in streamed.environment and "streamed" not in whole.environment
+    account = streamed.environment["streamed"]
+    assert account["not_run"] == 0 and account["let_go"] > 0 and account["settled"] == account["cases"], account
+    judge = streamed.environment["judge"]
+    assert judge["dropped"] > 0 and judge["held_host_peak"] < whole.environment["judge"]["held_host_peak"], judge
+    for run in (whole, streamed):   # a confirmation's witness has its windows
+        for verdict in run.verdicts:
+            if verdict.status == "confirmed" and verdict.code == "CMP001":
+                assert verdict.arrays and all(a is not None for a in verdict.arrays.values())
+    statuses = {code: status for code, status, _ in said["streamed"]}
+    if name.endswith("floor_grid.py"):
+        assert statuses["CMP001"] == "confirmed", said["streamed"]
+    else:
+        assert all(status == "refuted" for status in statuses.values()), said["streamed"]
+
+
+def test_a_streamed_case_past_the_deadline_is_not_run_and_says_so(monkeypatch) -> None:
+    """With the deadline past once the baseline has run, no case after it starts: each gate says
+    why, none is refuted."""
+    monkeypatch.setenv("KANALYZE_JUDGE_HELD", "1")
+    run = _run("level1_problem6_leaky_relu.py", held_budget=1, stream=True, deadline=time.perf_counter())
+    assert run.environment["streamed"]["not_run"] > 0
+    for verdict in run.verdicts:
+        assert verdict.status == "unconfirmed" and OUT_OF_TIME in verdict.summary, (verdict.code, verdict.summary)
