@@ -100,7 +100,7 @@ class Judge:
             return self._fetch(name, start, count)
         if (name, start, count) not in self._windows:
             self._windows[(name, start, count)] = self._fetch(name, start, count)
-        return self._windows[(name, start, count)]
+        return self._windows[(name, start, count)].copy()   # (what a caller does to it stays its own)
 
     def _fetch(self, name: str, start: int, count: int | None) -> np.ndarray:
         folder = os.path.join(self.root, f"held-{next(self._files)}")

@@ -78,7 +78,8 @@ class Streaming:
         for i in self.ended_cases[code]:
             if i not in self.views:
                 self.views[i] = judged_now(self.session, results[i]) if results[i].reference_ok else results[i]
-        if self._judged(code, [self.views[i] for i in self.ended_cases[code]]):
+        # (in the order of the session's cases, as judging.judge will give them to the gate)
+        if self._judged(code, [self.views[i] for i in sorted(self.ended_cases[code])]):
             self.settled.update(self.ended_cases[code])
             self._let_go(results)
         self._longest = max(self._longest, time.perf_counter() - self._began)
