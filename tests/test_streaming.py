@@ -17,7 +17,8 @@ from kanalyze.dynamic.sandbox.process import Limits
 from kanalyze.dynamic.streaming import OUT_OF_TIME
 
 KB = Path(__file__).resolve().parent.parent / "fixtures" / "kernelbench"
-CODES = ["CMP001", "CMP003", "EXC001", "MEM002", "ORD002", "RES001"]
+CODES = ["CMP001", "CMP002", "CMP003", "EXC001", "EXC002", "INT001", "MEM001", "MEM002", "ORD001", "ORD002", "PRC001",
+         "PRC002", "RES001"]   # every gate that runs a harness
 
 
 def _run(name: str, **options):
@@ -26,7 +27,10 @@ def _run(name: str, **options):
     return run_gates(harness, CODES, options=Options(mode="cpu", limits=Limits(case_seconds=120), **options))
 
 
-@pytest.mark.parametrize("name", ["level1_problem6_leaky_relu_floor_grid.py", "level1_problem6_leaky_relu.py"])
+# A plant with an unwritten tail, its clean twin, one that caches its answers across calls (its verdicts
+# depend on the order the cases run in: the same order), and PRC002's, whose case needs its promoted twin.
+@pytest.mark.parametrize("name", ["level1_problem6_leaky_relu_floor_grid.py", "level1_problem6_leaky_relu.py",
+                                  "level1_problem6_leaky_relu_cached_result.py", "level1_problem4_mean_fp16_acc.py"])
 def test_a_streamed_session_says_what_one_session_says_and_lets_go_of_what_it_judged(name, monkeypatch) -> None:
     """Every verdict the same, word for word, as one session's holding everything; the plant's
     confirmations stand (a witness's windows fetched before its arrays were let go of) and the twin's
@@ -47,10 +51,13 @@ def test_a_streamed_session_says_what_one_session_says_and_lets_go_of_what_it_ju
             if verdict.status == "confirmed" and verdict.code == "CMP001":
                 assert verdict.arrays and all(a is not None for a in verdict.arrays.values())
     statuses = {code: status for code, status, _ in said["streamed"]}
-    if name.endswith("floor_grid.py"):
-        assert statuses["CMP001"] == "confirmed", said["streamed"]
+    planted = {"floor_grid.py": "MEM001", "cached_result.py": "INT001", "fp16_acc.py": "PRC002"}
+    code = next((code for end, code in planted.items() if name.endswith(end)), None)
+    if code is not None:
+        assert statuses[code] == "confirmed", said["streamed"]
     else:
-        assert all(status == "refuted" for status in statuses.values()), said["streamed"]
+        assert all(status in ("refuted", "unconfirmed") for status in statuses.values()), said["streamed"]
+        assert statuses["CMP001"] == statuses["MEM001"] == statuses["ORD001"] == "refuted", said["streamed"]
 
 
 def test_a_streamed_case_past_the_deadline_is_not_run_and_says_so(monkeypatch) -> None:

@@ -163,7 +163,7 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
                     if len(groups) > 1 and _streams(options, session):   # one session, each case judged as it ends
                         session.streaming = Streaming(session, gates, contexts, ordered, {baseline.input_key},
                                                       options.deadline)
-                        groups = [[code for group in groups for code in group]]
+                        groups = [list(ordered)]   # (the cases in one session's order)
                     sessions.extend(groups[1:])
                     PROGRESS.info("session 1 of %d: %s", len(groups), ", ".join(groups[0]) or "the baseline")
                     return [c for code in groups[0] for c in plan[code]]

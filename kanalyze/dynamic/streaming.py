@@ -55,7 +55,11 @@ class Streaming:
         self._began, self._longest = 0.0, 0.0
 
     def order(self, cases: list, rest: list[int]) -> list[int]:
-        """`rest` (grouped by model) with the gates in their order, each gate's cases as they were."""
+        """`rest` as one session runs it (grouped by model); with a deadline, the gates in their
+        order (the flagged ones first: they are the ones run where time runs short), each gate's
+        cases as they were."""
+        if self.deadline is None:
+            return list(rest)
         return sorted(rest, key=lambda i: self.rank.get(cases[i].gate, len(self.rank)))
 
     def in_time(self, result: Result) -> bool:
