@@ -68,3 +68,28 @@ def test_a_streamed_case_past_the_deadline_is_not_run_and_says_so(monkeypatch) -
     assert run.environment["streamed"]["not_run"] > 0
     for verdict in run.verdicts:
         assert verdict.status == "unconfirmed" and OUT_OF_TIME in verdict.summary, (verdict.code, verdict.summary)
+
+
+def _cuda_present() -> bool:
+    from kanalyze.dynamic.runner import cuda_present
+
+    return cuda_present()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda_present(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", ["level1_problem6_leaky_relu_floor_grid.py", "level1_problem6_leaky_relu.py"])
+def test_on_a_gpu_a_streamed_session_says_what_one_session_says(name) -> None:
+    """On the device: the judge holds the arrays there, computes each streamed case's reference
+    itself, and lets go of it once judged; the verdicts word for word one session's."""
+    runs = {}
+    for label, options in (("whole", {}), ("streamed", {"held_budget": 1})):   # (streams by default on a GPU)
+        REFERENCES.clear()
+        harness = find_harness(str(KB / "candidates" / name), kernelbench=str(KB))
+        runs[label] = run_gates(harness, CODES, options=Options(mode="cuda", limits=Limits(case_seconds=300),
+                                                                **options))
+    said = {label: [(v.code, v.status, v.summary) for v in run.verdicts] for label, run in runs.items()}
+    assert said["streamed"] == said["whole"], [p for p in zip(said["whole"], said["streamed"]) if p[0] != p[1]]
+    account = runs["streamed"].environment["streamed"]
+    assert account["let_go"] > 0 and account["settled"] == account["cases"], account
+    assert runs["streamed"].environment["judge"]["dropped"] > 0
