@@ -65,9 +65,13 @@ def test_a_streamed_case_past_the_deadline_is_not_run_and_says_so(monkeypatch) -
     why, none is refuted."""
     monkeypatch.setenv("KANALYZE_JUDGE_HELD", "1")
     run = _run("level1_problem6_leaky_relu.py", held_budget=1, stream=True, deadline=time.perf_counter())
+    from kanalyze.audit.summary import OUT_OF_TIME as AUDIT_OUT_OF_TIME, _own_failure
+
     assert run.environment["streamed"]["not_run"] > 0
     for verdict in run.verdicts:
         assert verdict.status == "unconfirmed" and OUT_OF_TIME in verdict.summary, (verdict.code, verdict.summary)
+        # an audit counts it as the time limit's, not as kanalyze's failure
+        assert verdict.summary.startswith(AUDIT_OUT_OF_TIME) and not _own_failure(verdict.summary), verdict.summary
 
 
 def _cuda_present() -> bool:
@@ -93,3 +97,19 @@ def test_on_a_gpu_a_streamed_session_says_what_one_session_says(name) -> None:
     account = runs["streamed"].environment["streamed"]
     assert account["let_go"] > 0 and account["settled"] == account["cases"], account
     assert runs["streamed"].environment["judge"]["dropped"] > 0
+
+
+def test_a_refutation_that_lost_cases_to_the_time_limit_says_so_first() -> None:
+    """Some of a gate's cases run, the rest left unrun by the time limit: not a refutation, and
+    worded as the time limit's (an audit counts it apart from kanalyze's failures)."""
+    from kanalyze.dynamic.cases import Case
+    from kanalyze.dynamic.gates.base import REFUTED, Verdict
+    from kanalyze.dynamic.judging import _without_lost_power
+    from kanalyze.dynamic.results import Result
+    from kanalyze.dynamic.sandbox.process import Outcome
+
+    unrun = Outcome("done", meta={"status": "internal", "error": OUT_OF_TIME})
+    lost = [Result(Case("CMP001/normal", "CMP001", {}), unrun, unrun)]
+    verdict = _without_lost_power(Verdict("CMP001", REFUTED, "within the bound for given inputs"), lost)
+    assert verdict.status == "unconfirmed"
+    assert verdict.summary == f"{OUT_OF_TIME} (1 of the gate's cases); the rest: within the bound for given inputs"

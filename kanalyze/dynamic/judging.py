@@ -32,6 +32,9 @@ PROTOCOL_BROKEN = "the candidate broke kanalyze's worker protocol (INT001), so n
 # unless a static flag asked for the gate.
 VALUE_GATES = {"CMP003", "EXC001", "EXC002", "PRC001", "PRC002"}
 
+# How a case or gate that the time limit left unrun is worded (runner.out_of_time, streaming.py): not
+# kanalyze's failure, not the candidate's (the audit counts them apart: audit/summary.py).
+TIME_LIMIT = "not run: the time limit"
 # The gates a reference that draws random numbers leaves blind (gates.base.RANDOM_REFERENCE says why).
 RANDOM_BLIND = VALUE_GATES | {"CMP001", "CMP002", "ORD001", "ORD002"}
 
@@ -99,8 +102,9 @@ def judge(results: list[Result], codes, contexts, gates, replay: bool,
         elif blocked and (code != "CMP001" or not own):   # the cause, said once, before its effects
             decided[code] = _undecided(gates[code], blocked, own or lost)
         elif lost and not own:
-            decided[code] = _undecided(gates[code], f"kanalyze could not run this gate: {lost[0].kanalyze_failure()}",
-                                       lost)
+            why = lost[0].kanalyze_failure()
+            decided[code] = _undecided(gates[code], why if why.startswith(TIME_LIMIT) else
+                                       f"kanalyze could not run this gate: {why}", lost)
         elif random and code in RANDOM_BLIND:
             decided[code] = _undecided(gates[code], random, own)
         elif wrong and code in VALUE_GATES and not flags_by_code.get(code):
@@ -241,8 +245,11 @@ def _without_lost_power(verdict: Verdict, lost: list[Result]) -> Verdict:
     failures, it becomes unconfirmed.  A confirmation stands (the candidate did it)."""
     if not lost or verdict.status != REFUTED:
         return verdict
-    why = (f"{len(lost)} of the gate's cases did not run ({lost[0].kanalyze_failure()}); "
-           f"the rest: {verdict.summary}")
+    failure = lost[0].kanalyze_failure()
+    if failure.startswith(TIME_LIMIT):   # (a case its session's time limit left unrun: streaming.py)
+        why = f"{failure} ({len(lost)} of the gate's cases); the rest: {verdict.summary}"
+    else:
+        why = f"{len(lost)} of the gate's cases did not run ({failure}); the rest: {verdict.summary}"
     return replace(verdict, status=UNCONFIRMED, summary=why)
 
 
