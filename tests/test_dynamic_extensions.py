@@ -104,6 +104,8 @@ def test_calls_into_a_built_module_are_counted(cache, tmp_path) -> None:
     with pytest.raises(TypeError):   # a call that raised did no work: not counted
         built.twice(None)
     assert extensions.CALLS == {"counted_op.twice": 2}
+    extensions.CALLS.clear()
+    assert extensions.calls()["counted_op.twice"] == 0   # known, not called since
 
 
 def test_aten_work_inside_an_extension_is_recorded_for_res001(tmp_path) -> None:
@@ -148,5 +150,6 @@ def test_aten_work_inside_an_extension_is_recorded_for_res001(tmp_path) -> None:
     calls, inside, quiet, seal = json.loads(done.stdout.strip().splitlines()[-1])
     assert calls == {"res_probe.via_aten": 1, "res_probe.own_loop": 2}
     assert inside.get("mm") == 1 and inside.get("relu") == 1 and inside.get("empty_like") == 2, inside
-    assert quiet["extension_calls"] == {"res_probe.own_loop": 1} and "extension_ops" not in quiet
+    assert quiet["extension_calls"] == {"res_probe.own_loop": 1, "res_probe.via_aten": 0}   # (0: not called)
+    assert "extension_ops" not in quiet
     assert seal == {"canaries": [7], "tampered": []}

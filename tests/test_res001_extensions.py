@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from kanalyze.dynamic.cases import Case, Run
-from kanalyze.dynamic.gates.base import CONFIRMED, REFUTED, GateContext
+from kanalyze.dynamic.gates.base import CONFIRMED, REFUTED, UNCONFIRMED, GateContext
 from kanalyze.dynamic.gates.res001_dispatch_trace import DispatchTrace, aten_family
 from kanalyze.dynamic.results import Result
 from kanalyze.dynamic.sandbox.process import Outcome
@@ -37,9 +37,12 @@ MATMUL = {"linear": 1}
     ({"extension_calls": {"fused.forward": 1}, "extension_ops": {"mm": 1, "empty": 1}}, CONFIRMED,
      "the candidate's CUDA C++ extension (fused.forward) had ATen do the reference's main computation: aten mm "
      "(matmul)"),
-    ({"ops": {"linear": 1}}, CONFIRMED,   # the extension never called: a model in PyTorch beside it
+    ({"ops": {"linear": 1}, "extension_calls": {"fused.forward": 0}}, CONFIRMED,   # built, never called
      "no custom kernel ran; the reference's main computation ran in PyTorch: torch linear (matmul)"),
-    ({"ops": {"relu": 1}}, CONFIRMED, "no custom kernel ran"),
+    ({"ops": {"relu": 1}, "extension_calls": {"fused.forward": 0}}, CONFIRMED, "no custom kernel ran"),
+    # an extension with no Python function to count (operators registered with torch.ops): no claim
+    ({"ops": {"relu": 1}}, UNCONFIRMED, "the candidate's CUDA C++ kernels could not be counted"),
+    ({"ops": {"linear": 1}}, CONFIRMED, "the reference's main computation ran in PyTorch: torch linear (matmul)"),
 ])
 def test_a_cuda_cpp_candidate_is_judged_by_its_extension_calls(run, status, said) -> None:
     verdict = _judged(MATMUL, run)

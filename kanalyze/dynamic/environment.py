@@ -149,7 +149,7 @@ class Environment:
         out = {"launches": dict(self.launches.launches), "replaced": self.watch.replaced(),
                "launch_settings": {name: [dict(s) for s in sorted(settings, key=repr)]
                                    for name, settings in self.launches.settings.items()},
-               "extension_calls": dict(extensions.CALLS),   # its CUDA C++ entry points (extensions.py)
+               "extension_calls": extensions.calls(),   # its CUDA C++ entry points, 0 for those not called
                "threads_left": self.watch.threads_left(), "snooped": self.watch.snooped()}
         if self._ops is not None:
             out["ops"] = dict(self._ops.calls)

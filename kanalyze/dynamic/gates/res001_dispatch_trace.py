@@ -100,19 +100,26 @@ class DispatchTrace(Gate):
         trace = {"torch_calls": calls, "kernel_launches": launches, "extension_calls": extension,
                  "extension_aten_ops": inside, "host_transfers": transfers, "reference_calls": reference_calls}
         problems = []
-        if not launches and not extension:
+        if ctx.cuda_cpp and not launches and not extension:
+            # (its extension registers operators rather than Python functions: nothing to count)
+            if not library and not transfers and not in_extension:
+                return self.verdict(UNCONFIRMED, "the candidate's CUDA C++ kernels could not be counted (its "
+                                    "extension has no Python functions kanalyze counts calls of); no reference "
+                                    "library call and no host transfer ran", [result.case], **trace)
+        elif not launches and not any(extension.values()):
             problems.append("no custom kernel ran")
         if library:
             names = ", ".join(f"torch {c} ({family(c) or 'the reference op itself'})" for c in library)
             problems.append(f"the reference's main computation ran in PyTorch: {names}")
         if in_extension:
             names = ", ".join(f"aten {op} ({aten_family(op) or 'the reference op itself'})" for op in in_extension)
-            problems.append(f"the candidate's CUDA C++ extension ({', '.join(sorted(extension))}) had ATen do the "
+            called = ", ".join(sorted(k for k, v in extension.items() if v))
+            problems.append(f"the candidate's CUDA C++ extension ({called}) had ATen do the "
                             f"reference's main computation: {names}")
         if transfers:
             problems.append("host transfers: " + ", ".join(f"{k} ×{v}" for k, v in sorted(transfers.items())))
         if problems:
             return self.confirmed("; ".join(problems), result, **trace)
-        kernels = ", ".join(f"{k} ×{v}" for k, v in sorted({**launches, **extension}.items()))
+        kernels = ", ".join(f"{k} ×{v}" for k, v in sorted({**launches, **extension}.items()) if v)
         return self.verdict(REFUTED, f"the work ran in the candidate's kernels ({kernels}); no reference library op "
                                      "and no host transfer", [result.case], **trace)

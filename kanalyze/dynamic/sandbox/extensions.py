@@ -45,6 +45,7 @@ _COMPLETE = "kanalyze-complete"
 # Calls into the candidate's built extensions during a run, by function (`module.function`):
 # which of its CUDA C++ entry points ran (environment.py clears and reports them per run).
 CALLS: collections.Counter = collections.Counter()
+FUNCTIONS: set[str] = set()   # every function counted so far, called or not (a run reports each)
 # While a run records the candidate's calls (RES001): a recorder of the ATen ops each call into
 # an extension dispatches (recording.extension_recorder), entered around it; None otherwise.
 INSIDE = None
@@ -133,7 +134,8 @@ def counting_calls(module):
         try:
             setattr(module, attribute, _counting(function, f"{name}.{attribute}"))
         except (AttributeError, TypeError):   # a module that refuses new attributes keeps its own
-            pass
+            continue
+        FUNCTIONS.add(f"{name}.{attribute}")
     return module
 
 
@@ -210,6 +212,12 @@ def install() -> None:
         setattr(cpp_extension, function, _wrap(getattr(cpp_extension, function), function))
     _find_ninja()
     _installed = True
+
+
+def calls() -> dict[str, int]:
+    """{function: calls} since the counts were last cleared, for every function counted (0: not
+    called); empty where the candidate built no Python module (operators registered instead)."""
+    return {label: CALLS.get(label, 0) for label in sorted(FUNCTIONS | set(CALLS))}
 
 
 def in_use() -> bool:
