@@ -231,7 +231,7 @@ def test_on_a_gpu_agreeing_launches_refute_only_once_the_reversed_order_agrees()
      "that run launched none of the candidate's kernels"),
     ("the process changes the bits", _gpu_result("ORD001/reversed", OTHER_BITS, "reversed"),
      _gpu_result("ORD001/control", OTHER_BITS, "control"),
-     "the candidate as written, in a worker of its own, differ in 1 of 1 outputs (1 elements)"),
+     "the candidate as written, in a worker of its own, and the launch order differ in 1 of 1 outputs (1 elements)"),
     ("no control", _gpu_result("ORD001/reversed", OTHER_BITS, "reversed"), None,
      "did not run (it was not run), so a new process alone could explain it"),
     ("the control crashed", _gpu_result("ORD001/reversed", OTHER_BITS, "reversed"),

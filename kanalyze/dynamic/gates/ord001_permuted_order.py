@@ -222,8 +222,8 @@ def _not_the_order(first: RunView, theirs: RunView, control: Result | None) -> s
                 "settings, so it cannot tell the order's doing from the process's")
     found = differences(first, ran)
     if found is not None:
-        said = f"returns {found}" if isinstance(found, str) else _said(found)
-        return (f"the candidate as written, in a worker of its own, {said} from the launch order as well: the bits "
+        said = f"return {found}" if isinstance(found, str) else _said(found)
+        return (f"the candidate as written, in a worker of its own, and the launch order {said} as well: the bits "
                 f"change with the process (a library's choice of algorithm), not with the order")
     return None
 
