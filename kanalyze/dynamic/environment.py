@@ -5,7 +5,8 @@
   that an unwritten output or a read of unwritten scratch shows (MEM001, ORD002);
 * program order and TF32 emulation: set on the interpreter driver (CPU only), and
   autotuned kernels tuned without a device (autotune_cpu.py);
-* recorders: kernel launches (and calls into CUDA C++ extensions) always, torch calls when a case asks (RES001),
+* recorders: kernel launches and calls into a CUDA C++ extension always, torch
+  calls (and the ATen ops inside those extension calls) when a case asks (RES001),
   sealed after each call with the run's nonce (recording.py, `tampered`), the seal
   broken too where the candidate replaced what the worker reads its results and
   writes its records with (writers.py);

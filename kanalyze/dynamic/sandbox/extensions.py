@@ -121,9 +121,9 @@ def _build_in_cache(original, function: str, *args, **kwargs):
 
 def counting_calls(module):
     """The built module, each of its functions (pybind11's builtins) counting its calls into
-    `CALLS`: ORD001's reversed-order run must show that the rewritten CUDA C++ ran at all.  A
-    build that registers operators only (`is_python_module=False`) returns no module: nothing
-    to count there."""
+    `CALLS`: a CUDA C++ candidate's kernels, as RES001 and INT001's traces read them, and what
+    ORD001's reversed-order run must show it ran.  A build that registers operators only
+    (`is_python_module=False`) returns no module: nothing to count there."""
     if not isinstance(module, types.ModuleType):   # `is_python_module=False`: the library's path
         return module
     name = getattr(module, "__name__", "extension")
