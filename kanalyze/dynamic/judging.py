@@ -5,9 +5,9 @@
 The baseline (the problem's own inputs) is judged first: a candidate that fails
 there blocks every gate (said once, as CMP001), one already wrong there blocks
 the value gates no static flag asked for, and a reference that draws random
-numbers blocks every gate that compares values or bits.  The rest judge side by side.  A gate
-whose cases kanalyze lost refutes nothing; a candidate that broke the worker
-protocol is INT001, and nothing else of its run is trusted.
+numbers blocks every gate that compares values or bits.  The rest judge side by
+side.  A gate whose cases kanalyze lost refutes nothing; a candidate that broke
+the worker protocol is INT001, and nothing else of its run is trusted.
 """
 
 from __future__ import annotations
