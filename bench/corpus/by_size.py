@@ -8,6 +8,15 @@ product of the dimensions), read from the problem's file: module-level integer c
 the literal shapes of torch's constructors, evaluated as integer arithmetic on those names
 (nothing of the file is run).  A shape it cannot read counts as 0 (first).  Each line is
 written as it came, with the size added (`input_elements`); ties keep the manifest's order.
+
+    python bench/corpus/by_size.py --outputs .corpus/pairs.jsonl > .corpus/pairs-by-size.jsonl
+
+With `--outputs` (torch needed), a problem's outputs count too: a tall-skinny matmul's
+inputs are small and its output is 32768² elements.  Each problem's `Model` runs once on
+torch's meta device (shapes only: nothing is computed or allocated), and the pair is placed
+by the larger of its inputs and outputs (`output_elements` added; a problem that cannot run
+there keeps its inputs' size).  KernelBench's problems are the benchmark's own code, as the
+reference worker runs them.
 """
 
 from __future__ import annotations
@@ -90,9 +99,37 @@ def input_elements(source: str) -> int:
     return largest
 
 
-def main(manifest: str) -> int:
+def output_elements(path: str, seconds: int = 30) -> int | None:
+    """The elements of the outputs of the problem at `path`, run on the meta device; None where
+    it cannot run there (an op without a meta kernel, a `.cuda()` call) or takes over `seconds`."""
+    import signal
+
+    import torch
+
+    def out_of_time(*_):
+        raise TimeoutError
+
+    previous = signal.signal(signal.SIGALRM, out_of_time)
+    signal.alarm(seconds)
+    try:
+        namespace = {"__name__": "kernelbench_problem", "__file__": path}
+        with open(path, encoding="utf-8") as handle:
+            exec(compile(handle.read(), path, "exec"), namespace)
+        with torch.device("meta"), torch.no_grad():
+            model = namespace["Model"](*namespace["get_init_inputs"]())
+            out = model(*namespace["get_inputs"]())
+        leaves = out if isinstance(out, (tuple, list)) else [out]
+        return sum(t.numel() for t in leaves if isinstance(t, torch.Tensor))
+    except BaseException:   # (the problem's own failure: its inputs' size stands)
+        return None
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def main(manifest: str, outputs: bool = False) -> int:
     base = os.path.dirname(os.path.abspath(manifest))
-    rows = []
+    rows, found = [], {}
     with open(manifest, encoding="utf-8") as handle:
         for line in handle:
             if line.strip():
@@ -102,11 +139,16 @@ def main(manifest: str) -> int:
                         row["input_elements"] = input_elements(problem.read())
                 except (OSError, SyntaxError, KeyError, TypeError):
                     row["input_elements"] = 0
+                if outputs and isinstance(row.get("problem"), str):
+                    if row["problem"] not in found:
+                        found[row["problem"]] = output_elements(os.path.join(base, row["problem"]))
+                    row["output_elements"] = found[row["problem"]]
                 rows.append(row)
-    for row in sorted(rows, key=lambda r: r["input_elements"]):
+    for row in sorted(rows, key=lambda r: max(r["input_elements"], r.get("output_elements") or 0)):
         print(json.dumps(row))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    arguments = sys.argv[1:]
+    sys.exit(main([a for a in arguments if a != "--outputs"][0], "--outputs" in arguments))
