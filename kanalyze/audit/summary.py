@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from kanalyze.dynamic.judging import TIME_LIMIT
 from kanalyze.verifier import TOLERANCE_FREE
 
 STATUSES = ("confirmed", "refuted", "unconfirmed")
@@ -39,9 +40,9 @@ PHASES = ("static", "gates", "allclose")
 
 # How the dynamic pass words its own failures (runner.py, results.py, rundir.py): never the candidate's.
 KANALYZE_FAILED = ("kanalyze could not", "kanalyze's worker")
-# How a gate left to a later session that the pair's time limit would have ended says so
-# (runner.out_of_time): neither a failure nor the candidate's.
-OUT_OF_TIME = "not run: the time limit"
+# How a gate or case the pair's time limit left unrun says so (runner.out_of_time, streaming.py):
+# neither a failure nor the candidate's.
+OUT_OF_TIME = TIME_LIMIT
 
 
 def tolerance_free(code: str, verdict: dict) -> bool:

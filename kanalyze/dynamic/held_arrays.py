@@ -15,6 +15,7 @@ kanalyze's failure, raised as CannotJudge, and the gate says `unconfirmed`.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import os
@@ -244,8 +245,6 @@ def held_arrays(judge: Judge, folder: str, described: dict) -> dict[str, HeldArr
 
 def with_held(arrays, judge: Judge, folder: str, described: dict) -> Mapping:
     """A case's arrays: those held by the judge, then the rest as before (a folder, or a mapping)."""
-    import collections
-
     held = held_arrays(judge, folder, described)
     if not held:
         return arrays
@@ -255,8 +254,6 @@ def with_held(arrays, judge: Judge, folder: str, described: dict) -> Mapping:
 
 def held_names(arrays) -> list[str]:
     """The names of the held arrays among a case's arrays (`with_held`'s mapping), the rest unread."""
-    import collections
-
     if isinstance(arrays, collections.ChainMap):
         return [name for part in arrays.maps for name in held_names(part)]
     if isinstance(arrays, dict):

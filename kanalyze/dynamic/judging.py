@@ -16,10 +16,15 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
+import numpy as np
+
 from kanalyze.dynamic.cases import Case
+from kanalyze.dynamic.compare import finite_summary
 from kanalyze.dynamic.gates.base import (CONFIRMED, RANDOM_REFERENCE, REFUTED, UNCONFIRMED, CannotJudge, GateContext,
                                          Verdict, value_failure, witness_arrays)
+from kanalyze.dynamic.held_arrays import HeldArray
 from kanalyze.dynamic.results import Result
+from kanalyze.dynamic.sandbox.transport import Leaf
 from kanalyze.dynamic.session import BASELINE
 from kanalyze.dynamic.traces import value_dependent_paths
 
@@ -222,12 +227,6 @@ def name_the_cause(verdicts: list[Verdict]) -> list[Verdict]:
 def expected_scale(verdict: Verdict) -> float:
     """The largest finite magnitude of a verdict's expected arrays: a summary of the judge's where
     it holds them (a problem's outputs reach 2^31 elements), else numpy's."""
-    import numpy as np
-
-    from kanalyze.dynamic.compare import finite_summary
-    from kanalyze.dynamic.held_arrays import HeldArray
-    from kanalyze.dynamic.sandbox.transport import Leaf
-
     scale = 0.0
     for key, array in verdict.arrays.items():
         if not key.startswith("expected"):

@@ -25,7 +25,7 @@ from kanalyze.dynamic.gates.base import UNCONFIRMED, GateContext, Verdict
 from kanalyze.dynamic.harness import Harness
 from kanalyze.dynamic.held_arrays import merge_account
 from kanalyze.dynamic.held_budget import later_baseline
-from kanalyze.dynamic.judging import NO_CASE, decided_by_baseline, distrusted, held_windows, judge
+from kanalyze.dynamic.judging import NO_CASE, TIME_LIMIT, decided_by_baseline, distrusted, held_windows, judge
 from kanalyze.dynamic.reference_jobs import judged_now
 from kanalyze.dynamic.results import Result
 from kanalyze.dynamic.sandbox import extensions, rundir
@@ -312,7 +312,7 @@ def _later_session(harness: Harness, mode: str, limits: Limits, variants: dict[s
 
 def out_of_time(sessions: int, expected: float, left: float) -> str:
     """Why a gate left to a later session did not run: the time limit would have ended it."""
-    return (f"not run: the time limit would have ended its session first (at this size the gates need "
+    return (f"{TIME_LIMIT} would have ended its session first (at this size the gates need "
             f"{sessions} sessions of about {expected:.0f} s each, so that what the judge holds fits; "
             f"{max(left, 0.0):.0f} s were left); a longer time limit runs it")
 

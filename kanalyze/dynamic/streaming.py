@@ -31,13 +31,13 @@ import time
 
 from kanalyze.dynamic.gates.base import CONFIRMED
 from kanalyze.dynamic.held_arrays import held_names
-from kanalyze.dynamic.judging import expected_scale, held_windows
+from kanalyze.dynamic.judging import TIME_LIMIT, expected_scale, held_windows
 from kanalyze.dynamic.reference_jobs import judged_now
 from kanalyze.dynamic.results import Result
 from kanalyze.dynamic.sandbox.process import Outcome
 
-OUT_OF_TIME = ("not run: the time limit would have ended it first (its session judged each case as it ended, "
-               "one after another); a longer time limit runs it")
+OUT_OF_TIME = (f"{TIME_LIMIT} would have ended it first (its session judged each case as it ended, "
+               f"one after another); a longer time limit runs it")
 
 
 class Streaming:
