@@ -31,7 +31,7 @@ fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 # The gates' own tests first: where the step's limit cuts the list, it cuts the rest.
-GPU_TESTS=(tests/test_dynamic_gpu.py tests/test_dynamic_gpu_bounds.py tests/test_streaming.py tests/test_held_arrays.py
+GPU_TESTS=(tests/test_dynamic_gpu_determinism.py tests/test_dynamic_gpu.py tests/test_dynamic_gpu_bounds.py tests/test_streaming.py tests/test_held_arrays.py
            tests/test_delivery.py tests/test_device_share.py tests/test_containment.py)
 
 for step in "$@"; do

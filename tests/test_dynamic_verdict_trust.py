@@ -179,7 +179,25 @@ def test_both_sides_run_under_one_numerics_policy() -> None:
     reference, candidate = run.environment["reference_numerics"], run.environment["candidate_numerics"]
     assert reference["policy"] == candidate["policy"]
     assert candidate["policy"] == {"matmul_allow_tf32": False, "cudnn_allow_tf32": False,
-                                   "float32_matmul_precision": "highest"}
+                                   "float32_matmul_precision": "highest", "deterministic_algorithms": False,
+                                   "deterministic_warn_only": False, "cudnn_deterministic": False}
+
+
+def test_run_to_run_differences_beside_torch_own_nondeterministic_op_are_not_blamed() -> None:
+    """The ORD001 plant's float atomics vary with program order; beside them the model runs
+    torch's `put_` over repeated indices, which torch says it has no deterministic
+    implementation of: the difference could be torch's, so ORD001 says `unconfirmed` and names
+    the op.  A candidate that only makes up torch's warning (no such op in the sealed record of
+    its torch calls) stays confirmed."""
+    beside = KB / "candidates" / "level1_problem1_mse_atomic_torch_put.py"
+    run = run_gates(find_harness(str(beside), kernelbench=str(KB)), ["ORD001"], options=Options(mode="cpu"))
+    [verdict] = [v for v in run.verdicts if v.code == "ORD001"]
+    assert verdict.status == UNCONFIRMED, verdict.summary
+    assert "torch's own `put_`" in verdict.summary and "runs (launch order" in verdict.summary, verdict.summary
+    forged = KB / "hostile" / "level1_problem1_forged_torch_alert.py"
+    run = run_gates(find_harness(str(forged), kernelbench=str(KB)), ["ORD001"], options=Options(mode="cpu"))
+    [verdict] = [v for v in run.verdicts if v.code == "ORD001"]
+    assert verdict.status == CONFIRMED, verdict.summary
 
 
 def test_the_reference_own_nonfinite_error_is_not_the_candidate_s() -> None:

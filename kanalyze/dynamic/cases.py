@@ -46,6 +46,8 @@ class Case:
     collect_bounds: bool = False    # interpreter: record every out-of-bounds access, mask it off, go on
     repeat_new_values: bool = False  # INT001: call once more, new values written into the same buffers
     gradients: bool = False         # CMP002: input gradients for seeded upstream gradients, both sides
+    deterministic_torch: bool = False   # the candidate's runs: torch's own kernels on deterministic
+    #                                     algorithms (ORD001, ORD002: numerics.py)
     # The reference's float64 outputs, which the value gates calibrate against; False where the
     # case's gate reads none (Gate.needs_float64): at a real size, twice the outputs not computed
     # or held.  A reference computed for several cases of one input set has them if any needs them.

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 
+from kanalyze.dynamic import numerics
 from kanalyze.dynamic.recording import CallRecorder, LaunchCounter, ModeGuard, extension_recorder, follow_threads
 from kanalyze.dynamic.sandbox import extensions
 
@@ -50,6 +51,8 @@ class Environment:
         self.modes = ModeGuard()
         self._ops = None
         self._inside = None   # while recording: the ATen ops inside the candidate's extension calls
+        self._alerts: list[str] = []   # the last call's: torch ops that warned they are not deterministic
+        self._determinism: dict | None = None   # torch's own settings, while a case holds them deterministic
         follow_threads(lambda: self._ops)   # a thread's torch calls go to the run's recorder too
         self._seal: dict | None = None
         self.poison: int | None = None
@@ -97,6 +100,7 @@ class Environment:
 
     def before_run(self, run: dict, case: dict, output_bytes: list[int]) -> None:
         torch = self.torch
+        self._hold_determinism(bool(case.get("deterministic_torch")))
         self.poison = run.get("poison")
         self.launches.launches.clear()
         self.launches.settings.clear()
@@ -116,6 +120,18 @@ class Environment:
             del blocks
             torch.cuda.synchronize()
 
+    def _hold_determinism(self, wanted: bool) -> None:
+        """Torch's own kernels on deterministic algorithms for a case that asks (ORD001, ORD002),
+        set again before each of its runs, whatever the candidate set; put back as they were
+        for the next case that does not ask (numerics.py)."""
+        if wanted and self._determinism is None:
+            self._determinism = numerics.hold_deterministic()
+        elif wanted:
+            numerics.set_determinism(numerics.DETERMINISM)
+        elif self._determinism is not None:
+            numerics.set_determinism(self._determinism)
+            self._determinism = None
+
     @contextlib.contextmanager
     def recording(self, record_ops: bool, nonce: int | None = None):
         """Records the call made inside; with a `nonce`, checks the recorders as the call ends (`seal`)."""
@@ -125,17 +141,22 @@ class Environment:
         self._inside = extension_recorder() if record_ops and extensions.in_use() else None
         extensions.INSIDE = self._inside
         try:
-            if self._ops is not None:
-                with self._ops:
-                    try:
-                        yield
-                    finally:
-                        self._close_seal(nonce)
-            else:
-                yield
+            with numerics.alerts() as self._alerts:
+                yield from self._recorded(nonce)
         finally:
             self.poison = None
             extensions.INSIDE = None
+
+    def _recorded(self, nonce: int | None):
+        """The body of `recording`: the call, inside the torch call recorder where there is one."""
+        if self._ops is not None:
+            with self._ops:
+                try:
+                    yield
+                finally:
+                    self._close_seal(nonce)
+        else:
+            yield
 
     def _close_seal(self, nonce: int | None) -> None:
         """Inside the recorder, after the candidate's call: its canary and whether the hooks are intact."""
@@ -151,7 +172,8 @@ class Environment:
                "launch_settings": {name: [dict(s) for s in sorted(settings, key=repr)]
                                    for name, settings in self.launches.settings.items()},
                "extension_calls": extensions.calls(),   # its CUDA C++ entry points, 0 for those not called
-               "threads_left": self.watch.threads_left(), "snooped": self.watch.snooped()}
+               "threads_left": self.watch.threads_left(), "snooped": self.watch.snooped(),
+               "torch_alerts": list(self._alerts)}   # torch's ops that have no deterministic implementation
         if self._ops is not None:
             out["ops"] = dict(self._ops.calls)
         if self._inside is not None:

@@ -10,7 +10,8 @@ session (held_budget.py), a GPU run streams them instead (runner.py):
   (`Session._streamed`): no second reference worker, nothing handed over;
 * once a case has ended, its gate judges the cases it has so far, asking the
   judge what it asks (held_arrays.Judge keeps every answer) and fetching its
-  witness's windows; those cases are then settled;
+  witness's windows; those cases are then settled (a gate that compares a variant
+  of the candidate with the original, once all of its cases have ended);
 * the judge lets go of a settled case's outputs, and of its inputs' reference once
   every case of those inputs is settled (the baseline's are kept: later gates read
   them).
@@ -79,6 +80,9 @@ class Streaming:
         """Case `index` has ended: its gate judges the cases it has, and what is settled is let go of."""
         code = results[index].case.gate
         self.ended_cases[code].append(index)
+        self._longest = max(self._longest, time.perf_counter() - self._began)
+        if not self._may_judge(results, code):
+            return
         for i in self.ended_cases[code]:
             if i not in self.views:
                 self.views[i] = judged_now(self.session, results[i]) if results[i].reference_ok else results[i]
@@ -86,7 +90,16 @@ class Streaming:
         if self._judged(code, [self.views[i] for i in sorted(self.ended_cases[code])]):
             self.settled.update(self.ended_cases[code])
             self._let_go(results)
-        self._longest = max(self._longest, time.perf_counter() - self._began)
+
+    def _may_judge(self, results: list[Result], code: str) -> bool:
+        """Whether the gate may judge the cases it has: a gate that runs a variant of the candidate
+        (ORD001's reversed order and control, PRC002's promoted accumulators) compares the
+        variant's runs with the original's, a question a judgment of the original's cases alone
+        never asked; so such a gate judges once all of its cases have ended, not before."""
+        mine = [result for result in results if result.case.gate == code]
+        if all(result.case.variant == "original" for result in mine):
+            return True
+        return len(self.ended_cases[code]) >= len(mine)
 
     def _judged(self, code: str, views: list[Result | None]) -> bool:
         """Whether the gate judged these cases, every question it had answered (and kept)."""

@@ -52,6 +52,7 @@ class GateContext:
         fields.setdefault("dtype", self.dtype)
         fields.setdefault("model_seed", self.seed)   # one model for every case of the run
         fields.setdefault("float64", gate.needs_float64)
+        fields.setdefault("deterministic_torch", gate.deterministic_torch)
         return Case(id=f"{gate.code}/{suffix}", gate=gate.code, **fields)
 
 
@@ -75,6 +76,9 @@ class Gate:
     # a kernel harness) says so, and on which device it must run ("cpu": Triton's
     # interpreter and its bounds checks; "cuda": a GPU).
     kernel_harness: ClassVar[bool] = False
+    # A gate that compares the candidate's runs bit for bit holds torch's own kernels in them
+    # to deterministic algorithms (numerics.py): their bits are then the candidate's to answer for.
+    deterministic_torch: ClassVar[bool] = False
     device: ClassVar[str | None] = None
     # A gate whose plan reads the reference's output shapes (`GateContext.output_shapes`) is
     # planned once the baseline has run, from the shapes of the reference's own outputs.

@@ -95,11 +95,42 @@ def compare_runs(results, describe_runs: str):
     return None
 
 
+def torch_nondeterminism(runs) -> str | None:
+    """Why bits that change from run to run may be torch's own, or None: an op of torch's that
+    has no deterministic implementation ran in the candidate's call.  Under the numerics policy
+    (numerics.py) torch warns of such an op as it runs, and the worker names it
+    (`torch_alerts`); it counts only where the sealed record of the candidate's torch calls
+    names a call of that op as well: a warning alone is easy to make up."""
+    alerted = set()
+    for run in runs:
+        called = {_op_base(name) for key in ("ops", "extension_ops") for name in (run.meta.get(key) or {})}
+        for alert in run.meta.get("torch_alerts") or []:
+            base = _op_base(str(alert))
+            if len(base) >= 3 and any(len(c) >= 3 and (c.startswith(base) or base.startswith(c)) for c in called):
+                alerted.add(str(alert))
+    if not alerted:
+        return None
+    names = ", ".join(f"`{name}`" for name in sorted(alerted)[:3])
+    return (f"torch's own {names} ran in the candidate's call, and torch has no deterministic "
+            f"implementation of it: its bits may change from run to run as well, so the difference "
+            f"need not be the candidate's kernels'")
+
+
+def _op_base(name: str) -> str:
+    """An op's name without its device and variant suffixes: `index_add_cuda_` → `index_add`."""
+    base = (name.split() or [""])[0].lower().strip("_")
+    suffixes = ("_template", "_cuda", "_out", "_forward", "_kernel", "_cpu")
+    while any(base.endswith(suffix) for suffix in suffixes):
+        base = next(base[:-len(x)] for x in suffixes if base.endswith(x)).strip("_")
+    return base
+
+
 class PermutedOrder(Gate):
     code = "ORD001"
     name = "ord001-permuted-order"
     summary = "permuted program order (interpreter) or repeated launches (GPU), bitwise compare"
     needs_float64 = False   # (compares no value with the float64 reference)
+    deterministic_torch = True
 
     def plan(self, ctx: GateContext):
         if ctx.mode != "cpu":
@@ -132,6 +163,9 @@ class PermutedOrder(Gate):
         if found:
             summary, details, arrays, failing = found
             where = f" at {_sizes(failing.case.sizes)}" if len(results) > 1 else ""
+            torch_own = torch_nondeterminism(failing.runs)
+            if torch_own:
+                return self.verdict(UNCONFIRMED, f"{summary}{where}; but {torch_own}", [failing.case])
             return self.confirmed(summary + where, failing, arrays=arrays, **details)
         same = f"{len(results[0].runs)} runs ({how}) gave the same bits"
         cases = [r.case for r in results]
@@ -208,6 +242,9 @@ def _not_the_order(first: RunView, theirs: RunView, control: Result | None) -> s
     candidate's kernels (a model that calls PyTorch alone), or the control, the candidate as
     written in a worker of its own, did not run or gave bits of its own as well (a new process's
     library picked another algorithm: cuDNN's and cuBLAS's choices follow the memory free)."""
+    torch_own = torch_nondeterminism([first, theirs])
+    if torch_own:
+        return torch_own
     if not _launched_own(theirs):
         return ("that run launched none of the candidate's kernels (no Triton launch, no call into a CUDA C++ "
                 "extension of its own), so the reversal changed nothing it ran: the new process did")

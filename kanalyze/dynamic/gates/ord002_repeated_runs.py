@@ -23,7 +23,7 @@ another program's output that the reversed order leaves unwritten shows.
 from __future__ import annotations
 
 from kanalyze.dynamic.gates.base import REFUTED, UNCONFIRMED, Gate, GateContext, Run, run_problem
-from kanalyze.dynamic.gates.ord001_permuted_order import compare_runs, reversal_said
+from kanalyze.dynamic.gates.ord001_permuted_order import compare_runs, reversal_said, torch_nondeterminism
 
 POISONS = (0xA5, 0x5A, 0x00, 0xFF)
 ONE_ORDER = 101   # the CPU control's program order: a permuted one, where a block may run before the one it reads
@@ -34,6 +34,7 @@ class RepeatedRuns(Gate):
     name = "ord002-repeated-runs"
     summary = "repeated runs with differently poisoned fresh memory, bitwise compare"
     needs_float64 = False   # (compares no value with the float64 reference)
+    deterministic_torch = True
 
     def plan(self, ctx: GateContext):
         if ctx.mode == "cpu":
@@ -76,6 +77,9 @@ class RepeatedRuns(Gate):
         """The verdict on runs that differ: fresh memory's doing only where the control says so."""
         summary, details, arrays, failing = found
         cases = [result.case] + ([control.case] if control is not None else [])
+        torch_own = torch_nondeterminism(result.runs)
+        if torch_own:
+            return self.verdict(UNCONFIRMED, f"{summary}; but {torch_own}", cases)
         if control is None or not control.candidate_ok:
             why = control.candidate_failure() if control is not None else "it was not run"
             return self.verdict(UNCONFIRMED, f"{summary}; but the control that changes the poison alone did not "

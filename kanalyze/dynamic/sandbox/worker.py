@@ -141,7 +141,7 @@ def serve(role: str, mode: str, control_fd: int, status_fd: int, spec_path: str,
             from kanalyze.dynamic import devicemap
 
             device_map = devicemap.install("cpu")
-        policy = numerics.apply()   # the same on both sides, before any problem or candidate code
+        policy = numerics.apply(mode != "cpu")   # the same on both sides, before any problem or candidate code
         env = Environment(mode)     # its watch starts from the policy (integrity.py)
     except BaseException as exc:
         _send(status, event="ready", error=f"the worker could not start: {type(exc).__name__}: {exc}")
@@ -196,7 +196,7 @@ def _start(role, mode, spec, harness, status, control, hiding, env, policy, seco
                   or os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
         side = ReferenceSide(harness, device, env.op_recorder, budget, deliver=spec.get("deliver_inputs", False),
                              hold=spec.get("judge_held", False))
-    in_force = numerics.current()   # what the candidate's import left, if it changed anything
+    in_force = numerics.settings()   # what the candidate's import left, if it changed anything
     _send(status, event="ready", error=None, import_error=import_error, confinement=confinement,
           numerics={"policy": policy, **({"changed_by_import": in_force} if in_force != policy else {})},
           versions={"torch": torch.__version__, "triton": sys.modules["triton"].__version__, "device": device_name},
