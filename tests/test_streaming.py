@@ -113,3 +113,37 @@ def test_a_refutation_that_lost_cases_to_the_time_limit_says_so_first() -> None:
     verdict = _without_lost_power(Verdict("CMP001", REFUTED, "within the bound for given inputs"), lost)
     assert verdict.status == "unconfirmed"
     assert verdict.summary == f"{OUT_OF_TIME} (1 of the gate's cases); the rest: within the bound for given inputs"
+
+
+def test_a_gate_that_compares_a_variant_with_the_original_is_judged_once_all_its_cases_ended() -> None:
+    """ORD001 on a GPU compares its launch-order case with a reversed run and a control that end
+    later, in workers of their own: judged on the launch-order case alone, it would settle that
+    case and let go of arrays that the reversed run's comparison then asks about (a GPU run said
+    "kanalyze's judge holds no array"). The gate waits for all its cases; a gate with no
+    variant judges as each case ends."""
+    from kanalyze.dynamic.cases import Case
+    from kanalyze.dynamic.results import Result
+    from kanalyze.dynamic.sandbox.process import Outcome
+    from kanalyze.dynamic.streaming import Streaming
+
+    judged = []
+
+    class Gate:
+        def judge(self, ctx, results):
+            judged.append([r.case.id for r in results])
+            raise AssertionError("no judging before every case of the gate has ended")
+
+    def result(case_id: str, variant: str) -> Result:
+        case = Case(id=case_id, gate=case_id.split("/")[0], sizes={}, variant=variant)
+        return Result(case, reference=Outcome("done", meta={"status": "ok"}))
+
+    results = [result("ORD001/runs", "original"), result("ORD001/reversed", "reversed"),
+               result("ORD001/control", "control")]
+    streaming = Streaming(None, {"ORD001": Gate()}, {"ORD001": None}, ["ORD001"], set())
+    streaming.ended(results, 0)
+    streaming.ended(results, 1)
+    assert judged == [] and not streaming.settled and not streaming.views
+    assert streaming._may_judge(results + [result("CMP001/given", "original")], "CMP001")
+    assert not streaming._may_judge(results, "ORD001")
+    streaming.ended_cases["ORD001"].append(2)
+    assert streaming._may_judge(results, "ORD001")
