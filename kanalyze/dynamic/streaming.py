@@ -80,9 +80,11 @@ class Streaming:
         """Case `index` has ended: its gate judges the cases it has, and what is settled is let go of."""
         code = results[index].case.gate
         self.ended_cases[code].append(index)
-        self._longest = max(self._longest, time.perf_counter() - self._began)
-        if not self._may_judge(results, code):
-            return
+        if self._may_judge(results, code):
+            self._judge_ended(results, code)
+        self._longest = max(self._longest, time.perf_counter() - self._began)   # (the judging counts)
+
+    def _judge_ended(self, results: list[Result], code: str) -> None:
         for i in self.ended_cases[code]:
             if i not in self.views:
                 self.views[i] = judged_now(self.session, results[i]) if results[i].reference_ok else results[i]
