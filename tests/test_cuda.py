@@ -65,7 +65,8 @@ def test_decoded_literals_equal_python_and_map_each_character(literal: str) -> N
 def test_inline_finding_lands_on_the_python_row_and_column_through_escapes() -> None:
     source = textwrap.dedent('''\
         from torch.utils.cpp_extension import load_inline
-        src = "__global__ void k(float* o, const float* x) {\\n\\t\\tatomicAdd(o, x[0]);\\n}"
+        LAUNCH_K = "\\nvoid run_k(float* o, const float* x) { k<<<1, 1>>>(o, x); }"
+        src = "__global__ void k(float* o, const float* x) {\\n\\t\\tatomicAdd(o, x[0]);\\n}" + LAUNCH_K
         ext = load_inline(name="e", cpp_sources="", cuda_sources=src, functions=[])
         ''')
     assert [(r, c) for r, c, code in codes("mod.py", source) if code == "ORD001"] == [where(source, "atomicAdd")]
@@ -75,13 +76,15 @@ def test_fstring_concatenation_and_format_fold_with_exact_positions() -> None:
     source = textwrap.dedent('''\
         from torch.utils.cpp_extension import load_inline
         N = 4
+        LAUNCH_K = "\\nvoid run_k(float* o, const float* x) { k<<<1, 1>>>(o, x); }"
+        LAUNCH_G = "\\nvoid run_g(float* o) { g<<<1, 1>>>(o); }"
         head = "__global__ void k(float* o, const float* x) {"
         body = f"""
             float s[{N}];
             atomicAdd(o, x[0]);
         }}"""
         tail = "\\n__global__ void g(float* o) {{ atomicAdd(o, {v}); }}".format(v="1.0f")
-        ext = load_inline(name="e", cpp_sources="", cuda_sources=head + body + tail)
+        ext = load_inline(name="e", cpp_sources="", cuda_sources=head + body + tail + LAUNCH_K + LAUNCH_G)
         ''')
     host = TritonModule.from_source("mod.py", source)
     [ext] = find_extensions(host)
@@ -117,8 +120,9 @@ def test_sources_assigned_in_branches_and_try_blocks_are_read() -> None:
     source = textwrap.dedent('''\
         import torch
         from torch.utils.cpp_extension import load_inline
+        LAUNCH_K = "\\nvoid run_k(float* o) { k<<<1, 1>>>(o); }"
         if torch.cuda.is_available():
-            src = "__global__ void k(float* o) { atomicAdd(o, 1.0f); }"
+            src = "__global__ void k(float* o) { atomicAdd(o, 1.0f); }" + LAUNCH_K
             try:
                 a = load_inline(name="a", cpp_sources="", cuda_sources=src)
             except Exception:
@@ -128,12 +132,12 @@ def test_sources_assigned_in_branches_and_try_blocks_are_read() -> None:
         class M:
             def __init__(self):
                 try:
-                    body = "__global__ void m(float* o, float v) { o[0] = fmaxf(v, 0.0f); }"
+                    body = "__global__ void m(float* o, float v) { o[0] = fmaxf(v, 0.0f); } void r(float* o) { m<<<1, 1>>>(o, 1.0f); }"
                     if True: decl = "void m_launch();"
                     self.m = load_inline(name="m", cpp_sources=[decl], cuda_sources=[body])
                 except Exception:
                     self.m = None
-                self.kernel_source = "__global__ void s(float* o, float v) { o[0] = fminf(v, 6.0f); }"
+                self.kernel_source = "__global__ void s(float* o, float v) { o[0] = fminf(v, 6.0f); } void r(float* o) { s<<<1, 1>>>(o, 1.0f); }"
             def build(self):
                 return load_inline(name="s", cpp_sources="", cuda_sources=self.kernel_source)
         ''')
@@ -147,8 +151,9 @@ def test_sources_assigned_in_branches_and_try_blocks_are_read() -> None:
 def test_non_constant_sources_are_named_once_and_the_rest_is_read() -> None:
     source = textwrap.dedent('''\
         from torch.utils.cpp_extension import load_inline
+        LAUNCH_K = "\\nvoid run_k(float* o) { k<<<1, 1>>>(o); }"
         tmpl = "__global__ void k(float* o) {{ float t[{n}]; atomicAdd(o, 1.0f); }}"
-        a = load_inline(name="a", cpp_sources="", cuda_sources=tmpl.format(n=size()))
+        a = load_inline(name="a", cpp_sources="", cuda_sources=tmpl.format(n=size()) + LAUNCH_K)
         b = load_inline(name="b", cpp_sources=read("b.cpp"))
         ''')
     found = codes("mod.py", source)
@@ -250,11 +255,14 @@ def test_nolintnextline_begin_end_and_file_level() -> None:
 
 def test_noqa_and_nolint_in_python_files() -> None:
     head = "from torch.utils.cpp_extension import load_inline\n"
-    one_line = head + f'ext = load_inline("e", "", "{ATOMIC_KERNEL}")  # noqa: ORD001, RES001\n'
-    assert analyze_source("m.py", one_line) == ([], 2)  # and the kernel nothing launches
-    multi = head + 'ext = load_inline("e", "", """\n' + ATOMIC_KERNEL.replace("; }", ";  // NOLINT(ORD001)\n}") + '""")\n'
-    findings, suppressed = analyze_source("m.py", multi)
-    assert [f.code for f in findings] == ["RES001"] and suppressed == 1
+    launched = ATOMIC_KERNEL + " void run(const float* x, float* out, int n) { total<<<1, 1>>>(x, out, n); }"
+    one_line = head + f'ext = load_inline("e", "", "{launched}")  # noqa: ORD001\n'
+    assert analyze_source("m.py", one_line) == ([], 1)
+    multi = head + 'ext = load_inline("e", "", """\n' + launched.replace("; }", ";  // NOLINT(ORD001)\n}", 1) + '""")\n'
+    assert analyze_source("m.py", multi) == ([], 1)
+    # A kernel nothing launches: RES001 says so, and nothing is said of what it would do (ORD001).
+    unlaunched = head + f'ext = load_inline("e", "", "{ATOMIC_KERNEL}")  # noqa: RES001\n'
+    assert analyze_source("m.py", unlaunched) == ([], 1)
 
 
 # --- the pipeline and the outputs ----------------------------------------------------

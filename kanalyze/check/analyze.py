@@ -55,6 +55,7 @@ def _analyze(path: str, text: str, proofs: dict) -> tuple[list[Finding], int]:
 
     from kanalyze.analyzer.syntax_errors import locate_parse_error
     from kanalyze.analyzer.triton.model import TritonModule
+    from kanalyze.check.dead_kernels import without_dead_kernels
     from kanalyze.rules import detecting_rules
 
     nesting = measure_nesting(text)
@@ -88,7 +89,7 @@ def _analyze(path: str, text: str, proofs: dict) -> tuple[list[Finding], int]:
         return findings, 0
     enter_stage("placing the findings")
     try:
-        placed, suppressed = _place(path, text, model, reports)
+        placed, suppressed = _place(path, text, model, without_dead_kernels(reports))
     except Exception as exc:  # a RecursionError, say: LibCST's code generation recurses once per level
         return findings + [error_finding(path, f"placing the findings failed: {type(exc).__name__}: {exc}",
                                          code=INTERNAL_ERROR)], 0

@@ -143,11 +143,12 @@ def _analyze_cuda(path: str, text: str, units: list, host, extensions: list, *, 
     from kanalyze.analyzer.cuda.positions import CudaLocator, read_in_part
     from kanalyze.analyzer.cuda.suppressions import CudaSuppressions
     from kanalyze.analyzer.suppressions import Suppressions
+    from kanalyze.check.dead_kernels import without_dead_kernels
     from kanalyze.rules import rules_by_code
 
     locator = CudaLocator(text, host)
     located: list[tuple[str, tuple[int, int, int, int], str, str | None, dict]] = []
-    for report in reports:
+    for report in without_dead_kernels(reports):
         if isinstance(report, CudaReport):
             span = locator.unit_span(report.unit, report.node.start_byte, report.node.end_byte)
         else:

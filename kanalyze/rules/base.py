@@ -23,6 +23,11 @@ from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.findings import rule_url
 
 
+# The evidence key of RES001's report that a kernel is never launched: the findings of other
+# clauses inside that kernel are dropped (check/dead_kernels.py).
+NEVER_LAUNCHED = "never_launched"
+
+
 @dataclass
 class Report:
     """A detector's raw output: where (a node) and what (a message)."""

@@ -16,7 +16,7 @@ from kanalyze.analyzer.triton.host import candidate_functions
 from kanalyze.analyzer.triton.host_compute import host_trips, module_attrs
 from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.analyzer.triton.pointers import pointer_bases
-from kanalyze.rules.base import Report, Rule, expr_text, source
+from kanalyze.rules.base import NEVER_LAUNCHED, Report, Rule, expr_text, source
 
 # PyTorch ops that are the computation itself, whatever their operands.
 HEAVY = {f"torch.{n}" for n in (
@@ -57,7 +57,9 @@ class OffKernelCompute(Rule):
     parameter is a device function, not a kernel: it is not reported; nor is a
     kernel that another checked module imports and launches or hands on as a
     value: `kanalyze check` links the modules of the paths it checks, the
-    editor sees one file). Allocation, layout and
+    editor sees one file). In a candidate's file (it defines `ModelNew`), the
+    other clauses say nothing of a kernel nothing launches: it never runs, and
+    this one report stands for it. Allocation, layout and
     metadata (`torch.empty_like`, `.contiguous()`, `x.shape[0]`, `triton.cdiv`)
     are not flagged.
 
@@ -243,6 +245,7 @@ class OffKernelCompute(Rule):
 
     def _dead_kernels(self, model: TritonModule, launches: list, kernels: set[str]) -> Iterator[Report]:
         used = _used_jit_names(model)
+        candidate = any(f.class_name == "ModelNew" for f in model.host_functions)
         linked = linked_of(model)  # what the other modules of the check say: None when this file is checked alone
         for jit in {id(j): j for j in model.jit.values()}.values():
             if jit.name in used or jit.name not in kernels:
@@ -256,8 +259,11 @@ class OffKernelCompute(Rule):
                         f"launch it or delete it")
             else:
                 tail = "the result comes from PyTorch"
+            # A candidate (its `ModelNew`) launches from its own file: the other clauses then say
+            # nothing of this kernel (check/dead_kernels.py); a library's other modules may launch it.
             yield self.report(jit.node.name, f"`{jit.name}` is never launched from {where}; {tail}",
-                              kernel=jit.name, launched=sorted({l.kernel.name for l in launches}))
+                              kernel=jit.name, launched=sorted({l.kernel.name for l in launches}),
+                              **({NEVER_LAUNCHED: True} if candidate else {}))
 
 
 def _from_input(model: TritonModule, function: Function, expr: cst.BaseExpression,

@@ -16,7 +16,7 @@ from kanalyze.analyzer.names import dotted
 from kanalyze.analyzer.triton.host import candidate_functions
 from kanalyze.analyzer.triton.host_compute import host_trips, module_attrs
 from kanalyze.analyzer.triton.model import TritonModule
-from kanalyze.rules.base import Report, expr_text, source
+from kanalyze.rules.base import NEVER_LAUNCHED, Report, expr_text, source
 from kanalyze.rules.cuda_rule import CudaRule
 from kanalyze.rules.res001_off_kernel_compute import OffKernelCompute
 
@@ -135,8 +135,12 @@ class OffKernelComputeCuda(CudaRule, clause=OffKernelCompute):
             if uses > 1 + len(cuda.instantiations.get(name, ())):
                 continue  # launched elsewhere: cudaLaunchKernel(&k), a function pointer, another unit
             tail = f"`{launched[0]}` is launched instead" if launched else "the result comes from elsewhere"
+            # An inline extension holds every source that could launch it: the other clauses then
+            # say nothing of this kernel (check/dead_kernels.py); a .cu file's may launch from another,
+            # and a kernel bound to Python by name (`functions=["k"]`) is called from there.
+            dead = ext is not None and name not in (ext.functions or ())
             yield self.report_at(cuda, kernel.name_node, f"`{name}` is never launched: {tail}; launch it or delete it",
-                                 kernel=name)
+                                 kernel=name, **({NEVER_LAUNCHED: True} if dead else {}))
 
     # -- Python ---------------------------------------------------------------
 
