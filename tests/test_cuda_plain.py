@@ -77,7 +77,7 @@ head = (
 tail = """
 // é non-ASCII before the finding
 __global__ void m(const float* x, float* y) { y[0] = fmaxf(x[0], y[0]); }
-torch::Tensor run(torch::Tensor x) { auto y = torch::empty_like(x); return y; }
+torch::Tensor run(torch::Tensor x) { auto y = torch::empty_like(x); k<<<1, 4>>>(x.data_ptr<float>(), y.data_ptr<float>(), 4); m<<<1, 1>>>(x.data_ptr<float>(), y.data_ptr<float>()); return y; }
 """
 one_line = "__device__ void bump(float* s, float v) { atomicAdd(s, v); }"  # noqa: ORD001
 
