@@ -33,12 +33,6 @@ from kanalyze.dynamic import numerics  # noqa: E402
 os.environ.setdefault(*numerics.CUBLAS_WORKSPACE)   # before the first cuBLAS call, as a worker does
 
 
-def load(path: Path) -> dict:
-    namespace: dict = {"__name__": f"problem_{path.stem}", "__file__": str(path)}
-    exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)
-    return namespace
-
-
 def digests(model, inputs, runs: int) -> tuple[set[str], float, list[str]]:
     """The distinct digests of the outputs of `runs` calls, the median seconds of a call, and
     the ops that warned they are not deterministic."""
@@ -68,16 +62,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
+    from kanalyze.dynamic.loading import load_problem
+
     numerics.apply(cuda=True)   # TF32 off for both columns: they differ in determinism alone
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, {args.runs} runs each")
     print(f"{'problem':58} {'default':>8} {'policy':>8} {'slowdown':>9}  alerts")
     for path in args.problems:
         try:
-            problem = load(path)
+            problem, _ = load_problem(str(path), {})   # at its own sizes
             torch.manual_seed(42)
-            model = problem["Model"](*problem["get_init_inputs"]()).cuda().eval()
+            model = problem.Model(*problem.get_init_inputs()).cuda().eval()
             torch.manual_seed(42)
-            inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in problem["get_inputs"]()]
+            inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in problem.get_inputs()]
             torch.use_deterministic_algorithms(False)
             torch.backends.cudnn.deterministic = False
             default, default_s, _ = digests(model, inputs, args.runs)
