@@ -150,6 +150,21 @@ def audit_hooks_added() -> list[str]:
     return list(_snoops.hooks) if _snoops is not None else []
 
 
+def torch_wraps(new, original) -> bool:
+    """Is `new` torch's own wrapper of `original`?  Importing `torch._dynamo` (which torch
+    does lazily, on a candidate's `load_inline` or `torch.compile` as much as on its own)
+    replaces `torch.manual_seed` with `torch._disable_dynamo(torch.manual_seed)`: a
+    function of torch's `_compile.py` that calls the very function of the snapshot.  Only
+    that wrapper counts: one the candidate writes (`functools.wraps` in its own file) is
+    the candidate's."""
+    code = getattr(new, "__code__", None)
+    if code is None or getattr(new, "__wrapped__", None) is not original:
+        return False
+    torch = sys.modules.get("torch")
+    folder = os.path.dirname(getattr(torch, "__file__", "") or "")
+    return bool(folder) and os.path.abspath(code.co_filename) == os.path.join(folder, "_compile.py")
+
+
 class Watch:
     """The snapshot, and what changed since."""
 
@@ -170,9 +185,13 @@ class Watch:
         return list(self.snoops.seen)
 
     def replaced(self) -> list[str]:
-        """Watched names whose object is no longer the one of the snapshot."""
-        changed = [name for name, original in self.objects.items()
-                   if original is not None and resolve(name) is not original]
+        """Watched names whose object is no longer the one of the snapshot (torch's own
+        wrapper of it aside: `torch_wraps`)."""
+        changed = []
+        for name, original in self.objects.items():
+            now = resolve(name)
+            if original is not None and now is not original and not torch_wraps(now, original):
+                changed.append(name)
         now = numerics.current()
         changed += [f"torch setting {key}: {self.numerics[key]} -> {now[key]}" for key in now
                     if now[key] != self.numerics.get(key)]

@@ -14,6 +14,7 @@ from kanalyze.analyzer.triton.entities import JitFunction
 from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.analyzer.triton.program_slices import programs_own_disjoint_addresses
 from kanalyze.analyzer.triton.store_races import racing_stores
+from kanalyze.analyzer.triton.whole_numbers import holds_whole_numbers
 from kanalyze.analyzer.triton.value_kinds import FLOAT, KIND_NAMES, LOADED, ValueKinds
 from kanalyze.rules.base import Report, Rule, expr_text, source
 
@@ -29,7 +30,8 @@ class FloatAtomicOrder(Rule):
     docs = """
     ## What it does
     Flags `tl.atomic_add` (also `ptr.atomic_add(...)`, the tensor-descriptor
-    method and any `sem=`) of floating-point values: a float literal, `tl.sum` /
+    method and any `sem=`) of floating-point values: a float literal with a
+    fraction, `tl.sum` /
     `tl.dot` / arithmetic on loaded data, a float `tl.zeros` accumulator, a cast
     to a float dtype.  Values passed into a jit helper that does the atomic are
     followed back to its call sites.  Where the value comes from `tl.load` and
@@ -138,6 +140,19 @@ class FloatAtomicOrder(Rule):
             else:
                 tl.store(c_ptr + pid_k * K + offs, acc)   # a partial of its own per pid_k
         """),
+        source("""
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def row_stats(x_ptr, sum_ptr, count_ptr, K, BLOCK: tl.constexpr):
+            row = tl.program_id(0)
+            cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + row * K + cols, mask=cols < K, other=0.0)
+            tl.atomic_add(sum_ptr + row, tl.sum(x, axis=0))  # noqa: ORD001  (the data's sum: order matters)
+            n = tl.sum(tl.where(cols < K, 1.0, 0.0), axis=0)
+            tl.atomic_add(count_ptr + row, n)   # a count: whole numbers add exactly in any order
+        """),
     ]
     INVALID = [
         source("""
@@ -192,6 +207,8 @@ class FloatAtomicOrder(Rule):
             kind, why = kinds.of(jit.function, value)
             if kind not in (FLOAT, LOADED):
                 continue  # an integer counter, or nothing visible: stay silent
+            if holds_whole_numbers(model, jit.function, value):
+                continue  # a float count (`tl.sum(tl.where(mask, 1.0, 0.0))`): exact, so any order
             if pointer is not None and programs_own_disjoint_addresses(model, jit, site.node, pointer):
                 continue  # each element gets one add per launch: no order to depend on
             if never_taken(model, jit, site.node):

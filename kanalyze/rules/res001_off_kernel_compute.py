@@ -16,6 +16,7 @@ from kanalyze.analyzer.triton.host import candidate_functions
 from kanalyze.analyzer.triton.host_compute import host_trips, module_attrs
 from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.analyzer.triton.pointers import pointer_bases
+from kanalyze.analyzer.triton.unreached import is_main_guard, unreached_functions
 from kanalyze.rules.base import NEVER_LAUNCHED, Report, Rule, expr_text, source
 
 # PyTorch ops that are the computation itself, whatever their operands.
@@ -327,9 +328,11 @@ def _names_of(model: TritonModule, jit) -> list[str]:
 def _used_jit_names(model: TritonModule) -> set[str]:
     """Jit functions referenced by live code: host code (not tests, references or a `__main__`
     block), module-level code, `__all__`, or a jit function that is itself used (helpers).
-    Aliases (`k = triton.jit(_k)`) are resolved to the function's name."""
+    Aliases (`k = triton.jit(_k)`) are resolved to the function's name.  In a candidate's
+    file, a use inside a host function nothing runs (`ModelNew.backward`) does not count."""
     edges: dict[str, set[str]] = {}   # jit name → jit names it references
     used: set[str] = set()
+    unreached = unreached_functions(model)
     for node in model.nodes(cst.SimpleString, cst.Name):
         text = string_literal(node)
         if isinstance(text, str) and text in model.jit:
@@ -347,9 +350,10 @@ def _used_jit_names(model: TritonModule) -> set[str]:
         if holder is not None and holder.function is function:
             edges.setdefault(holder.name, set()).add(target)
         elif function is not None:
-            if not _reference(model, function):
+            if not _reference(model, function) and not any(
+                    isinstance(a, cst.FunctionDef) and id(a) in unreached for a in model.ancestors(node)):
                 used.add(target)
-        elif not any(_is_main_guard(a) for a in model.ancestors(node)):
+        elif not any(is_main_guard(a) for a in model.ancestors(node)):
             used.add(target)
     frontier = list(used)
     while frontier:
@@ -368,9 +372,3 @@ def _reference(model: TritonModule, function: Function) -> bool:
     enclosing = model.function_of(function.node)
     return enclosing is None or _reference(model, enclosing)
 
-
-def _is_main_guard(node: cst.CSTNode) -> bool:
-    if not isinstance(node, cst.If) or not isinstance(node.test, cst.Comparison):
-        return False
-    text = cst.Module([]).code_for_node(node.test).replace("'", '"')
-    return "__name__" in text and '"__main__"' in text

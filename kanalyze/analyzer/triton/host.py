@@ -10,6 +10,7 @@ import libcst as cst
 from kanalyze.analyzer.triton.dataflow import _all_params
 from kanalyze.analyzer.triton.entities import Function, REFERENCE_CLASS, REFERENCE_FUNCTION
 from kanalyze.analyzer.triton.model import TritonModule
+from kanalyze.analyzer.triton.unreached import unreached_functions
 
 # Methods that can return the very tensor they are called on (`.contiguous()`
 # on a contiguous tensor, `.to(dtype)` to its own dtype, every view).
@@ -26,12 +27,14 @@ def candidate_functions(model: TritonModule) -> list[Function]:
     """The forward path, plus the host functions that call into it (a public
     `def op(x)` over a launching helper), without the reference written next
     to the candidate (`class Model`, `ref_*` / `torch_*`): what the reference
-    does is the contract, not a violation of it."""
-    found = list(model.forward_path)
+    does is the contract, not a violation of it.  Nor the functions of a candidate's
+    file that nothing runs (`ModelNew.backward`, unreached.py)."""
+    unreached = unreached_functions(model)
+    found = [f for f in model.forward_path if id(f.node) not in unreached]
     ids = {id(f) for f in found}
     for callee in found:  # grows while iterating: callers of callers
         for caller, _ in host_calls(model, callee):
-            if caller.name != "__init__" and id(caller) not in ids:
+            if caller.name != "__init__" and id(caller) not in ids and id(caller.node) not in unreached:
                 found.append(caller)
                 ids.add(id(caller))
     return [f for f in found if not REFERENCE_FUNCTION.match(f.name) and not REFERENCE_CLASS.match(f.class_name or "")]
