@@ -107,6 +107,25 @@ def test_a_reference_worker_that_ended_is_kanalyzes_failure_never_a_rejected_siz
     assert alone.status == UNCONFIRMED and "kanalyze could not run this gate" in alone.summary, alone.summary
 
 
+def test_a_candidate_too_slow_at_a_made_up_size_is_not_shape_specialised() -> None:
+    """CMP003 at a size kanalyze made up: a candidate that does not finish within the case's time
+    there is slow, not shown wrong (a 3-D convolution's kernel twice as large is eight times the
+    work).  On the GPU this once confirmed CMP003 ("fails at kernel_size=6 (x2): the candidate
+    timeout").  The size is not judged; a wrong value at another size still confirms."""
+    cmp003 = gates_by_code()["CMP003"]
+    slow = Result(Case("CMP003/N=16 (x2)", "CMP003", {"N": 16}), REFERENCE_OK,
+                  Outcome("timeout", detail="did not finish within 120 s", blame="candidate"))
+    assert slow.kanalyze_failure() is None                       # the candidate's own time, not kanalyze's
+    [alone], _ = _judge([slow], ["CMP003"], {"CMP003": None}, {**gates_by_code(), "CMP003": cmp003}, False, {})
+    assert alone.status == UNCONFIRMED and "too slow to judge there" in alone.summary, alone.summary
+    assert "N=16 (x2)" in alone.summary
+    crashed = Result(Case("CMP003/N=7 (-1)", "CMP003", {"N": 7}), REFERENCE_OK,
+                     Outcome("done", meta={"status": "error", "error": "RuntimeError: N must be a multiple of 8"}))
+    [both], _ = _judge([slow, crashed], ["CMP003"], {"CMP003": None}, {**gates_by_code(), "CMP003": cmp003},
+                       False, {})
+    assert both.status == CONFIRMED and "fails at N=7 (-1)" in both.summary and "multiple of 8" in both.summary
+
+
 def test_a_shortage_is_the_runs_where_the_problem_needs_a_fair_share_of_the_memory() -> None:
     """Memory and disk are shared with kanalyze's own workers (and, on the CPU, limited by it).
     A candidate that ran out of memory where the problem itself holds an eighth or more of what

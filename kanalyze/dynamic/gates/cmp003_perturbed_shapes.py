@@ -30,9 +30,14 @@ MAX_CASES = 24
 
 
 def size_outcome(result) -> tuple[str, str, dict]:
-    """(status, detail, details) of one sized run: ok | rejected | out_of_bounds | crashed | wrong."""
+    """(status, detail, details) of one sized run: ok | rejected | slow | out_of_bounds | crashed | wrong.
+    `slow`: the candidate did not finish within the case's time.  At a size kanalyze made up (a
+    knob twice as large multiplies a 3-D convolution's work by eight) a slow kernel and a hung
+    one look the same, and neither gave a wrong value: the size is not judged."""
     if not result.reference_ok:
         return "rejected", result.reference_failure(), {}
+    if result.candidate is not None and result.candidate.status == "timeout":
+        return "slow", result.candidate_failure(), {}
     if not result.candidate_ok:
         return "crashed", result.candidate_failure(), {}
     run = result.runs[0]
@@ -56,11 +61,14 @@ class PerturbedShapes(Gate):
         return [ctx.case(self, label, sizes=sizes) for label, sizes in perturbed_sizes(ctx.sizes)[:MAX_CASES]]
 
     def judge(self, ctx: GateContext, results):
-        ran, skipped = 0, 0
+        ran, skipped, slow = 0, 0, []
         for result in results:
             status, detail, details = size_outcome(result)
             if status == "rejected":
                 skipped += 1
+                continue
+            if status == "slow":
+                slow.append(result.case.id.split("/", 1)[1])
                 continue
             ran += 1
             if status != "ok":
@@ -69,11 +77,15 @@ class PerturbedShapes(Gate):
                 arrays = witness_arrays(run.outputs if run is not None and run.ok else None, result.expected64)
                 return self.confirmed(f"fails at {label}: {detail}", result, arrays=arrays, failure=status,
                                       sizes=result.case.sizes, **details)
+        too_slow = (f"the candidate did not finish within the case's time at {', '.join(slow)} (too slow to "
+                    f"judge there: a slow kernel and a hung one look the same)") if slow else ""
         if not ran:
-            return self.verdict(UNCONFIRMED, f"the reference rejected all {skipped} perturbed sizes",
+            why = f"the reference rejected {skipped} perturbed sizes" if skipped else ""
+            return self.verdict(UNCONFIRMED, "; ".join(w for w in (why, too_slow) if w) or "no perturbed size ran",
                                 [r.case for r in results])
-        note = f"; {skipped} sizes the reference rejects skipped" if skipped else ""
-        lacking = missing_power(ctx.sizes, [r.case.sizes for r in results if size_outcome(r)[0] != "rejected"])
+        note = (f"; {skipped} sizes the reference rejects skipped" if skipped else "") + \
+            (f"; {too_slow}" if slow else "")
+        lacking = missing_power(ctx.sizes, [r.case.sizes for r in results if size_outcome(r)[0] == "ok"])
         if lacking:
             return self.verdict(UNCONFIRMED, f"correct at {ran} perturbed sizes{note}, but {lacking}, so a kernel "
                                              f"specialised to the benchmark's sizes could still pass them",
