@@ -4,12 +4,14 @@ A harness imports a candidate's file, builds `ModelNew(*init_inputs)` and calls 
 module-level code, `ModelNew.__init__` and `ModelNew.forward` run, and whatever
 they name.  A method of `ModelNew` that no code names (`def backward(self, dout)`
 written beside `forward`; `nn.Module` never calls a method of that name) never
-runs, nor a module-level function that only such methods name.  Kernels that only
-they launch are never launched (RES001 says so; the other clauses then say nothing
-of them).  A module-level function that nothing in the file names stays reached:
-another module (a test, a benchmark) may import and call it.
+runs, nor a module-level function that only such methods name: a candidate's file
+is imported for its `ModelNew`, and a helper only dead code calls is that code's.
+Kernels that only they launch are never launched (RES001 says so; the other clauses
+then say nothing of them).  A module-level function that nothing in the file names,
+or only its `__main__` block, stays reached: it is the file's interface, which
+another module (a test, a benchmark) may import and call.
 
-Decided only where it is certain:
+Decided only where the file shows it:
 - the file defines `ModelNew` directly over `nn.Module` (a subclass of `nn.Linear`
   or `nn.Conv2d` inherits methods that call overridable ones: `reset_parameters`,
   `_conv_forward`);
@@ -18,8 +20,8 @@ Decided only where it is certain:
 - a decorated function counts never (a decorator may register it: `custom_op`,
   `atexit.register`);
 - a function is unreached when every mention of its name (a name, an attribute, a
-  string as in `getattr(self, "backward")`) lies inside unreached functions or
-  under `if __name__ == "__main__":`.
+  string as in `getattr(self, "backward")`) lies inside unreached functions, or, for
+  a `ModelNew` method, under `if __name__ == "__main__":`.
 """
 
 from __future__ import annotations
@@ -80,9 +82,10 @@ def _unreached(model: TritonModule) -> frozenset[int]:
             if key in unreached:
                 continue
             named = mentions.get(function.name, ())
-            if function.class_name is None and not named:
+            module_level = function.class_name is None
+            if module_level and not named:
                 continue  # a module-level function nothing here names: another module may import it
-            if all(_dead_mention(model, node, unreached | {key}) for node in named):
+            if all(_dead_mention(model, node, unreached | {key}, main_runs=module_level) for node in named):
                 unreached.add(key)
                 grown = True
     return frozenset(unreached)
@@ -105,11 +108,14 @@ def _is_method_kind(decorator: cst.BaseExpression) -> bool:
     return isinstance(decorator, cst.Name) and decorator.value in ("staticmethod", "classmethod")
 
 
-def _dead_mention(model: TritonModule, node: cst.CSTNode, unreached: set[int]) -> bool:
+def _dead_mention(model: TritonModule, node: cst.CSTNode, unreached: set[int], main_runs: bool) -> bool:
+    """Is this mention inside an unreached function, or (unless `main_runs`) under the
+    `__main__` guard?  A module-level function the guard calls runs when another module
+    imports it just as well: for it the guard is no dead place."""
     for ancestor in model.ancestors(node):
         if isinstance(ancestor, cst.FunctionDef) and id(ancestor) in unreached:
             return True
-        if is_main_guard(ancestor):
+        if not main_runs and is_main_guard(ancestor):
             return True
     return False
 
