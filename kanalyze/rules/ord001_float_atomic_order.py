@@ -9,6 +9,7 @@ import libcst as cst
 from kanalyze.analyzer.triton.calls import keyword, string_literal
 from kanalyze.analyzer.triton.constexpr_branches import never_taken
 from kanalyze.analyzer.triton.dtypes import INTEGERS, DtypeFlow, describe
+from kanalyze.analyzer.triton.dtype_names import LOW_PRECISION_FLOATS
 from kanalyze.analyzer.triton.dtypes import UNKNOWN as UNKNOWN_DTYPE
 from kanalyze.analyzer.triton.entities import JitFunction
 from kanalyze.analyzer.triton.model import TritonModule
@@ -156,6 +157,22 @@ class FloatAtomicOrder(Rule):
     ]
     INVALID = [
         source("""
+        import torch
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def count_kernel(x_ptr, count_ptr, N, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            n = tl.sum(tl.where(offs < N, 1.0, 0.0), axis=0)
+            tl.atomic_add(count_ptr, n)   # fp16 holds whole numbers only up to 2048
+
+        def count(x):
+            out = torch.zeros((1,), device=x.device, dtype=torch.float16)
+            count_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+            return out
+        """),
+        source("""
         import triton
         import triton.language as tl
 
@@ -207,8 +224,6 @@ class FloatAtomicOrder(Rule):
             kind, why = kinds.of(jit.function, value)
             if kind not in (FLOAT, LOADED):
                 continue  # an integer counter, or nothing visible: stay silent
-            if holds_whole_numbers(model, jit.function, value):
-                continue  # a float count (`tl.sum(tl.where(mask, 1.0, 0.0))`): exact, so any order
             if pointer is not None and programs_own_disjoint_addresses(model, jit, site.node, pointer):
                 continue  # each element gets one add per launch: no order to depend on
             if never_taken(model, jit, site.node):
@@ -216,6 +231,8 @@ class FloatAtomicOrder(Rule):
             target = flow.pointer_element(jit.function, pointer) if pointer is not None else frozenset({UNKNOWN_DTYPE})
             if UNKNOWN_DTYPE not in target and target <= INTEGERS:
                 continue  # the add is converted to the tensor's integer type: exact in any order
+            if not target & LOW_PRECISION_FLOATS and holds_whole_numbers(model, jit.function, value):
+                continue  # a float32 count (`tl.sum(tl.where(mask, 1.0, 0.0))`): exact, so any order
             into = describe(target) if UNKNOWN_DTYPE not in target else None
             yield self._report(model, jit, site.node, value, kind, why, into)
         for jit in model.jit.values():
