@@ -330,7 +330,7 @@ def output_shapes(baseline_results: list[Result]) -> list | None:
 @dataclass
 class SizeOutcome:
     sizes: dict[str, int]
-    status: str          # ok | rejected | out_of_bounds | crashed | wrong | internal (kanalyze's own failure)
+    status: str          # ok | rejected | slow | out_of_bounds | crashed | wrong | internal (kanalyze's own failure)
     detail: str
     out_of_bounds: dict | None = None
 
