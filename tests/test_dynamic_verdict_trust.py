@@ -37,6 +37,24 @@ def _by_code(verdicts: list[Verdict]) -> dict[str, Verdict]:
     return {v.code: v for v in verdicts}
 
 
+def test_a_verdict_at_scaled_sizes_says_at_which() -> None:
+    """The CPU's interpreter runs a problem scaled down: what the base case shows is at those
+    sizes, not at the problem's own (a GEMM whose grouped tiling skips columns when the rows fill
+    less than one group is wrong at batch 64 and right at KernelBench's 1024), and the verdict says so."""
+    from types import SimpleNamespace
+
+    crash = Outcome("crashed", detail="the worker died of SIGSEGV (segmentation fault)", blame="candidate")
+    scaled = {"MEM002": SimpleNamespace(harness=SimpleNamespace(knobs={"N": 1024, "M": 64}))}
+    verdicts, baseline = _judge([_baseline(crash)], ["MEM002"], scaled, gates_by_code(), False, {})
+    verdicts = _by_code(verdicts)
+    assert verdicts["CMP001"].summary.startswith("on the problem's inputs at scaled sizes (N=8 of 1024): ")
+    assert "own inputs" not in verdicts["CMP001"].summary + verdicts["MEM002"].summary
+    assert verdicts["MEM002"].summary.count("at scaled sizes (N=8 of 1024)") == 1, verdicts["MEM002"].summary
+    unscaled = {"MEM002": SimpleNamespace(harness=SimpleNamespace(knobs={"N": 8}))}
+    verdicts, _ = _judge([_baseline(crash)], ["MEM002"], unscaled, gates_by_code(), False, {})
+    assert _by_code(verdicts)["CMP001"].summary.startswith("on the problem's own inputs: ")
+
+
 def test_a_worker_that_dies_in_kanalyze_code_confirms_nothing() -> None:
     crash = Outcome("crashed", detail="the worker exited with code 70 (an exception escaped kanalyze's worker code)",
                     output="OSError: [Errno 28] No space left on device", blame="kanalyze")

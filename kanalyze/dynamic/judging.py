@@ -21,7 +21,7 @@ import numpy as np
 from kanalyze.dynamic.cases import Case
 from kanalyze.dynamic.compare import finite_summary
 from kanalyze.dynamic.gates.base import (CONFIRMED, RANDOM_REFERENCE, REFUTED, UNCONFIRMED, CannotJudge, GateContext,
-                                         Verdict, value_failure, witness_arrays)
+                                         Verdict, scaled_sizes, value_failure, witness_arrays)
 from kanalyze.dynamic.held_arrays import HeldArray
 from kanalyze.dynamic.results import Result
 from kanalyze.dynamic.sandbox.transport import Leaf
@@ -64,14 +64,17 @@ def judge(results: list[Result], codes, contexts, gates, replay: bool,
     baseline = next((r for r in results if r.case.id == BASELINE), None)
     blocked, wrong, outcome, random = None, None, None, None
     if baseline is not None:
-        outcome = {"status": "passed", "summary": "within the calibrated bound against float64 on the problem's "
-                                                  "own inputs"}
+        # "the problem's own inputs", or where the run scaled them down, at which sizes.
+        context = next(iter(contexts.values()), None)
+        scaled = scaled_sizes(baseline.case.sizes, context.harness.knobs) if context is not None else ""
+        own = f"the problem's inputs{scaled}" if scaled else "the problem's own inputs"
+        outcome = {"status": "passed", "summary": f"within the calibrated bound against float64 on {own}"}
         if not baseline.reference_ok:
             blocked = f"{baseline.reference_failure()} (at the base sizes)"
         elif baseline.kanalyze_failure():
-            blocked = f"kanalyze could not run the candidate on the problem's own inputs: {baseline.kanalyze_failure()}"
+            blocked = f"kanalyze could not run the candidate on {own}: {baseline.kanalyze_failure()}"
         elif baseline.candidate_failed():
-            found = _baseline_verdict(baseline)   # a failed run: no values compared, nothing to calibrate
+            found = _baseline_verdict(baseline, own)   # a failed run: no values compared, nothing to calibrate
             if found and any(marker in found.summary for marker in NO_DEVICE_MARKERS):
                 # It asked for a GPU or its driver (autotuning, device queries) where the run has
                 # none: the run's shortcoming, not the candidate's defect.
@@ -82,17 +85,17 @@ def judge(results: list[Result], codes, contexts, gates, replay: bool,
                 if found:
                     verdicts.append(found)
                 outcome = {"status": "failed", "summary": found.summary if found else "?"}
-                blocked = f"the candidate fails on {_own_inputs(outcome['summary'])}"
+                blocked = f"the candidate fails on {_own_inputs(outcome['summary'], own)}"
         elif baseline.reference.meta.get("draws_random"):
             random, outcome = RANDOM_REFERENCE, {"status": "undecided", "summary": RANDOM_REFERENCE}
         else:
             try:
-                found = _baseline_verdict(baseline)
+                found = _baseline_verdict(baseline, own)
             except CannotJudge as exc:   # the value gates say so each; the others judge what they can
                 found, outcome = None, {"status": "undecided", "summary": str(exc)}
             if found:
                 outcome = {"status": "failed", "summary": found.summary}
-                wrong = ("the candidate's values are already wrong on the problem's own inputs (CMP001), so "
+                wrong = (f"the candidate's values are already wrong on {own} (CMP001), so "
                          "this gate's property cannot be told apart from that")
                 if "CMP001" not in codes:
                     verdicts.append(found)
@@ -156,8 +159,9 @@ def decided_by_baseline(baseline_results: list[Result], codes, flags_by_code: di
     return [code for code in codes if code in VALUE_GATES and not flags_by_code.get(code)]
 
 
-def _baseline_verdict(result: Result) -> Verdict | None:
-    """CMP001 from the baseline (the problem's own inputs), when it fails there."""
+def _baseline_verdict(result: Result, own: str = "the problem's own inputs") -> Verdict | None:
+    """CMP001 from the baseline (the problem's own inputs, or `own`: them at scaled sizes), when it
+    fails there."""
     failure, details = value_failure(result)
     if not failure:
         return None
@@ -165,7 +169,7 @@ def _baseline_verdict(result: Result) -> Verdict | None:
     arrays = witness_arrays(run.outputs if run is not None and run.ok else None, result.expected64)
     arrays.update({f"input{i}": leaf.array for i, leaf in enumerate(result.inputs)})
     case = Case.from_dict({**result.case.to_dict(), "id": "CMP001/baseline", "gate": "CMP001"})
-    return Verdict("CMP001", CONFIRMED, f"on the problem's own inputs: {failure}", [case], details, arrays,
+    return Verdict("CMP001", CONFIRMED, f"on {own}: {failure}", [case], details, arrays,
                    "cmp001-calibrated-value")
 
 
@@ -197,10 +201,10 @@ def _judge_gate(gate, ctx: GateContext, own: list[Result], lost: list[Result]) -
         return _undecided(gate, f"the gate failed: {type(exc).__name__}: {exc}", own)
 
 
-def _own_inputs(summary: str) -> str:
-    """"the problem's own inputs: ..." for a blocked gate's reason, the phrase said once."""
-    prefix = "on the problem's own inputs: "
-    return "the problem's own inputs: " + (summary[len(prefix):] if summary.startswith(prefix) else summary)
+def _own_inputs(summary: str, own: str = "the problem's own inputs") -> str:
+    """"the problem's own inputs: ..." (or `own`) for a blocked gate's reason, the phrase said once."""
+    prefix = f"on {own}: "
+    return f"{own}: " + (summary[len(prefix):] if summary.startswith(prefix) else summary)
 
 
 def name_the_cause(verdicts: list[Verdict]) -> list[Verdict]:

@@ -46,6 +46,13 @@ class GateContext:
     def dtype(self) -> str | None:
         return self.harness.dtypes[0] if self.harness.dtypes else None
 
+    @property
+    def scaled(self) -> str:
+        """" at scaled sizes (batch_size=64 of 1024, ...)" where the base sizes are not the
+        problem's own (the CPU's interpreter runs them scaled down), else "": a verdict says at
+        which sizes it was found."""
+        return scaled_sizes(self.sizes, self.harness.knobs)
+
     def case(self, gate: "Gate", suffix: str, **fields: Any) -> Case:
         fields.setdefault("sizes", dict(self.sizes))
         fields.setdefault("seed", self.seed)
@@ -54,6 +61,12 @@ class GateContext:
         fields.setdefault("float64", gate.needs_float64)
         fields.setdefault("deterministic_torch", gate.deterministic_torch)
         return Case(id=f"{gate.code}/{suffix}", gate=gate.code, **fields)
+
+
+def scaled_sizes(sizes: dict[str, int], knobs: dict[str, int]) -> str:
+    changed = [f"{name}={value} of {knobs[name]}" for name, value in sizes.items()
+               if name in knobs and knobs[name] != value]
+    return f" at scaled sizes ({', '.join(changed)})" if changed else ""
 
 
 @dataclass

@@ -45,7 +45,8 @@ class CalibratedValue(Gate):
             failure, details = value_failure(result)
             if failure:
                 run = result.runs[0] if result.runs else None
-                return self.confirmed(f"{result.case.distribution} inputs (seed {result.case.seed}): {failure}",
+                return self.confirmed(f"{result.case.distribution} inputs (seed {result.case.seed}){ctx.scaled}: "
+                                      f"{failure}",
                                       result, arrays=witness_arrays(run.outputs if run and run.ok else None,
                                                                     result.expected64), **details)
             ran.append(label)
