@@ -144,6 +144,35 @@ def test_a_candidate_too_slow_at_a_made_up_size_is_not_shape_specialised() -> No
     assert both.status == CONFIRMED and "fails at N=7 (-1)" in both.summary and "multiple of 8" in both.summary
 
 
+def test_mem002_without_the_kept_inputs_waits_and_then_says_why() -> None:
+    """MEM002 whose copy of the inputs from before the run is not there yet (on a GPU the reference
+    worker withholds it until the candidate's workers end where the judge has no room to hold it)
+    gives no verdict while the session runs, so that streaming asks again at the end (on an H100,
+    deepseek's level2_96: "kanalyze kept 0 of the 1 input tensors", settled early); at the end
+    it is `unconfirmed` with that reason."""
+    import numpy as np
+
+    from kanalyze.dynamic.judging import _judge_gate
+    from kanalyze.dynamic.results import CannotJudge
+
+    reference = Outcome("done", meta={"status": "ok", "init_inputs": [], "inputs_kept": "kept_",
+                                      "inputs": [{"kind": "tensor", "key": "in0", "dtype": "float32"}]}, arrays={})
+    run = {"status": "ok", "output": {"prefix": "out", "dtypes": ["float32"]},
+           "inputs_after": [{"kind": "tensor", "key": "after0", "dtype": "float32"}]}
+    candidate = Outcome("done", meta={"status": "ok", "runs": [run]},
+                        arrays={"out0": np.zeros(4, np.float32), "after0": np.zeros(4, np.float32)})
+    result = Result(Case("MEM002/inputs", "MEM002", {"N": 4}), reference, candidate)
+    gate = gates_by_code()["MEM002"]
+    try:
+        gate.judge(None, [result])
+    except CannotJudge as exc:
+        assert "kept 0 of the 1 input tensors" in str(exc)
+    else:
+        raise AssertionError("MEM002 settled without the inputs it compares")
+    [verdict] = _judge_gate(gate, None, [result], [])
+    assert verdict.status == UNCONFIRMED and "kept 0 of the 1 input tensors" in verdict.summary, verdict.summary
+
+
 def test_a_shortage_is_the_runs_where_the_problem_needs_a_fair_share_of_the_memory() -> None:
     """Memory and disk are shared with kanalyze's own workers (and, on the CPU, limited by it).
     A candidate that ran out of memory where the problem itself holds an eighth or more of what

@@ -8,7 +8,8 @@ holds both (a GPU run: sandbox/held.py), else in kanalyze.
 from __future__ import annotations
 
 from kanalyze.dynamic.compare import bitwise_differences
-from kanalyze.dynamic.gates.base import REFUTED, UNCONFIRMED, Gate, GateContext, first_value, run_problem
+from kanalyze.dynamic.gates.base import (REFUTED, UNCONFIRMED, CannotJudge, Gate, GateContext, first_value,
+                                         run_problem)
 
 
 class InputHash(Gate):
@@ -27,9 +28,13 @@ class InputHash(Gate):
         after = result.runs[0].inputs_after
         before = result.inputs
         given = sum(1 for item in result.reference.meta.get("inputs", []) if item.get("kind") == "tensor")
-        if len(before) != given or len(after) != given:   # nothing to compare: it could not see a write
-            return self.verdict(UNCONFIRMED, f"kanalyze kept {len(before)} of the {given} input tensors before the "
-                                f"run and read {len(after)} after it: nothing to compare", [result.case])
+        if len(before) != given or len(after) != given:
+            # Nothing to compare yet: the copy kept before the run can still sit in the reference
+            # worker (withheld until the candidate's workers end, where the judge had no room to hold
+            # it).  A gate judged while the session runs is asked again at its end; there, this is
+            # the verdict: `unconfirmed` with this reason (judging._judge_gate).
+            raise CannotJudge(f"kanalyze kept {len(before)} of the {given} input tensors before the run and "
+                              f"read {len(after)} after it: nothing to compare")
         for i, (b, a) in enumerate(zip(before, after)):
             if b.shape != a.shape:
                 return self.confirmed(f"input {i} ({b.describe()}) came back as {a.describe()}", result, input=i)
