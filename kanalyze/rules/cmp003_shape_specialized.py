@@ -23,6 +23,7 @@ from kanalyze.analyzer.triton.entities import Function, JitFunction, Launch
 from kanalyze.analyzer.triton.full_blocks import (floor_grid_tile, guarded_block, in_loop, peeled_loops,
                                                    pruned_multiples)
 from kanalyze.analyzer.triton.grids import grid_arithmetic, grid_dims, grid_literal_sizes
+from kanalyze.analyzer.triton.grouped_order import whole_group_orderings
 from kanalyze.analyzer.triton.host_sizes import division_checked
 from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.analyzer.triton.row_windows import column_in_row, reaching_aranges
@@ -55,7 +56,11 @@ class ShapeSpecialized(Rule):
     grids rounded down (`n // BLOCK`; after a check of `n % BLOCK`, here or in
     the `forward` of a `backward`, as the restriction it relies on), and
     `tl.load` / `tl.store` without a mask whose offsets run over a dimension of
-    runtime size.
+    runtime size, and a grouped program order that takes the row tiles in whole
+    groups (`pid_m = first_pid_m + pid % GROUP_M`, without the tutorial's
+    `min(num_pid_m - first_pid_m, GROUP_M)`: where the row tiles do not fill the
+    last group, some output tiles are computed by nobody;
+    `analyzer/triton/grouped_order.py`).
 
     It leaves alone what does not tie the kernel to a size the problem varies:
     definitional checks (`assert w.shape[0] == 3` where the kernel reads
@@ -167,6 +172,7 @@ class ShapeSpecialized(Rule):
                 yield from self._kernel_literals(model, jit)
                 yield from self._kernel_asserts(model, jit, runtime)
                 yield from self.unmasked_accesses(model, jit, pointers, runtime)
+                yield from self._whole_groups(model, jit)
 
     # -- 1. literal sizes ------------------------------------------------------
 
@@ -337,6 +343,15 @@ class ShapeSpecialized(Rule):
                 continue
             yield self.report(node, f"grid `{text}` rounds down: the last `{n} % {b}` elements get no program; "
                                     f"use `triton.cdiv({n}, {b})`", kernel=launch.kernel.name, expression=text)
+
+    def _whole_groups(self, model: TritonModule, jit: JitFunction) -> Iterator[Report]:
+        for node, group in whole_group_orderings(model, jit):
+            text = expr_text(model, node)
+            yield self.report(node, f"`{text}` takes the row tiles in whole groups of `{group}`: where the row "
+                                    f"tiles do not fill the last group, its programs land on rows past the end and "
+                                    f"the column tiles they should cover are computed by nobody; take the last "
+                                    f"group's height as `min(num_pid_m - first_pid_m, {group})` for the `%` and "
+                                    f"the `//`", kernel=jit.name, expression=text, group=group)
 
     # -- 4. unmasked loads and stores ------------------------------------------
 
