@@ -173,6 +173,28 @@ def test_mem002_without_the_kept_inputs_waits_and_then_says_why() -> None:
     assert verdict.status == UNCONFIRMED and "kept 0 of the 1 input tensors" in verdict.summary, verdict.summary
 
 
+def test_cmp003_failing_by_the_precision_prc001_confirms_shows_no_shape_defect() -> None:
+    """A TF32 `tl.dot` is off by ~1e-3 at every size: at a perturbed size that says nothing of
+    sizes.  Beside a confirmed PRC001, a CMP003 failure of that size is `unconfirmed` with why;
+    a gross one (tiles never written) still confirms, and CMP001 keeps its note."""
+    import numpy as np
+
+    from kanalyze.dynamic.judging import name_the_cause
+
+    expected = {"expected0": np.linspace(-2.0, 2.0, 64)}
+    prc001 = Verdict("PRC001", CONFIRMED, "max abs error 0.002 > bound 1e-4 (real tensor cores)")
+    tf32 = Verdict("CMP003", CONFIRMED, "fails at N=9 (+1): max abs error 0.002 > bound 1e-4",
+                   details={"metric": {"max_abs_error": 0.002}}, arrays=expected)
+    gross = Verdict("CMP003", CONFIRMED, "fails at N=9 (+1): max abs error 1.9 > bound 1e-4",
+                    details={"metric": {"max_abs_error": 1.9}}, arrays=expected)
+    crashed = Verdict("CMP003", CONFIRMED, "fails at N=9 (+1): raised IndexError")
+    [_, judged] = name_the_cause([prc001, tf32])
+    assert judged.status == UNCONFIRMED and "says nothing of the sizes" in judged.summary, judged.summary
+    assert name_the_cause([prc001, gross])[1].status == CONFIRMED
+    assert name_the_cause([prc001, crashed])[1].status == CONFIRMED
+    assert name_the_cause([tf32])[0].status == CONFIRMED            # no PRC001 confirmed: no cause to name
+
+
 def test_a_shortage_is_the_runs_where_the_problem_needs_a_fair_share_of_the_memory() -> None:
     """Memory and disk are shared with kanalyze's own workers (and, on the CPU, limited by it).
     A candidate that ran out of memory where the problem itself holds an eighth or more of what

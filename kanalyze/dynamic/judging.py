@@ -208,24 +208,37 @@ def _own_inputs(summary: str, own: str = "the problem's own inputs") -> str:
 
 
 def name_the_cause(verdicts: list[Verdict]) -> list[Verdict]:
-    """A value error of a reduced-precision size beside a confirmed PRC001 is that precision: CMP001's
-    verdict says so (both stand: the values are off, and why)."""
+    """A value error of a reduced-precision size beside a confirmed PRC001 is that precision.
+    CMP001's verdict says so (both stand: the values are off, and why).  CMP003's is no shape
+    specialisation: the same TF32 error at another size shows nothing about sizes, and it is
+    `unconfirmed` with why (a gross error there still confirms: unwritten tiles, a wrong tail)."""
     if not any(v.code == "PRC001" and v.status == CONFIRMED for v in verdicts):
         return verdicts
-    from kanalyze.dynamic.gates.prc001_ieee_error_bound import GROSS
-
     out = []
     for v in verdicts:
-        if v.code == "CMP001" and v.status == CONFIRMED and "metric" in v.details:
-            try:
-                scale = expected_scale(v)
-            except CannotJudge:   # (the judge could not say: CMP001 says no more than it found)
-                scale = 0.0
-            error = v.details["metric"].get("max_abs_error")
-            if scale and error is not None and error / scale <= GROSS:
-                v = replace(v, summary=v.summary + " (the size of the reduced precision PRC001 confirms: its cause)")
+        if v.code == "CMP001" and v.status == CONFIRMED and _of_reduced_precision(v):
+            v = replace(v, summary=v.summary + " (the size of the reduced precision PRC001 confirms: its cause)")
+        elif v.code == "CMP003" and v.status == CONFIRMED and _of_reduced_precision(v):
+            v = replace(v, status=UNCONFIRMED,
+                        summary=f"{v.summary}: an error of the size of the reduced precision PRC001 confirms, which "
+                                f"says nothing of the sizes; a shape defect at the sizes after this one was not looked "
+                                f"for")
         out.append(v)
     return out
+
+
+def _of_reduced_precision(verdict: Verdict) -> bool:
+    """A value failure no larger, relative to the output's magnitude, than a reduced precision gives."""
+    from kanalyze.dynamic.gates.prc001_ieee_error_bound import GROSS
+
+    if "metric" not in verdict.details:
+        return False
+    try:
+        scale = expected_scale(verdict)
+    except CannotJudge:   # (the judge could not say: the verdict says no more than it found)
+        return False
+    error = verdict.details["metric"].get("max_abs_error")
+    return bool(scale) and error is not None and error / scale <= GROSS
 
 
 def expected_scale(verdict: Verdict) -> float:

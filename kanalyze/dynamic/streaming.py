@@ -114,7 +114,7 @@ class Streaming:
             judged = self.gates[code].judge(self.contexts[code], own)
             for verdict in judged if isinstance(judged, list) else [judged]:
                 held_windows(verdict)   # the witness's windows, fetched now (the judge keeps them)
-                if verdict.code == "CMP001" and verdict.status == CONFIRMED:
+                if verdict.code in ("CMP001", "CMP003") and verdict.status == CONFIRMED:
                     expected_scale(verdict)   # (judging.name_the_cause asks it at the end)
         except Exception:   # it needs a case still to come, or the judge could not answer: keep them
             return False
