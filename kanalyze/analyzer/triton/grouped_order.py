@@ -29,9 +29,9 @@ import re
 import libcst as cst
 
 from kanalyze.analyzer.cstwalk import walk
+from kanalyze.analyzer.triton.calls import int_literal
 from kanalyze.analyzer.triton.entities import JitFunction
 from kanalyze.analyzer.triton.model import TritonModule
-from kanalyze.analyzer.triton.calls import int_literal
 
 GROUP_NAME = re.compile(r"group", re.IGNORECASE)
 
@@ -55,7 +55,7 @@ def whole_group_orderings(model: TritonModule, jit: JitFunction) -> list[tuple[c
                 modulos.append((node, group))
         elif isinstance(node.operator, cst.FloorDivide):
             divided.add(group)
-    return [(node, group) for node, group in modulos if group in divided and not _never_grouped(model, jit, group)]
+    return [(node, group) for node, group in modulos if group in divided and not _never_grouped(jit, group)]
 
 
 def _group_param(model: TritonModule, jit: JitFunction, expr: cst.BaseExpression, groups: set[str]) -> str | None:
@@ -70,6 +70,7 @@ def _group_param(model: TritonModule, jit: JitFunction, expr: cst.BaseExpression
     return None
 
 
-def _never_grouped(model: TritonModule, jit: JitFunction, group: str) -> bool:
+def _never_grouped(jit: JitFunction, group: str) -> bool:
+    """Every value the constexpr takes (default, launches, autotune configs) is 1: no grouping."""
     values = jit.constexpr_values(group)
     return bool(values) and all(int_literal(v) == 1 for v in values)
