@@ -44,8 +44,10 @@ class FloatAtomicOrder(Rule):
     address is injective over the launch's programs (each element gets one add
     per launch: every grid axis with several programs enters the address whole,
     as `pid * BLOCK + tl.arange(0, BLOCK)`, `h * stride_h`, or both halves of
-    `pid // H` and `pid % H`, each in a dimension of its own; what decides it is
-    in `analyzer/triton/program_slices.py`), and adds under a constexpr test
+    `pid // H` and `pid % H`, each in a dimension of its own; a kernel whose
+    `if IS_VARLEN:` reads its (sequence, chunk) from a table where the `else:`
+    computes them from the program ids is read on that dense path; what decides
+    it is in `analyzer/triton/program_slices.py`), and adds under a constexpr test
     that no value of the constexpr reaches (the split-K branch of
     `if SPLIT_K == 1:` where every autotune config, heuristic or launch sets
     `SPLIT_K` to 1).

@@ -13,15 +13,23 @@ to be injective when
   - each dimension that holds a program part holds that part alone (with its tile's
     lanes), so distinct parts give distinct indices;
   - a dimension whose stride divides another's (`cols` under `row * N + cols`) is
-    kept below the ratio: by the atomic's mask (`cols < N`) or by `% N`;
+    kept below the ratio to the next coarser dimension, as a mixed-radix digit is: by
+    the atomic's mask (`cols < N`, also scaled: `rows < T` bounds `rows * H` below
+    `T * H`) or by `% N` (a bound among the ratio's factors is enough: `h % H` under
+    `b * T * H`);
   - no other atomic of the kernel writes through the same base pointer.
+
+A kernel whose constexpr switches its coordinates to a table (fla's `if IS_VARLEN:`
+reading (sequence, chunk) from `chunk_indices` and `cu_seqlens`, `else:` computing them
+from the program ids) is read on its dense path (`dense_path.py`): the table lists the
+pairs the dense grid enumerates, each once.
 
 Dimensions with unrelated strides (`b * stride_b`, `h * stride_h`) are taken to be
 distinct dimensions of a tensor whose layout does not overlap itself.  Anything else
 is not decided: a loaded value in the address (a scatter, or a sequence/chunk index
-read from a table: which rows a table holds, and whether it repeats one, is data),
-a product of two varying values, a swizzle such as `(pid % W) // G`, a grid the
-source does not show.
+read from a table with no dense path beside it: which rows a table holds, and whether
+it repeats one, is data), a product of two varying values, a swizzle such as
+`(pid % W) // G`, a grid the source does not show.
 """
 
 from __future__ import annotations
@@ -34,7 +42,9 @@ import libcst as cst
 from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.triton.calls import bind_call_args, int_literal, keyword
 from kanalyze.analyzer.triton.dataflow import own_value
+from kanalyze.analyzer.triton.dense_path import in_arm, table_arms
 from kanalyze.analyzer.triton.entities import Function, JitFunction
+from kanalyze.analyzer.triton.launch_axes import multi_program_axes
 from kanalyze.analyzer.triton.model import TritonModule
 
 TL = "triton.language."
@@ -69,6 +79,8 @@ def programs_own_disjoint_addresses(model: TritonModule, jit: JitFunction, call:
     if axes is None:
         return False
     reader = _Reader(model)
+    if in_arm(model, call, reader.table_arms(jit.function)):
+        return False  # an add only the table-coordinates path makes: its addresses are data
     try:
         sums = reader.expand(jit.function, pointer)
         mask = keyword(call, "mask", 2)
@@ -92,53 +104,31 @@ def _shares_base(model: TritonModule, reader: _Reader, jit: JitFunction, call: c
         if other.node is call:
             continue
         target = keyword(other.node, "pointer", 0)
-        if target is None or mine & bases(reader.expand(other.function, target)):
+        if target is None:
             return True
+        try:
+            if mine & bases(reader.expand(other.function, target)):
+                return True
+        except _Undecided:  # an address this reading does not decide: does it start from one of ours?
+            if not all(len(b) == 1 and b[0].isidentifier() for b in mine) or \
+                    {b[0] for b in mine} & _names_reached(model, other.function, target):
+                return True
     return False
 
 
-# -- the grid ------------------------------------------------------------------------
-
-def multi_program_axes(model: TritonModule, jit: JitFunction, depth: int = 3) -> set[int] | None:
-    """The axes on which a launch can run more than one program (a helper: its callers'
-    launches); None where a grid is not readable or no launch is visible."""
-    if depth < 0 or not (jit.launches or jit.called_from):
-        return None
-    found: set[int] = set()
-    for launch in jit.launches:
-        grids = _grid_values(model, launch.wrapper, launch.grid)
-        if grids is None:
-            return None
-        found |= {axis for dims in grids for axis, dim in enumerate(dims) if int_literal(dim) != 1}
-    for caller, _ in jit.called_from:
-        outer = model.jit.get(caller.name)
-        axes = multi_program_axes(model, outer, depth - 1) if outer is not None and outer.function is caller else None
-        if axes is None:
-            return None
-        found |= axes
-    return found
-
-
-def _grid_values(model: TritonModule, wrapper: Function | None, grid) -> list[list] | None:
-    """The dimensions of every value a grid can have: a local name assigned in several
-    branches gives each of its tuples, `lambda meta: (...)` its body."""
-    grids = [grid]
-    for _ in range(3):
-        if wrapper is None or not any(isinstance(g, cst.Name) for g in grids):
-            break
-        if not all(isinstance(g, cst.Name) for g in grids):
-            return None
-        defs = [d for g in grids for d in model.flow(wrapper).defs_of(g.value)]
-        if not defs or any(d.kind != "assign" for d in defs):
-            return None
-        grids = [own_value(d) for d in defs]
-    values = []
-    for g in grids:
-        g = g.body if isinstance(g, cst.Lambda) else g
-        if not isinstance(g, (cst.Tuple, cst.List)) or any(not isinstance(e, cst.Element) for e in g.elements):
-            return None
-        values.append([e.value for e in g.elements])
-    return values
+def _names_reached(model: TritonModule, func: Function, expr: cst.BaseExpression) -> set[str]:
+    """Every name `expr` reads, and every name their definitions read, transitively."""
+    seen: set[str] = set()
+    stack = [n.value for n in walk(expr) if isinstance(n, cst.Name)]
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for d in model.flow(func).defs_of(name):
+            if d.value is not None:
+                stack += [n.value for n in walk(d.value) if isinstance(n, cst.Name)]
+    return seen
 
 
 # -- reading the address -------------------------------------------------------------
@@ -148,6 +138,21 @@ class _Reader:
 
     def __init__(self, model: TritonModule) -> None:
         self.model = model
+        self._arms: dict[int, set[int]] = {}
+
+    def table_arms(self, func: Function) -> set[int]:
+        """The arms a dense reading of `func` sets aside (`dense_path.py`)."""
+        if id(func.node) not in self._arms:
+            jit = self.model.jit.get(func.name)
+            self._arms[id(func.node)] = table_arms(self.model, jit) if jit is not None and jit.function is func \
+                else set()
+        return self._arms[id(func.node)]
+
+    def defs_of(self, func: Function, name: str) -> list:
+        """`name`'s definitions on the kernel's dense path: those in a table arm set aside."""
+        defs = self.model.flow(func).defs_of(name)
+        arms = self.table_arms(func)
+        return [d for d in defs if not in_arm(self.model, d.node, arms)] or defs
 
     def expand(self, func: Function, expr: cst.BaseExpression, depth: int = 8) -> list[Sum]:
         if depth < 0:
@@ -228,7 +233,7 @@ class _Reader:
             return True
 
     def _name(self, func: Function, name: str, depth: int) -> list[Sum]:
-        defs = self.model.flow(func).defs_of(name)
+        defs = self.defs_of(func, name)
         if not defs:
             return [(Term((name,)),)]  # a global: the same for every program
         starts: list[Sum] = []
@@ -288,7 +293,7 @@ def _bounds(reader: _Reader, func: Function, mask: cst.BaseExpression) -> list[t
         elif isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.BitAnd, cst.Multiply)):
             stack += [node.left, node.right]
         elif isinstance(node, cst.Name):
-            defs = reader.model.flow(func).defs_of(node.value)
+            defs = reader.defs_of(func, node.value)
             if len(defs) == 1 and defs[0].kind == "assign":
                 stack.append(own_value(defs[0]))
         elif isinstance(node, cst.Comparison) and len(node.comparisons) == 1 and \
@@ -331,19 +336,41 @@ def _injective(terms: Sum, axes: set[int], bounds) -> bool:
         if len(parts) > 1 or [t for t in members if t is not part] != own_lanes:
             return False  # two parts in one dimension, or lanes or a loop that are not the part's own tile
         covered.add(part.var[1:])
-    for stride, members in dims.items():  # a finer dimension stays below its ratio to a coarser one
-        for coarser in dims:
+    for stride, members in dims.items():  # a finer dimension stays below its ratio to the next coarser one
+        index = frozenset(_within(t, stride) for t in members)  # `(i * BT + lanes)` of `(i * BT + lanes) * HQ`
+        for coarser in _next_coarser(stride, dims):
             ratio = _ratio(stride, coarser)
-            if ratio is None:
-                continue
-            modulo = len(members) == 1 and members[0].var[0] == "pid" and members[0].var[2] == ("mod", ratio)
-            if not modulo and (frozenset(members), ratio) not in bounds:
+            part = members[0].var if len(members) == 1 and members[0].var[0] == "pid" else None
+            modulo = part is not None and part[2] != "all" and part[2][0] == "mod" and _at_most(part[2][1], ratio)
+            if not modulo and not any(terms == index and _at_most(bound, ratio) for terms, bound in bounds):
                 return False
     for axis in axes:  # every axis with several programs enters whole, or as `// D` and `% D`
         divisors = {part[1] for a, part in covered if a == axis and part != "all" and part[0] == "div"}
         if (axis, "all") not in covered and not any((axis, ("mod", d)) in covered for d in divisors):
             return False
     return True
+
+
+def _next_coarser(stride: tuple[str, ...], dims) -> list[tuple[str, ...]]:
+    """The dimensions just above `stride`: coarser, with no other dimension between them.
+    Each finer index kept below its ratio to these keeps the whole address injective, as
+    the digits of a mixed-radix number do."""
+    coarser = [c for c in dims if _ratio(stride, c) is not None]
+    return [c for c in coarser if not any(_ratio(m, c) is not None for m in coarser if m != c)]
+
+
+def _within(term: Term, stride: tuple[str, ...]) -> Term:
+    """`term` with its dimension's stride factors taken out: its part of the index."""
+    rest = list(term.stride)
+    for factor in stride:
+        rest.remove(factor)
+    return Term(tuple(rest), term.var)
+
+
+def _at_most(bound: tuple[str, ...], ratio: tuple[str, ...]) -> bool:
+    """Is a product of `bound`'s factors at most the product of `ratio`'s?  Yes when they
+    are among them: every factor is a size, a stride or a literal, at least 1."""
+    return bound == ratio or _ratio(bound, ratio) is not None
 
 
 def _ratio(finer: tuple[str, ...], coarser: tuple[str, ...]) -> tuple[str, ...] | None:

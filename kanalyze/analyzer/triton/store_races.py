@@ -25,8 +25,8 @@ from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.triton.calls import calls_within, int_literal, keyword
 from kanalyze.analyzer.triton.early_exits import is_pid_call
 from kanalyze.analyzer.triton.entities import JitFunction
+from kanalyze.analyzer.triton.launch_axes import multi_program_axes
 from kanalyze.analyzer.triton.model import TritonModule
-from kanalyze.analyzer.triton.program_slices import multi_program_axes
 
 STORE = "triton.language.store"
 ANY = "any"   # an axis the source does not show: a computed axis, or a helper's own reads
