@@ -405,3 +405,25 @@ def test_backward_reads_what_forward_saved() -> None:
         """)
     assert host_dtypes(model, "Attn.backward", "q") == {"float16"}
     assert host_dtypes(model, "Unpacked.backward", "q") == {UNKNOWN}
+
+
+@pytest.mark.parametrize("added, expected", [
+    ("offs[:, None] == offs[None, :]", {"float32"}),   # `A += I` as a boolean: still float32
+    ("1", {"float32"}),                                # a Python number is weak
+    ("tl.zeros((N, N), dtype=tl.float64)", {"float64"}),
+])
+def test_an_augmented_assignment_promotes_the_target_with_the_value(added: str, expected: set[str]) -> None:
+    model = model_of(f"""
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def k(a_ptr, o_ptr, N: tl.constexpr):
+            offs = tl.arange(0, N)
+            a = tl.load(a_ptr + offs[:, None] * N + offs[None, :]).to(tl.float32)
+            a += {added}
+            tl.store(o_ptr + offs[:, None] * N + offs[None, :], a)
+    """)
+    func = function(model, "k")
+    store = next(site.node for site in model.calls if site.qualname == "triton.language.store")
+    assert DtypeFlow(model).value(func, store.args[1].value) == expected

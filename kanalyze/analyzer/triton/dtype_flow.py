@@ -326,25 +326,41 @@ class DtypeFlow:
     def _name_value(self, func: Function, name: str, depth: int, at: cst.Name | None = None) -> set[str]:
         found: set[str] = set()
         for d in self._ordered_defs(func, name, at):
-            if d.kind == "param":
-                jit = self._jit(func)
-                if jit is not None and jit.called_from and not jit.launches:
-                    for caller, call in jit.called_from:
-                        arg = bind_call_args(call, jit.params).get(name)
-                        found |= self._raw(caller, arg, depth - 1) if arg is not None else {UNKNOWN}
-                elif jit is not None and name in jit.constexpr_names:
-                    found.add(UNKNOWN)  # a Python number, weak in arithmetic (`_weak`)
-                else:
-                    found.add(SCALAR)  # a scalar argument of the launch
-            elif d.kind == "for":
-                found.add("int32")
-            elif d.kind == "augassign" and d.value is not None:
-                found |= self._raw(func, d.value, depth - 1)
-            elif d.value is not None and (value := self.unpacked(d, d.value)) is not None:
-                found |= self._raw(func, value, depth - 1)
+            if d.kind == "augassign" and d.value is not None and isinstance(d.node.target, cst.Name):
+                found |= self._augmented(func, d, depth)
             else:
-                found.add(UNKNOWN)
+                found |= self._def_value(func, d, depth)
         return found or {UNKNOWN}
+
+    def _augmented(self, func: Function, d, depth: int) -> set[str]:
+        """`x += v` is `x = x + v`: each dtype `x` gets from its other definitions, promoted
+        with `v`'s (`b_A += rows == cols` keeps b_A's float32; so does `acc += tl.dot(...)`)."""
+        starts = {t for o in self.model.flow(func).defs_of(d.name) if o.kind != "augassign"
+                  for t in self._def_value(func, o, depth)} or {UNKNOWN}
+        weak, divide = self._weak(func, d.value), d.operator == "/="
+        found = {promote(a, b, False, weak, divide) for a in starts for b in self._raw(func, d.value, depth - 1)}
+        return {"float32" if divide and t in INT_RANK else t for t in found}
+
+    def _def_value(self, func: Function, d, depth: int) -> set[str]:
+        """The dtypes one definition gives its name (an augmented one: its value's)."""
+        if d.kind == "param":
+            jit = self._jit(func)
+            if jit is not None and jit.called_from and not jit.launches:
+                found: set[str] = set()
+                for caller, call in jit.called_from:
+                    arg = bind_call_args(call, jit.params).get(d.name)
+                    found |= self._raw(caller, arg, depth - 1) if arg is not None else {UNKNOWN}
+                return found
+            if jit is not None and d.name in jit.constexpr_names:
+                return {UNKNOWN}  # a Python number, weak in arithmetic (`_weak`)
+            return {SCALAR}  # a scalar argument of the launch
+        if d.kind == "for":
+            return {"int32"}
+        if d.kind == "augassign" and d.value is not None:
+            return set(self._raw(func, d.value, depth - 1))
+        if d.value is not None and (value := self.unpacked(d, d.value)) is not None:
+            return set(self._raw(func, value, depth - 1))
+        return {UNKNOWN}
 
     def _call_value(self, func: Function, call: cst.Call, depth: int) -> set[str]:
         model = self.model
