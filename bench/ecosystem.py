@@ -203,6 +203,22 @@ def report(projects: list[dict], runs: dict, triage: dict) -> bool:
         print(f"  {code:<8} triaged {judged:>4}  false {verdicts['false']:>3}  {_pct(share):>6}  "
               f"{'ok' if ok else 'MISSED' if judged else 'untriaged'}")
 
+    # A finding on operands whose dtype the source does not show claims a condition ("if they are
+    # float32 ..."), not a fact: the two kinds' false shares, apart.
+    by_dtype: dict[tuple[str, bool], Counter] = defaultdict(Counter)
+    for project in projects:
+        name = project["name"]
+        for f in runs[name][0]:
+            known = (f.evidence or {}).get("dtype_known")
+            if not f.informational and known is not None and key(name, f) in triage:
+                by_dtype[(f.code, known)][triage[key(name, f)]["verdict"]] += 1
+    if by_dtype:
+        print("\nby whether the finding saw its operands' dtype (evidence `dtype_known`)")
+    for (code, known), verdicts in sorted(by_dtype.items()):
+        judged = sum(verdicts.values())
+        print(f"  {code:<8} {'dtype shown' if known else 'dtype unknown':<14} triaged {judged:>4}  "
+              f"false {verdicts['false']:>3}  {_pct(verdicts['false'] / judged):>6}")
+
     print("\nper clause, as each file's profile shows it (library files: `library`, whose notes claim a count, "
           "not a fact)")
     shown_by_clause: dict[str, Counter] = defaultdict(Counter)
