@@ -110,24 +110,26 @@ def _shares_base(model: TritonModule, reader: _Reader, jit: JitFunction, call: c
             if mine & bases(reader.expand(other.function, target)):
                 return True
         except _Undecided:  # an address this reading does not decide: does it start from one of ours?
-            if not all(len(b) == 1 and b[0].isidentifier() for b in mine) or \
-                    {b[0] for b in mine} & _names_reached(model, other.function, target):
+            reached = _names_reached(model, other.function, target)
+            if reached is None or not all(len(b) == 1 and b[0].isidentifier() for b in mine) or \
+                    {b[0] for b in mine} & reached:
                 return True
     return False
 
 
-def _names_reached(model: TritonModule, func: Function, expr: cst.BaseExpression) -> set[str]:
-    """Every name `expr` reads, and every name their definitions read, transitively."""
+def _names_reached(model: TritonModule, func: Function, expr: cst.BaseExpression) -> set[str] | None:
+    """Every name `expr` reads, and every name their definitions read, transitively; None
+    where a value on the way is made a pointer (`.to(tl.pointer_type(...))` of an address
+    read from a table: it may point anywhere)."""
     seen: set[str] = set()
-    stack = [n.value for n in walk(expr) if isinstance(n, cst.Name)]
+    stack = [expr]
     while stack:
-        name = stack.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for d in model.flow(func).defs_of(name):
-            if d.value is not None:
-                stack += [n.value for n in walk(d.value) if isinstance(n, cst.Name)]
+        node = stack.pop()
+        if any(isinstance(n, cst.Call) and model.call_name(n) == TL + "pointer_type" for n in walk(node)):
+            return None
+        for name in {n.value for n in walk(node) if isinstance(n, cst.Name)} - seen:
+            seen.add(name)
+            stack += [d.value for d in model.flow(func).defs_of(name) if d.value is not None]
     return seen
 
 
