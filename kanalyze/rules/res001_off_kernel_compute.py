@@ -11,6 +11,7 @@ from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.names import dotted
 from kanalyze.analyzer.project_index import linked_of
 from kanalyze.analyzer.triton.calls import keyword, string_literal
+from kanalyze.analyzer.triton.device_branches import off_device, off_device_arms
 from kanalyze.analyzer.triton.entities import Function, REFERENCE_CLASS, REFERENCE_FUNCTION
 from kanalyze.analyzer.triton.host import candidate_functions
 from kanalyze.analyzer.triton.host_compute import host_trips, module_attrs
@@ -58,7 +59,10 @@ class OffKernelCompute(Rule):
     parameter is a device function, not a kernel: it is not reported; nor is a
     kernel that another checked module imports and launches or hands on as a
     value: `kanalyze check` links the modules of the paths it checks, the
-    editor sees one file). In a candidate's file (it defines `ModelNew`), the
+    editor sees one file). Not flagged either: PyTorch in a branch taken only
+    for tensors off the GPU (`if not x.is_cuda:`, the `else:` of `if
+    x.is_cuda:`), where the benchmark's inputs never go; a test that mixes in
+    anything else (`x.is_cuda and x.dim() == 3`) keeps its `else` flagged. In a candidate's file (it defines `ModelNew`), the
     other clauses say nothing of a kernel nothing launches: it never runs, and
     this one report stands for it. Allocation, layout and
     metadata (`torch.empty_like`, `.contiguous()`, `x.shape[0]`, `triton.cdiv`)
@@ -178,9 +182,11 @@ class OffKernelCompute(Rule):
                     handled.add(id(handler))
                     yield report
             trips = host_trips(function, model)
+            off_gpu = off_device_arms(model, function.node)   # `if not x.is_cuda:`: never on the benchmark's GPU
             for node, what in computing[id(function.node)]:
-                if any(id(a) in handled or id(a) in trips for a in model.ancestors(node)):
-                    continue  # reported as part of the fallback handler or the host copy
+                if off_device(model, node, off_gpu) or any(id(a) in handled or id(a) in trips
+                                                           for a in model.ancestors(node)):
+                    continue  # off the GPU, or reported as part of the fallback handler or the host copy
                 text = expr_text(model, node)
                 if kernel is not None:
                     advice = f"move the work into `{kernel}` or drop the call"
@@ -192,8 +198,8 @@ class OffKernelCompute(Rule):
                                         f"of the kernel; {advice}",
                                   expression=text, function=function.qualname, kernel_launched=kernel or "")
             for call, effect in trips.values():
-                if any(id(a) in trips for a in model.ancestors(call)):
-                    continue  # `x.cpu().numpy()`: one report for the chain
+                if off_device(model, call, off_gpu) or any(id(a) in trips for a in model.ancestors(call)):
+                    continue  # off the GPU, or `x.cpu().numpy()`: one report for the chain
                 text = expr_text(model, call)
                 yield self.report(call, f"`{text}` in `{function.qualname}` {effect} and synchronises the device "
                                         f"on every call; keep the data on the GPU (sizes come from `.shape`)",
