@@ -52,9 +52,10 @@ class NonFiniteSwallowed(Rule):
     for rows with no valid lane, `tl.where(m == -inf, 0.0, m)`), whose NaN
     `exp(x - m)` carries on, also when the max is stored beside the running sum
     it scales (the two a log-sum-exp is made of) or returned by a helper whose
-    callers only store it next to that sum; a variance `E[x²] - mean²` clamped
-    at zero whose mean is stored beside it and holds the NaN (a norm's
-    statistics: `(x - mean) * rstd` is NaN where the reference's is).
+    callers only store it next to that sum. A variance `E[x²] - mean²` clamped
+    at zero is flagged even where its mean is stored beside it: a +inf input
+    makes it inf - inf = NaN, the clamp makes that 0, and `(x - mean) * rstd`
+    is -inf where torch's norm is NaN.
 
     The other direction: a ratio of exponentials that overflows float32
     (`(tl.exp(2 * x) - 1) / (tl.exp(2 * x) + 1)`, a tanh or GELU-tanh by hand)

@@ -5,9 +5,11 @@ matters only where the value it drops reaches a store (or a helper's return)
 through that call alone.  Excused: a value that still holds the data beside the
 call (`x - tl.max(x)`), a softmax stabiliser stored beside the running sum it
 scales (the two a log-sum-exp is made of; also through a guard for empty rows,
-`tl.where(m == -inf, 0.0, m)`), a variance `E[x²] - mean²` clamped at zero whose
-mean, stored too, holds the NaN (a norm's statistics), a helper's result that its callers
-only store next to a value holding the NaN.  Also: whether an expression reaches
+`tl.where(m == -inf, 0.0, m)`), a helper's result that its callers only store next to
+a value holding the NaN.  Not excused: a variance `E[x²] - mean²` clamped at zero beside
+its stored mean.  For a NaN input the mean holds the NaN, but a +inf makes the variance
+inf - inf = NaN, the clamp makes it 0, and the mean is inf: `(x - mean) * rstd` is -inf
+where the reference (torch's norms, torch.clamp) is NaN.  Also: whether an expression reaches
 the output at all, and whether a `where` downstream selects its lanes away.
 """
 
@@ -64,7 +66,7 @@ class NanEscape(NanPaths):
                 returned.add(position)
             elif position is False:
                 partner = True
-        if stored and not ((partner and self.stabilizes(holders)) or self.moments(call)):
+        if stored and not (partner and self.stabilizes(holders)):
             return True
         if not returned:
             return False
@@ -88,22 +90,6 @@ class NanEscape(NanPaths):
             for side, other in ((node.left, node.right), (node.right, node.left)):
                 if names_read(side) & names and self.nan.level(self.jit, other) >= LANE:
                     return True
-        return False
-
-    def moments(self, call: cst.Call) -> bool:
-        """Is the dropped value a variance `E[x²] - mean²` (clamped at zero), whose `mean`
-        holds the NaN and is stored too?  A norm's statistics are read as a pair:
-        `(x - mean) * rstd` is NaN where the reference's is, whatever rstd is."""
-        stored = {name for sink, _, position in self.sinks() if position is False for name in names_read(sink)}
-        for node in walk(call):
-            if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Subtract)):
-                continue
-            square = node.right
-            if isinstance(square, cst.BinaryOperation) and isinstance(square.operator, cst.Multiply) and \
-                    isinstance(square.left, cst.Name) and isinstance(square.right, cst.Name) and \
-                    square.left.value == square.right.value and square.left.value in stored and \
-                    self.nan.level(self.jit, square.left) >= LANE:
-                return True
         return False
 
     def callers_keep(self, clean: set[int | None], carrying: set[int | None]) -> bool:
