@@ -110,10 +110,10 @@ def _shares_base(model: TritonModule, reader: _Reader, jit: JitFunction, call: c
             if mine & bases(reader.expand(other.function, target)):
                 return True
         except _Undecided:  # an address this reading does not decide: does it start from one of ours?
-            reached = _names_reached(model, other.function, target)
+            reached = _names_reached(model, other.function, target) if other.function is jit.function else None
             if reached is None or not all(len(b) == 1 and b[0].isidentifier() for b in mine) or \
                     {b[0] for b in mine} & reached:
-                return True
+                return True  # (in a helper or its caller, names differ: taken to share)
     return False
 
 
