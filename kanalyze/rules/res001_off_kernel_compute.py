@@ -61,12 +61,13 @@ class OffKernelCompute(Rule):
     value: `kanalyze check` links the modules of the paths it checks, the
     editor sees one file). Not flagged either: PyTorch in a branch taken only
     for tensors off the GPU (`if not x.is_cuda:`, the `else:` of `if
-    x.is_cuda:`), where the benchmark's inputs never go; a test that mixes in
-    anything else (`x.is_cuda and x.dim() == 3`) keeps its `else` flagged. In a candidate's file (it defines `ModelNew`), the
-    other clauses say nothing of a kernel nothing launches: it never runs, and
-    this one report stands for it. Allocation, layout and
-    metadata (`torch.empty_like`, `.contiguous()`, `x.shape[0]`, `triton.cdiv`)
-    are not flagged.
+    x.is_cuda:`), where the benchmark's inputs never go (a test that mixes in
+    anything else, `x.is_cuda and x.dim() == 3`, keeps its `else` flagged), nor
+    in an assert's message, which runs only when the assertion fails. In a
+    candidate's file (it defines `ModelNew`), the other clauses say nothing of
+    a kernel nothing launches: it never runs, and this one report stands for
+    it. Allocation, layout and metadata (`torch.empty_like`, `.contiguous()`,
+    `x.shape[0]`, `triton.cdiv`) are not flagged.
 
     ## Why is this bad
     The benchmark credits the kernel with whatever the forward returns. When
@@ -184,9 +185,9 @@ class OffKernelCompute(Rule):
             trips = host_trips(function, model)
             off_gpu = off_device_arms(model, function.node)   # `if not x.is_cuda:`: never on the benchmark's GPU
             for node, what in computing[id(function.node)]:
-                if off_device(model, node, off_gpu) or any(id(a) in handled or id(a) in trips
-                                                           for a in model.ancestors(node)):
-                    continue  # off the GPU, or reported as part of the fallback handler or the host copy
+                if off_device(model, node, off_gpu) or _assert_message(model, node) or \
+                        any(id(a) in handled or id(a) in trips for a in model.ancestors(node)):
+                    continue  # off the GPU, said only when an assert fails, or reported with its handler or copy
                 text = expr_text(model, node)
                 if kernel is not None:
                     advice = f"move the work into `{kernel}` or drop the call"
@@ -271,6 +272,17 @@ class OffKernelCompute(Rule):
             yield self.report(jit.node.name, f"`{jit.name}` is never launched from {where}; {tail}",
                               kernel=jit.name, launched=sorted({l.kernel.name for l in launches}),
                               **({NEVER_LAUNCHED: True} if candidate else {}))
+
+
+def _assert_message(model: TritonModule, node: cst.CSTNode) -> bool:
+    """Is `node` in an assert's message (`assert ok, f"... {x.abs().max()}"`)?  Python
+    evaluates it only when the assertion fails: it computes nothing a passing call returns."""
+    child = node
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, cst.Assert):
+            return child is ancestor.msg
+        child = ancestor
+    return False
 
 
 def _from_input(model: TritonModule, function: Function, expr: cst.BaseExpression,
