@@ -16,7 +16,7 @@ from kanalyze.analyzer.cstwalk import node_text
 from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.names import dotted
 from kanalyze.analyzer.triton.calls import calls_within, keyword
-from kanalyze.analyzer.triton.exp_overflow import OverflowRatio, log_product_operand
+from kanalyze.analyzer.triton.exp_overflow import OverflowRatio, abs_cancellation, log_product_operand
 from kanalyze.analyzer.triton.host import candidate_functions
 from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.analyzer.triton.nan_carriers import (CLAMP, ELEMENTWISE, FLIP, LANE, REDUCTIONS, TL, NanLevels, literal,
@@ -57,7 +57,9 @@ class NonFiniteSwallowed(Rule):
     makes it inf - inf = NaN, the clamp makes that 0, and `(x - mean) * rstd`
     is -inf where torch's norm is NaN.
 
-    The other direction: a ratio of exponentials that overflows float32
+    The other direction: a value added to its own absolute value (`(x +
+    tl.abs(x)) * 0.5`, a ReLU by hand), NaN at x = -inf where torch.relu is 0;
+    a ratio of exponentials that overflows float32
     (`(tl.exp(2 * x) - 1) / (tl.exp(2 * x) + 1)`, a tanh or GELU-tanh by hand)
     is inf / inf = NaN for large inputs where the function it stands for is
     finite; the finding quotes an input, found by evaluating the ratio in
@@ -157,6 +159,7 @@ class NonFiniteSwallowed(Rule):
                     yield report
             yield from self._overflow_ratios()
             yield from self._log_products()
+            yield from self._abs_cancellations()
         yield from self._check_host()
 
     # -- kernels --------------------------------------------------------------
@@ -241,6 +244,23 @@ class NonFiniteSwallowed(Rule):
                                     f"after it, where torch.cumprod is finite; multiply instead (`tl.cumprod`, or "
                                     f"`tl.associative_scan` with a product)", kernel=self.jit.name,
                               expression=text, pattern="log-product-nan")
+
+    def _abs_cancellations(self) -> Iterator[Report]:
+        """`(x + tl.abs(x)) * 0.5`: a ReLU by hand is -inf + inf = NaN at x = -inf, where
+        torch.relu gives 0 (and `tl.abs(x) - x` at +inf)."""
+        for node in walk(self.jit.node):
+            if not isinstance(node, cst.BinaryOperation):
+                continue
+            found = abs_cancellation(self.model, self.reach, node)
+            if found is None or not self._flow.floaty(node.left) or not self._flow.reaches_output(node):
+                continue
+            variable, infinity = found
+            text = expr_text(self.model, node)
+            yield self.report(node, f"`{text}` is NaN at {variable} = {infinity} (inf - inf), where the ReLU it "
+                                    f"computes is 0 (torch.relu({infinity}) is finite); write "
+                                    f"`tl.maximum({variable}, 0.0, propagate_nan=tl.PropagateNan.ALL)` (or "
+                                    f"`tl.minimum` for the negative part)", kernel=self.jit.name, expression=text,
+                              pattern="abs-cancellation-nan")
 
     def _kernel_report(self, call: cst.Call, message: str, pattern: str) -> Report:
         text = expr_text(self.model, call)

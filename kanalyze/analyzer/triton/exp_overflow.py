@@ -5,7 +5,10 @@ GELU-tanh by hand) is inf / inf = NaN for large inputs where the function it
 stands for is finite: `OverflowRatio` evaluates the ratio in float32 and float64
 at a few inputs and returns one where only float32 is NaN.  A cumulative product
 through logarithms (`tl.exp(tl.cumsum(tl.log(x)))`) is NaN from the first negative
-x on: `log_product_operand` finds its x where x can be negative.
+x on: `log_product_operand` finds its x where x can be negative.  A value added to
+its own absolute value (`(x + tl.abs(x)) * 0.5`, a ReLU by hand; `tl.abs(x) - x`) is
+-inf + inf = NaN at an infinite x where the function it stands for is 0:
+`abs_cancellation` finds the x and the infinity.
 """
 
 from __future__ import annotations
@@ -181,3 +184,30 @@ def nonnegative(model: TritonModule, reach: Reaching, expr: cst.BaseExpression) 
             return any(isinstance(a.value, (cst.Integer, cst.Float)) for a in expr.args)
         return leaf in ("abs", "fabs", "exp", "exp2", "sigmoid", "sqrt", "sqrt_rn", "softmax")
     return False
+
+
+def abs_cancellation(model: TritonModule, reach: Reaching, node: cst.BinaryOperation) -> tuple[str, str] | None:
+    """(x's text, the infinity) where `node` is `x + tl.abs(x)`, `tl.abs(x) + x` (NaN at
+    x = -inf), `x - tl.abs(x)` or `tl.abs(x) - x` (NaN at x = +inf)."""
+    if not isinstance(node.operator, (cst.Add, cst.Subtract)):
+        return None
+    for plain, absolute, abs_first in ((node.left, node.right, False), (node.right, node.left, True)):
+        call = through_names(reach, absolute)
+        if not (isinstance(call, cst.Call) and (model.call_name(call) or "").rpartition(".")[2] in ("abs", "fabs")
+                and len(call.args) == 1):
+            continue
+        inner = call.args[0].value
+        if node_text(model.module, plain) != node_text(model.module, inner) or not _same_value(reach, plain, inner):
+            continue
+        if isinstance(node.operator, cst.Add):
+            return node_text(model.module, plain), "-inf"
+        return node_text(model.module, plain), "+inf"   # x - |x| and |x| - x: inf - inf at +inf
+    return None
+
+
+def _same_value(reach: Reaching, a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
+    """Do two spellings of one name read the same definitions?"""
+    if isinstance(a, cst.Name) and isinstance(b, cst.Name):
+        return {id(d) for d in reach.defs(a.value, a)} == {id(d) for d in reach.defs(b.value, b)}
+    return True
+
