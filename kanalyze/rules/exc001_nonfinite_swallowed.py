@@ -37,7 +37,8 @@ class NonFiniteSwallowed(Rule):
     `propagate_nan=tl.PropagateNan.ALL`, `tl.max` / `tl.min` reductions (they
     reduce with that same NaN-dropping maximum), comparison-based selects
     whose NaN lanes take the other branch (`tl.where(x > 0, x, 0.0)`, a
-    running max `m = tl.where(v > m, v, m)`), and explicit replacement
+    running max `m = tl.where(v > m, v, m)`, also with the compare ANDed with
+    a mask, `valid & (v > m)`), and explicit replacement
     (`tl.where(x != x, 0.0, x)`, `libdevice.isnan`, `isinf`).  In `forward`:
     `torch.nan_to_num`, `torch.where(torch.isnan(y), ...)`,
     `masked_fill(y.isnan(), ...)`.
@@ -329,6 +330,13 @@ def _where_swallow(model: TritonModule, call: cst.Call, cond, a, b, carries, hos
         return subject, nan_branch, "nan-replaced", (
             f"`{text}` replaces {specials} in `{expr_text(model, subject)}` with "
             f"`{expr_text(model, nan_branch)}`; the reference propagates it: remove the replacement")
+    whole = cond
+    if not negated and isinstance(cond, cst.BinaryOperation) and isinstance(cond.operator, cst.BitAnd):
+        # `valid & (v > m)`: a conjunct that is False for NaN makes the whole test False there
+        cond = next((part for part in _conjuncts(cond) if isinstance(part, cst.Comparison)
+                     and len(part.comparisons) == 1 and (type(part.comparisons[0].operator) in FLIP
+                                                         or isinstance(part.comparisons[0].operator, cst.Equal))),
+                    cond)
     if host or not (isinstance(cond, cst.Comparison) and len(cond.comparisons) == 1):
         return None
     op, right = cond.comparisons[0].operator, cond.comparisons[0].comparator
@@ -341,9 +349,17 @@ def _where_swallow(model: TritonModule, call: cst.Call, cond, a, b, carries, hos
     if subject is None or carries(nan_branch, subject):
         return None  # a branch that is not the tested value: a mask or a step function
     fix = "rewrite it so that NaN lanes take the value branch"
-    if type(op) in FLIP and not negated:
+    if type(op) in FLIP and not negated and cond is whole:
         fix = (f"use `tl.where({expr_text(model, cond.left)} {FLIP[type(op)]} {expr_text(model, right)}, "
                f"{expr_text(model, nan_branch)}, {expr_text(model, kept)})` so that NaN lanes keep the value")
     return subject, nan_branch, "compare", (
         f"`{text}` sends NaN lanes to `{expr_text(model, nan_branch)}` (a comparison with NaN is "
         f"{'True' if nan_true else 'False'}), where the reference propagates NaN; {fix}")
+
+
+def _conjuncts(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The operands of a chain of `&`."""
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.BitAnd):
+        return _conjuncts(expr.left) + _conjuncts(expr.right)
+    return [expr]
+
