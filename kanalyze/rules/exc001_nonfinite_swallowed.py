@@ -256,12 +256,13 @@ class NonFiniteSwallowed(Rule):
             if found is None or not self._flow.floaty(node.left) or not self._flow.reaches_output(node):
                 continue
             variable, infinity = found
+            # x + |x| is 2·max(x, 0), 0 at -inf; |x| - x and x - |x| are ±2·min(x, 0), 0 at +inf
+            part, fix = ("ReLU", "tl.maximum") if infinity == "-inf" else ("negative part", "tl.minimum")
             text = expr_text(self.model, node)
-            yield self.report(node, f"`{text}` is NaN at {variable} = {infinity} (inf - inf), where the ReLU it "
-                                    f"computes is 0 (torch.relu({infinity}) is finite); write "
-                                    f"`tl.maximum({variable}, 0.0, propagate_nan=tl.PropagateNan.ALL)` (or "
-                                    f"`tl.minimum` for the negative part)", kernel=self.jit.name, expression=text,
-                              pattern="abs-cancellation-nan")
+            yield self.report(node, f"`{text}` is NaN at {variable} = {infinity} (inf - inf), where the {part} it "
+                                    f"computes is 0 (torch.relu and torch.clamp are finite there); write "
+                                    f"`{fix}({variable}, 0.0, propagate_nan=tl.PropagateNan.ALL)`",
+                              kernel=self.jit.name, expression=text, pattern="abs-cancellation-nan")
 
     def _kernel_report(self, call: cst.Call, message: str, pattern: str) -> Report:
         text = expr_text(self.model, call)
@@ -330,14 +331,23 @@ def _where_swallow(model: TritonModule, call: cst.Call, cond, a, b, carries, hos
         return subject, nan_branch, "nan-replaced", (
             f"`{text}` replaces {specials} in `{expr_text(model, subject)}` with "
             f"`{expr_text(model, nan_branch)}`; the reference propagates it: remove the replacement")
-    whole = cond
+    if host:
+        return None
     if not negated and isinstance(cond, cst.BinaryOperation) and isinstance(cond.operator, cst.BitAnd):
         # `valid & (v > m)`: a conjunct that is False for NaN makes the whole test False there
-        cond = next((part for part in _conjuncts(cond) if isinstance(part, cst.Comparison)
-                     and len(part.comparisons) == 1 and (type(part.comparisons[0].operator) in FLIP
-                                                         or isinstance(part.comparisons[0].operator, cst.Equal))),
-                    cond)
-    if host or not (isinstance(cond, cst.Comparison) and len(cond.comparisons) == 1):
+        for part in _conjuncts(cond):
+            if isinstance(part, cst.Comparison) and len(part.comparisons) == 1 and \
+                    (type(part.comparisons[0].operator) in FLIP or isinstance(part.comparisons[0].operator, cst.Equal)):
+                found = _compare_swallow(model, text, part, a, b, carries, negated, conjunct=True)
+                if found is not None:
+                    return found
+        return None
+    return _compare_swallow(model, text, cond, a, b, carries, negated)
+
+
+def _compare_swallow(model: TritonModule, text: str, cond, a, b, carries, negated: bool, conjunct: bool = False):
+    """A select on a comparison of the value with something (`tl.where(x > 0, x, 0.0)`)."""
+    if not (isinstance(cond, cst.Comparison) and len(cond.comparisons) == 1):
         return None
     op, right = cond.comparisons[0].operator, cond.comparisons[0].comparator
     if type(op) not in FLIP and not isinstance(op, (cst.Equal, cst.NotEqual)):
@@ -349,7 +359,7 @@ def _where_swallow(model: TritonModule, call: cst.Call, cond, a, b, carries, hos
     if subject is None or carries(nan_branch, subject):
         return None  # a branch that is not the tested value: a mask or a step function
     fix = "rewrite it so that NaN lanes take the value branch"
-    if type(op) in FLIP and not negated and cond is whole:
+    if type(op) in FLIP and not negated and not conjunct:   # (rewriting a conjunct alone drops the mask)
         fix = (f"use `tl.where({expr_text(model, cond.left)} {FLIP[type(op)]} {expr_text(model, right)}, "
                f"{expr_text(model, nan_branch)}, {expr_text(model, kept)})` so that NaN lanes keep the value")
     return subject, nan_branch, "compare", (
