@@ -8,10 +8,10 @@ import libcst as cst
 
 from kanalyze.analyzer.cstwalk import body_nodes
 from kanalyze.analyzer.cstwalk import walk
+from kanalyze.analyzer.cuda.forward_paths import OnGpu
 from kanalyze.analyzer.names import dotted
 from kanalyze.analyzer.project_index import linked_of
 from kanalyze.analyzer.triton.calls import keyword, string_literal
-from kanalyze.analyzer.triton.device_branches import off_device, off_device_arms
 from kanalyze.analyzer.triton.entities import Function, REFERENCE_CLASS, REFERENCE_FUNCTION
 from kanalyze.analyzer.triton.host import candidate_functions
 from kanalyze.analyzer.triton.host_compute import host_trips, module_attrs
@@ -173,6 +173,7 @@ class OffKernelCompute(Rule):
         unlaunched = [j.name for j in model.jit.values() if j.name == j.function.name and j.name in kernels]
         tensors, layers = module_attrs(model)
         computing = {id(f.node): list(self.torch_compute(model, f, tensors, layers)) for f in path}
+        on_gpu = OnGpu(model, [])   # the branches a run with CUDA inputs takes (no extension here)
         for function in path:
             local = [l for l in launches if l.wrapper is function] or launches
             kernel = local[0].kernel.name if local else None
@@ -183,9 +184,9 @@ class OffKernelCompute(Rule):
                     handled.add(id(handler))
                     yield report
             trips = host_trips(function, model)
-            off_gpu = off_device_arms(model, function.node)   # `if not x.is_cuda:`: never on the benchmark's GPU
+            off_gpu = on_gpu.dead(function)   # `if not x.is_cuda:`: never reached on the benchmark's GPU
             for node, what in computing[id(function.node)]:
-                if off_device(model, node, off_gpu) or _assert_message(model, node) or \
+                if _within(model, node, off_gpu) or _assert_message(model, node) or \
                         any(id(a) in handled or id(a) in trips for a in model.ancestors(node)):
                     continue  # off the GPU, said only when an assert fails, or reported with its handler or copy
                 text = expr_text(model, node)
@@ -199,7 +200,7 @@ class OffKernelCompute(Rule):
                                         f"of the kernel; {advice}",
                                   expression=text, function=function.qualname, kernel_launched=kernel or "")
             for call, effect in trips.values():
-                if off_device(model, call, off_gpu) or any(id(a) in trips for a in model.ancestors(call)):
+                if _within(model, call, off_gpu) or any(id(a) in trips for a in model.ancestors(call)):
                     continue  # off the GPU, or `x.cpu().numpy()`: one report for the chain
                 text = expr_text(model, call)
                 yield self.report(call, f"`{text}` in `{function.qualname}` {effect} and synchronises the device "
@@ -272,6 +273,11 @@ class OffKernelCompute(Rule):
             yield self.report(jit.node.name, f"`{jit.name}` is never launched from {where}; {tail}",
                               kernel=jit.name, launched=sorted({l.kernel.name for l in launches}),
                               **({NEVER_LAUNCHED: True} if candidate else {}))
+
+
+def _within(model: TritonModule, node: cst.CSTNode, ids: set[int]) -> bool:
+    """Is `node`, or a node around it, one of `ids`?"""
+    return bool(ids) and (id(node) in ids or any(id(a) in ids for a in model.ancestors(node)))
 
 
 def _assert_message(model: TritonModule, node: cst.CSTNode) -> bool:

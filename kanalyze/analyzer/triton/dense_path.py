@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from kanalyze.analyzer.cstwalk import walk
+from kanalyze.analyzer.cstwalk import node_text, walk
 from kanalyze.analyzer.triton.entities import JitFunction
 from kanalyze.analyzer.triton.model import TritonModule
 
@@ -102,12 +102,9 @@ def _reads_ranges(model: TritonModule, block: cst.CSTNode) -> bool:
     and `cu_seqlens + i_n + 1`, `chunk_indices + i_t * 2` and `... + 1`)?  That is an
     offsets table's shape; a lone index read (`row = tl.load(index + pid)`, an embedding's
     backward) is a gather whose repeats are data."""
-    pointers = {_text(n.args[0].value) for n in walk(block) if _scalar_load(model, n) and n.args}
+    pointers = {node_text(model.module, n.args[0].value).replace(" ", "") for n in walk(block)
+                if _scalar_load(model, n) and n.args}
     return any(p + "+1" in pointers for p in pointers)
-
-
-def _text(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node).replace(" ", "")
 
 
 def _scalar_load(model: TritonModule, node: cst.CSTNode) -> bool:
