@@ -77,6 +77,24 @@ for emulate in (False, True):
         dot_kernel[(1,)](a, b, c, IEEE=ieee)
         errors[f"{emulate}-{ieee}"] = [float((c.double() - exact).abs().max()), driver.tf32_dots]
 out["dot"] = errors
+
+@triton.jit
+def rows_kernel(x_ptr, o_ptr, M, K, G: tl.constexpr, B: tl.constexpr):
+    offs = tl.arange(0, B)
+    in_row = offs < K
+    acc = tl.zeros((B,), dtype=tl.float32)
+    for i in range(G):
+        row = tl.program_id(0) * G + i
+        acc += tl.load(x_ptr + row * K + offs, mask=in_row & (row < M), other=0.0)
+    tl.store(o_ptr + offs, acc, mask=in_row)
+
+driver.reset(None, False)
+x, o = torch.rand(10, 15), torch.zeros(15)
+try:
+    rows_kernel[(1,)](x, o, 10, 15, G=16, B=16)
+    out["scalar_mask"] = float((o - x.sum(0)).abs().max())
+except Exception as error:
+    out["scalar_mask"] = repr(error)
 print(json.dumps(out))
 '''
 
@@ -107,6 +125,11 @@ def test_interpreter_hooks() -> None:
     assert dot["False-False"][1] == 0 and dot["False-False"][0] < 1e-4      # the interpreter alone: full fp32
     assert dot["True-False"][1] == 1 and dot["True-False"][0] > 1e-3        # default precision, emulated TF32
     assert dot["True-True"][1] == 0 and dot["True-True"][0] < 1e-4          # input_precision="ieee" untouched
+
+    # A row mask ANDed with a scalar comparison: the compiled kernel takes it; the interpreter's
+    # own load refuses its int32 handle ("mask has unsupported dtype"), which must not become
+    # the candidate's failure.
+    assert out["scalar_mask"] == pytest.approx(0.0, abs=1e-5), out["scalar_mask"]
 
 
 # What each Triton's interpreter builder passes to the hooked methods, by position.  The hooks

@@ -86,6 +86,17 @@ def round_to_tf32(values: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(values), rounded, values).astype(np.float32)
 
 
+def boolean_mask(mask):
+    """The mask as the compiled kernel takes it: booleans.  The interpreter gives a scalar
+    comparison the handle type of its operand (Triton 3.9: `m = (base + i) < M` holds int32),
+    so `offs_mask & m` reaches the load as int32 data, which the interpreter's own load
+    refuses ("mask has unsupported dtype") where the compiled kernel runs; the language
+    typed it `int1` all along."""
+    if mask is None or np.asarray(mask.data).dtype == np.bool_:
+        return mask
+    return _interp.TensorHandle(np.asarray(mask.data).astype(bool), tl.int1)
+
+
 def element_type(ptrs):
     """The pointee type of a pointer handle (`get_element_ty()` from Triton 3.7, `dtype.element_ty` before)."""
     getter = getattr(ptrs, "get_element_ty", None)
@@ -171,15 +182,15 @@ class InterpreterDriver:
             return set_grid_idx(x, y, z)
 
         def load(ptrs, mask, *rest, **options):
-            mask = driver._check(ptrs, mask, "load")
+            mask = driver._check(ptrs, boolean_mask(mask), "load")
             return masked_load(ptrs, mask, *rest, **options)
 
         def store(ptrs, value, mask, *rest, **options):
-            mask = driver._check(ptrs, mask, "store")
+            mask = driver._check(ptrs, boolean_mask(mask), "store")
             return masked_store(ptrs, value, mask, *rest, **options)
 
         def rmw(op, ptr, val, mask, *rest, **options):
-            mask = driver._check(ptr, mask, "atomic")
+            mask = driver._check(ptr, boolean_mask(mask), "atomic")
             driver.atomics.add(driver._launch, driver._program, ptr, mask)
             return atomic_rmw(op, ptr, val, mask, *rest, **options)
 
