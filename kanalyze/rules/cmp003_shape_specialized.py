@@ -15,18 +15,16 @@ from typing import Iterator
 import libcst as cst
 
 from kanalyze.analyzer.cstwalk import walk
-from kanalyze.analyzer.triton.access_offsets import (compared_bound, covers_dimension, guarded_by_masked_branch,
-                                                     offsets_name, size_params, wrapped_or_clamped)
-from kanalyze.analyzer.triton.calls import calls_within, keyword
+from kanalyze.analyzer.triton.access_offsets import compared_bound, guarded_by_masked_branch, offsets_name, size_params
+from kanalyze.analyzer.triton.calls import keyword
 from kanalyze.analyzer.triton.dataflow import Dataflow, names_read
 from kanalyze.analyzer.triton.entities import Function, JitFunction, Launch
-from kanalyze.analyzer.triton.full_blocks import (floor_grid_tile, guarded_block, in_loop, peeled_loops,
-                                                   pruned_multiples)
+from kanalyze.analyzer.triton.full_blocks import guarded_block, pruned_multiples
 from kanalyze.analyzer.triton.grids import grid_arithmetic, grid_dims, grid_literal_sizes
 from kanalyze.analyzer.triton.grouped_order import whole_group_orderings
 from kanalyze.analyzer.triton.host_sizes import division_checked
 from kanalyze.analyzer.triton.model import TritonModule
-from kanalyze.analyzer.triton.row_windows import column_in_row, reaching_aranges
+from kanalyze.analyzer.triton.past_the_end import open_aranges, partial_masks
 from kanalyze.analyzer.triton.shape_asserts import host_size_like
 from kanalyze.analyzer.triton.shapes import (ARANGE, LOAD, PROGRAM_ID, STORE, TL, constant_int, is_none,
                                              pointer_params, reaches, runtime_params, shape_kinds)
@@ -34,8 +32,7 @@ from kanalyze.analyzer.triton.size_literals import (MACHINE, RESHAPES, SIZED, TI
                                                     grid_divisor_is_tile, host_tile, is_harness, kernel_tile,
                                                     rounded, shape_pins, whole_blocks_of)
 from kanalyze.analyzer.triton.tile_bounds import dimension_bounds
-from kanalyze.analyzer.triton.tile_extents import (arange_reaches, exact_extent, fixed_arity, index_aranges,
-                                                   within_row, wrapped_later)
+from kanalyze.analyzer.triton.tile_extents import arange_reaches, fixed_arity
 from kanalyze.rules.base import Report, Rule, expr_text, source
 
 
@@ -56,7 +53,10 @@ class ShapeSpecialized(Rule):
     grids rounded down (`n // BLOCK`; after a check of `n % BLOCK`, here or in
     the `forward` of a `backward`, as the restriction it relies on), and
     `tl.load` / `tl.store` without a mask whose offsets run over a dimension of
-    runtime size, and a grouped program order that takes the row tiles in whole
+    runtime size, or with a mask that leaves out the last block's tail (the
+    store masked by `offsets < total`, a load by a window check alone while its
+    address decodes a coordinate with `//` and no `%`:
+    `analyzer/triton/past_the_end.py`), and a grouped program order that takes the row tiles in whole
     groups (`pid_m = first_pid_m + pid % GROUP_M`, without the tutorial's
     `min(num_pid_m - first_pid_m, GROUP_M)`: where the row tiles do not fill the
     last group, some output tiles are computed by nobody;
@@ -172,6 +172,7 @@ class ShapeSpecialized(Rule):
                 yield from self._kernel_literals(model, jit)
                 yield from self._kernel_asserts(model, jit, runtime)
                 yield from self.unmasked_accesses(model, jit, pointers, runtime)
+                yield from self.partly_masked_accesses(model, jit, runtime)
                 yield from self._whole_groups(model, jit)
 
     # -- 1. literal sizes ------------------------------------------------------
@@ -307,9 +308,8 @@ class ShapeSpecialized(Rule):
                 break
 
     def _pin_report(self, model, node, text, pin, kernel, refused: str) -> Report:
-        """`refused`: where a size the check rejects stops the run: "host" (an assert or a
-        raise before the launch), "compile" (`tl.static_assert`), or "debug" (a device
-        assert, compiled only under TRITON_DEBUG: otherwise the kernel runs on)."""
+        """`refused`: where a rejected size stops the run: "host" (an assert or raise before the launch),
+        "compile" (`tl.static_assert`), "debug" (a device assert, compiled only under TRITON_DEBUG)."""
         kind, size, value = pin
         size = expr_text(model, size)
         if kind == "divisibility":
@@ -353,7 +353,7 @@ class ShapeSpecialized(Rule):
                                     f"group's height as `min(num_pid_m - first_pid_m, {group})` for the `%` and "
                                     f"the `//`", kernel=jit.name, expression=text, group=group)
 
-    # -- 4. unmasked loads and stores ------------------------------------------
+    # -- 4. loads and stores past the end: unmasked, or masked without the tail ----
 
     def unmasked_accesses(self, model: TritonModule, jit: JitFunction, pointers: set[str],
                           runtime: set[str]) -> Iterator[Report]:
@@ -371,29 +371,7 @@ class ShapeSpecialized(Rule):
                     or pointer is None or guarded_by_masked_branch(model, jit, call):
                 continue
             exprs = list(model.sources(jit, pointer))
-            calls = {id(c): (c, n, f, e) for f, e in exprs for c, n in calls_within(model, e)}
-            if any(n in (TL + "make_block_ptr", TL + "advance") for _, n, _, _ in calls.values()):
-                continue
-            # In order: an arange whose name is reassigned before the access does not reach it.
-            reachable = index_aranges(model, jit.function, pointer)
-            reachable -= own_aranges - reaching_aranges(model, jit, pointer)
-            if not reachable:
-                continue  # `mid_index + tl.argmax(tl.load(...))`: one index read from data, not a span
-            open_ranges = {id(c): (c, f, e) for c, n, f, e in calls.values()
-                           if n == ARANGE and not wrapped_or_clamped(model, c, e) and not covers_dimension(model, c)
-                           and not exact_extent(model, c) and not wrapped_later(model, jit, pointer, f, e)
-                           and (f is not jit.function or id(c) in reachable)}
-            # Full blocks only: a loop that stops a block early (its tail peeled and masked) runs
-            # its aranges in bounds, and so does an access under `if start + BLOCK <= n:`, a block
-            # the autotune pruner keeps only where it divides a size, and a column that stays
-            # inside the row the rest of the address strides over.
-            loops = peeled_loops(model, jit, call, pointer, pointers)
-            open_ranges = {k: v for k, v in open_ranges.items()
-                           if not any(in_loop(model, jit, v, loop) for loop in loops)
-                           and expr_text(model, keyword(v[0], "end", 1) or v[0]) not in whole
-                           and not floor_grid_tile(model, jit, v[0], v[2])
-                           and not within_row(model, jit, pointer, *v)
-                           and not column_in_row(model, jit, call, pointer, v[0], pointers)}
+            open_ranges = open_aranges(model, jit, call, pointer, pointers, exprs, own_aranges, whole)
             if not open_ranges or guarded_block(model, jit, call, sizes):
                 continue  # a scalar load, or every arange covers its dimension (or one factor of it) exactly
             offs, ids = offsets_name(model, jit, pointer, pointers, set(open_ranges), ragged=ragged)
@@ -416,3 +394,14 @@ class ShapeSpecialized(Rule):
                                     f"{fix}" + (" (and `other=`)" if is_load else ""),
                               kernel=jit.name, expression=text, bound=bound or "",
                               access="load" if is_load else "store", **({"bounds": bounds} if bounds else {}))
+
+    def partly_masked_accesses(self, model: TritonModule, jit: JitFunction, runtime: set[str]) -> Iterator[Report]:
+        for found in partial_masks(model, jit, runtime):
+            text, mask, bound, block = (expr_text(model, e) for e in (found.call, found.mask, found.bound, found.block))
+            tail = found.tail_mask or f"({found.offsets} < {bound})"
+            yield self.report(found.call, f"`{text}` is masked by `{mask}`, which leaves out the lanes past "
+                                          f"`{bound}`: its address carries `{found.offsets}` without a `%`, so where "
+                                          f"`{bound}` is not a multiple of {block} the last block's tail lanes reach "
+                                          f"past the end; mask it with `{mask} & {tail}`", kernel=jit.name,
+                              expression=text, bound=bound, access="load" if model.call_name(found.call) == LOAD
+                              else "store")

@@ -94,10 +94,9 @@ class OutOfBounds(Rule):
             verdict = access.bounds
             if verdict is None or verdict.status != "violated":
                 continue
-            if not access.masked:
-                cmp003 = _cmp003_unmasked(model) if cmp003 is None else cmp003
-                if id(access.call) in cmp003:
-                    continue  # CMP003 reports this unmasked access already
+            cmp003 = _cmp003_unmasked(model) if cmp003 is None else cmp003
+            if id(access.call) in cmp003:
+                continue  # CMP003 reports this access already (unmasked, or masked without the tail)
             yield self._report(model, access, verdict.counterexample, analysis)
         yield from budget_notes(analysis)  # KAN003: accesses the file's proof budget left unproved
 
@@ -160,7 +159,7 @@ def assumptions(analysis: BoundsAnalysis, mode: str) -> dict:
 
 
 def _cmp003_unmasked(model: TritonModule) -> set[int]:
-    """Ids of the unmasked accesses CMP003 reports (its own detector, run on demand)."""
+    """Ids of the unmasked and partly masked accesses CMP003 reports (its own detector, run on demand)."""
     try:
         from kanalyze.analyzer.triton.shapes import pointer_params, runtime_params
         from kanalyze.rules.cmp003_shape_specialized import ShapeSpecialized
@@ -172,7 +171,8 @@ def _cmp003_unmasked(model: TritonModule) -> set[int]:
             if jit.name == jit.function.name:
                 pointers = pointer_params(model, jit)
                 runtime = runtime_params(model, jit, pointers)
-                found |= {id(r.node) for r in rule.unmasked_accesses(model, jit, pointers, runtime)}
+                found |= {id(r.node) for r in (*rule.unmasked_accesses(model, jit, pointers, runtime),
+                                                  *rule.partly_masked_accesses(model, jit, runtime))}
     except Exception:  # a change in CMP003 must not break this rule: report both then
         return set()
     return found
