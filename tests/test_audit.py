@@ -409,3 +409,20 @@ def test_the_gates_have_the_pair_s_time_less_the_check_s_share() -> None:
     assert abs(_gate_seconds({"seconds": 200.0}, now - 10.0) - (200.0 * (1 - ALLCLOSE_SHARE) - 10.0)) < 1.0
     assert abs(_gate_seconds({"seconds": 200.0, "overlap_allclose": True}, now) - 200.0) < 1.0
     assert _gate_seconds({}, now) is None
+
+
+def test_an_environment_that_lacks_a_pair_s_module_runs_nothing_and_says_what_to_install(
+        tmp_path, capsys, monkeypatch) -> None:
+    # Every pair's worker would exit on the same ImportError; the journal would hold one crash a pair.
+    import kanalyze.audit.command as command
+
+    real = command._importable
+    monkeypatch.setattr(command, "_importable", lambda module: module != "libcst" and real(module))
+    manifest = tmp_path / "pairs.jsonl"
+    manifest.write_text(json.dumps({"candidate": str(KB / "candidates" / "level1_problem6_leaky_relu.py"),
+                                    "problem": str(KB / "level1" / "6_leaky_relu.py")}) + "\n")
+    out = tmp_path / "out"
+    code = main(["audit", "--manifest", str(manifest), "--output", str(out), "--device", "cpu", "-q"])
+    assert code == 2
+    assert "libcst, not installed here" in capsys.readouterr().err
+    assert not (out / "results.jsonl").exists()

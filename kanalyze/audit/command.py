@@ -9,6 +9,7 @@ its report again, and runs nothing else.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -40,6 +41,28 @@ def _pairs(args, usage_error) -> list[sources.Pair]:
     if args.kernelbench:
         return sources.from_kernelbench(args.candidates, args.kernelbench)
     return sources.from_reference(args.candidates, args.reference)
+
+
+# What each pair's worker imports: the static pass's dependencies, and the gates' (kanalyze[dynamic]).
+PAIR_MODULES = {"libcst": "libcst", "networkx": "networkx", "z3": "z3-solver", "numpy": "numpy",
+                "tree_sitter": "tree-sitter", "tree_sitter_cuda": "tree-sitter-cuda", "rich": "rich",
+                "torch": "torch", "triton": "triton"}
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _check_pairs_can_run(usage_error) -> None:
+    """A pair's worker runs in this environment (the local executor): where it lacks a module every
+    pair needs, every pair would crash the same way and fill the journal with it; say so instead."""
+    missing = [package for module, package in PAIR_MODULES.items() if not _importable(module)]
+    if missing:
+        raise usage_error(f"each pair runs the static pass and the gates, which need {', '.join(missing)}, not "
+                          f"installed here: pip install \"kanalyze[dynamic]\" (nothing was run or journaled)")
 
 
 def _print_summary(summary: dict, fmt: str) -> None:
@@ -84,6 +107,8 @@ def run_audit_command(args, usage_error) -> int:
         raise usage_error(str(exc)) from exc
     if not pairs:
         raise usage_error("no pairs to audit: the manifest is empty or the folders hold no .py file")
+    if args.executor == "local":
+        _check_pairs_can_run(usage_error)
     options = AuditOptions(output=args.output, gates=args.gates, device=args.device, jobs=args.jobs,
                            pair_seconds=args.pair_timeout, case_seconds=args.case_timeout,
                            executor_kind=args.executor, address=args.address,
