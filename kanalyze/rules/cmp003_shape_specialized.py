@@ -31,6 +31,7 @@ from kanalyze.analyzer.triton.shapes import (ARANGE, LOAD, PROGRAM_ID, STORE, TL
 from kanalyze.analyzer.triton.size_literals import (MACHINE, RESHAPES, SIZED, TILE_NAME, block_follows_programs,
                                                     grid_divisor_is_tile, host_tile, is_harness, kernel_tile,
                                                     rounded, shape_pins, whole_blocks_of)
+from kanalyze.analyzer.triton.tail_sums import tail_sums
 from kanalyze.analyzer.triton.tile_bounds import dimension_bounds
 from kanalyze.analyzer.triton.tile_extents import arange_reaches, fixed_arity
 from kanalyze.rules.base import Report, Rule, expr_text, source
@@ -56,7 +57,9 @@ class ShapeSpecialized(Rule):
     runtime size, or with a mask that leaves out the last block's tail (the
     store masked by `offsets < total`, a load by a window check alone while its
     address decodes a coordinate with `//` and no `%`:
-    `analyzer/triton/past_the_end.py`), and a grouped program order that takes the row tiles in whole
+    `analyzer/triton/past_the_end.py`), a `tl.sum` that adds the lanes its load's
+    mask leaves out (`other=0.0`, then `exp(x - row_max)`: each adds `exp(-row_max)`;
+    `analyzer/triton/tail_sums.py`), and a grouped program order that takes the row tiles in whole
     groups (`pid_m = first_pid_m + pid % GROUP_M`, without the tutorial's
     `min(num_pid_m - first_pid_m, GROUP_M)`: where the row tiles do not fill the
     last group, some output tiles are computed by nobody;
@@ -173,6 +176,7 @@ class ShapeSpecialized(Rule):
                 yield from self._kernel_asserts(model, jit, runtime)
                 yield from self.unmasked_accesses(model, jit, pointers, runtime)
                 yield from self.partly_masked_accesses(model, jit, runtime)
+                yield from self._tail_sums(model, jit)
                 yield from self._whole_groups(model, jit)
 
     # -- 1. literal sizes ------------------------------------------------------
@@ -352,6 +356,15 @@ class ShapeSpecialized(Rule):
                                     f"the column tiles they should cover are computed by nobody; take the last "
                                     f"group's height as `min(num_pid_m - first_pid_m, {group})` for the `%` and "
                                     f"the `//`", kernel=jit.name, expression=text, group=group)
+
+    def _tail_sums(self, model: TritonModule, jit: JitFunction) -> Iterator[Report]:
+        for found in tail_sums(model, jit):
+            text, value = expr_text(model, found.call), expr_text(model, keyword(found.call, "input", 0))
+            yield self.report(found.call, f"`{text}` adds the lanes `{found.mask}` leaves out: each holds "
+                                          f"`{found.adds}` (the load's `other` carried through), so the sum is "
+                                          f"right only where `{found.size}` is a multiple of the block; sum "
+                                          f"`tl.where({found.mask}, {value}, 0.0)` instead", kernel=jit.name,
+                              expression=text, bound=found.size)
 
     # -- 4. loads and stores past the end: unmasked, or masked without the tail ----
 
