@@ -680,3 +680,17 @@ def test_findings_do_not_depend_on_the_hash_seed(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
         reports.append(done.stdout)
     assert reports[0] == reports[1]
+
+
+def test_a_sum_over_a_doubling_chain_of_definitions_is_read_in_linear_time() -> None:
+    """`a1 = a0 + a0; a2 = a1 + a1; ...` before a `tl.sum`: CMP003's reading of what a masked lane
+    holds (analyzer/triton/tail_sums.py) asked each definition once per read, 2**n in this shape."""
+    chain = "".join(f"    a{i} = a{i - 1} + a{i - 1}\n" for i in range(1, 41))
+    text = ("import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+            "def doubling(x_ptr, o_ptr, n, B: tl.constexpr):\n    cols = tl.arange(0, B)\n"
+            "    a0 = tl.load(x_ptr + cols, mask=cols < n, other=1.0)\n" + chain +
+            "    tl.store(o_ptr, tl.sum(a40, axis=0))\n")
+    started = time.process_time()
+    findings, _ = analyze_source("doubling.py", text, proofs={"proofs": False}, budget=None)
+    assert time.process_time() - started < 8
+    assert not [f for f in findings if f.code.startswith("KAN")]

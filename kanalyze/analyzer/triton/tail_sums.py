@@ -66,7 +66,7 @@ def tail_sums(model: TritonModule, jit: JitFunction) -> list[TailSum]:
         argument = keyword(site.node, "input", 0)
         if argument is None:
             continue
-        reader.load = None
+        reader.load, reader.mask, reader._lanes = None, None, {}
         lane = reader.lane(argument, site.node, 0)
         size = reader.bounded_size() if lane is not None and not lane.neutral and reader.load is not None else None
         if size is not None:
@@ -82,7 +82,8 @@ class _Reader:
             "tail_sums_reaching", Reaching(model, jit))
         self.load: cst.Call | None = None      # the masked load the sum's lanes come from
         self.mask: cst.BaseExpression | None = None
-        self._program: dict[int, bool] = {}
+        self._program: dict[int, bool] = {}     # definition id -> program-wide (for every sum of the kernel)
+        self._lanes: dict[int, _Lane | None] = {}  # definition id -> its left-out lanes (for one sum)
 
     def lane(self, expr: cst.CSTNode, at: cst.CSTNode, depth: int) -> _Lane | None:
         """What a lane left out by the load's mask holds at `expr`; None where not known."""
@@ -97,7 +98,10 @@ class _Reader:
             defs = self.reaching.defs(expr.value, at)
             if len(defs) != 1 or defs[0].kind != "assign" or (value := own_value(defs[0])) is None:
                 return None
-            return self.lane(value, defs[0].node, depth + 1)
+            key = id(defs[0])        # once per definition: `b = a + a; c = b + b; ...` is not 2**n
+            if key not in self._lanes:
+                self._lanes[key] = self.lane(value, defs[0].node, depth + 1)
+            return self._lanes[key]
         if isinstance(expr, cst.Subscript):
             return self.lane(expr.value, at, depth + 1)
         if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
@@ -226,14 +230,20 @@ class _Reader:
         if name.value in self.jit.constexpr_names or (self.flow.param(name.value) is not None
                                                        and len(self.flow.defs_of(name.value)) == 1):
             return True
-        key = id(name)
-        if key not in self._program:
-            self._program[key] = True       # a loop-carried name refers to itself: assume, then check
-            defs = self.reaching.defs(name.value, at)
-            self._program[key] = bool(defs) and all(
-                d.kind == "param" or (d.kind in ("assign", "augassign") and (value := own_value(d)) is not None
-                                      and self.program_wide(value, d.node, depth + 1)) for d in defs)
-        return self._program[key]
+        defs = self.reaching.defs(name.value, at)
+        return bool(defs) and all(self._program_wide_def(d, depth) for d in defs)
+
+    def _program_wide_def(self, d, depth: int) -> bool:
+        """Once per definition (`b = a + a; c = b + b; ...` is not 2**n); a loop-carried one that
+        reads itself is taken as program-wide while its value is checked."""
+        if d.kind == "param":
+            return True
+        if id(d) not in self._program:
+            self._program[id(d)] = True
+            value = own_value(d)
+            self._program[id(d)] = d.kind in ("assign", "augassign") and value is not None \
+                and self.program_wide(value, d.node, depth + 1)
+        return self._program[id(d)]
 
 
 def _grouped(text: str) -> str:
