@@ -112,10 +112,12 @@ def partial_masks(model: TritonModule, jit: JitFunction, sizes: set[str]) -> lis
 
 
 class _Lanes:
+    """One kernel's flat offsets, where it bounds them, and what carries them unreduced."""
+
     def __init__(self, model: TritonModule, jit: JitFunction) -> None:
         self.model, self.jit, self.flow = model, jit, model.flow(jit)
         memo = self.flow.memo
-        self.reaching = memo.get("tail_lanes_reaching") or memo.setdefault("tail_lanes_reaching", Reaching(model, jit))
+        self.reaching = memo.get("past_the_end_reaching") or memo.setdefault("past_the_end_reaching", Reaching(model, jit))
         self.flat = self._flat_offsets()
         # The flat offsets the kernel tests against an upper bound somewhere:
         # {def: (bound, arange, the name the test is assigned to)}.

@@ -50,8 +50,8 @@ class TailSum:
 
 @dataclass(frozen=True)
 class _Lane:
-    """What a masked lane holds: a constant, or `program`: the same unknown value on every lane."""
-    value: float | None     # the constant, or None for a program-wide value
+    """What a left-out lane holds: a constant, or the same unknown value on every lane of the program."""
+    value: float | None     # the constant; None for a program-wide value
     text: str
 
     @property
@@ -66,7 +66,7 @@ def tail_sums(model: TritonModule, jit: JitFunction) -> list[TailSum]:
         argument = keyword(site.node, "input", 0)
         if argument is None:
             continue
-        reader.load, reader.mask, reader._lanes = None, None, {}
+        reader.start()
         lane = reader.lane(argument, site.node, 0)
         size = reader.bounded_size() if lane is not None and not lane.neutral and reader.load is not None else None
         if size is not None:
@@ -84,6 +84,10 @@ class _Reader:
         self.mask: cst.BaseExpression | None = None
         self._program: dict[int, bool] = {}     # definition id -> program-wide (for every sum of the kernel)
         self._lanes: dict[int, _Lane | None] = {}  # definition id -> its left-out lanes (for one sum)
+
+    def start(self) -> None:
+        """Before each sum: no load seen yet."""
+        self.load, self.mask, self._lanes = None, None, {}
 
     def lane(self, expr: cst.CSTNode, at: cst.CSTNode, depth: int) -> _Lane | None:
         """What a lane left out by the load's mask holds at `expr`; None where not known."""
