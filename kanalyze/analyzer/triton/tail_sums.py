@@ -95,7 +95,8 @@ class _Reader:
             return None
         text = node_text(self.model.module, expr)
         if isinstance(expr, (cst.Integer, cst.Float)):
-            return _Lane(float(expr.evaluated_value), text)
+            value = _constant(expr)
+            return None if value is None else _Lane(value, text)
         if self.program_wide(expr, at, depth):
             return _Lane(None, text)
         if isinstance(expr, cst.Name):
@@ -275,7 +276,10 @@ def _operands(expr: cst.CSTNode) -> list[cst.CSTNode]:
 def _constant(expr: cst.BaseExpression) -> float | None:
     """`0.0`, `-1`, `float('-inf')`, `-float("inf")` as a number."""
     if isinstance(expr, (cst.Integer, cst.Float)):
-        return float(expr.evaluated_value)
+        try:
+            return float(expr.evaluated_value)
+        except (OverflowError, ValueError):     # `10**400` written out: no float holds it
+            return None
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
         inner = _constant(expr.expression)
         return None if inner is None else -inner
@@ -283,6 +287,6 @@ def _constant(expr: cst.BaseExpression) -> float | None:
             and len(expr.args) == 1 and isinstance(expr.args[0].value, cst.SimpleString):
         try:
             return float(expr.args[0].value.evaluated_value)
-        except ValueError:
+        except (TypeError, ValueError):
             return None
     return None
