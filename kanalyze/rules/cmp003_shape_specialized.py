@@ -357,15 +357,6 @@ class ShapeSpecialized(Rule):
                                     f"group's height as `min(num_pid_m - first_pid_m, {group})` for the `%` and "
                                     f"the `//`", kernel=jit.name, expression=text, group=group)
 
-    def _tail_sums(self, model: TritonModule, jit: JitFunction) -> Iterator[Report]:
-        for found in tail_sums(model, jit):
-            text, value = expr_text(model, found.call), expr_text(model, keyword(found.call, "input", 0))
-            yield self.report(found.call, f"`{text}` adds the lanes `{found.mask}` leaves out: each holds "
-                                          f"`{found.adds}` (the load's `other` carried through), so the sum is "
-                                          f"right only where `{found.size}` is a multiple of the block; sum "
-                                          f"`tl.where({found.mask}, {value}, 0.0)` instead", kernel=jit.name,
-                              expression=text, bound=found.size)
-
     # -- 4. loads and stores past the end: unmasked, or masked without the tail ----
 
     def unmasked_accesses(self, model: TritonModule, jit: JitFunction, pointers: set[str],
@@ -418,3 +409,12 @@ class ShapeSpecialized(Rule):
                                           f"past the end; mask it with `{mask} & {tail}`", kernel=jit.name,
                               expression=text, bound=bound, access="load" if model.call_name(found.call) == LOAD
                               else "store")
+
+    def _tail_sums(self, model: TritonModule, jit: JitFunction) -> Iterator[Report]:
+        for found in tail_sums(model, jit):
+            text, value = expr_text(model, found.call), expr_text(model, keyword(found.call, "input", 0))
+            yield self.report(found.call, f"`{text}` adds the lanes `{found.mask}` leaves out: each holds "
+                                          f"`{found.adds}` (the load's `other` carried through), so the sum is "
+                                          f"right only where `{found.size}` is a multiple of the block; sum "
+                                          f"`tl.where({found.mask}, {value}, 0.0)` instead", kernel=jit.name,
+                              expression=text, bound=found.size)

@@ -102,4 +102,3 @@ def compared_bound(jit: JitFunction, offs: str | None, sizes: set[str], comparis
     plain = {s for s in sizes if not jit.param(s).is_constexpr}
     return next(iter(plain)) if one_dim and len(plain) == 1 else None
 
-
