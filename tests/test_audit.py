@@ -416,8 +416,8 @@ def test_an_environment_that_lacks_a_pair_s_module_runs_nothing_and_says_what_to
     # Every pair's worker would exit on the same ImportError; the journal would hold one crash a pair.
     import kanalyze.audit.command as command
 
-    real = command._importable
-    monkeypatch.setattr(command, "_importable", lambda module: module != "libcst" and real(module))
+    real = command.importable
+    monkeypatch.setattr(command, "importable", lambda module: module != "libcst" and real(module))
     manifest = tmp_path / "pairs.jsonl"
     manifest.write_text(json.dumps({"candidate": str(KB / "candidates" / "level1_problem6_leaky_relu.py"),
                                     "problem": str(KB / "level1" / "6_leaky_relu.py")}) + "\n")

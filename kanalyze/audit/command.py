@@ -9,7 +9,6 @@ its report again, and runs nothing else.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -20,6 +19,7 @@ from kanalyze.audit.html import write_report
 from kanalyze.audit.journal import RESULTS, JournalError
 from kanalyze.audit.run import AuditOptions, audit, summary_of
 from kanalyze.audit.summary_text import render_text
+from kanalyze.extras import importable
 
 
 def _pairs(args, usage_error) -> list[sources.Pair]:
@@ -49,17 +49,10 @@ PAIR_MODULES = {"libcst": "libcst", "networkx": "networkx", "z3": "z3-solver", "
                 "torch": "torch", "triton": "triton"}
 
 
-def _importable(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def _check_pairs_can_run(usage_error) -> None:
     """A pair's worker runs in this environment (the local executor): where it lacks a module every
     pair needs, every pair would crash the same way and fill the journal with it; say so instead."""
-    missing = [package for module, package in PAIR_MODULES.items() if not _importable(module)]
+    missing = [package for module, package in PAIR_MODULES.items() if not importable(module)]
     if missing:
         raise usage_error(f"each pair runs the static pass and the gates, which need {', '.join(missing)}, not "
                           f"installed here: pip install \"kanalyze[dynamic]\" (nothing was run or journaled)")

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import os
 import sys
 
 from kanalyze.cli.output import open_output, output_format, render, write_report
 from kanalyze.cli.parser import EXIT_CLEAN, EXIT_FINDINGS, UsageError
+from kanalyze.extras import importable
 from kanalyze.report.escape import printable
 
 
@@ -152,25 +152,17 @@ def _check_stdin(args: argparse.Namespace, name: str, config, texts: dict[str, s
     return run_text(name, data, config)
 
 
-def _importable(module: str) -> bool:
-    """Whether `module` is installed, without importing it (the static path never loads torch or triton)."""
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def _check_the_passes_can_run(args: argparse.Namespace, paths: list[str], config, wants_ir: bool) -> None:
     """A pass that was asked for but cannot run here is a usage error that says what to
     install: a run that skipped it would look like a pass."""
     if args.dynamic or args.gates:
-        missing = [module for module in ("torch", "triton") if not _importable(module)]
+        missing = [module for module in ("torch", "triton") if not importable(module)]
         if missing:
             flag = "--gates" if args.gates else "--dynamic"
             raise UsageError(f"{flag} runs the gates with {' and '.join(missing)}, which "
                              f"{'is' if len(missing) == 1 else 'are'} not installed here: "
                              f'pip install "kanalyze[dynamic]" (or leave out {flag} for the static pass alone)')
-    if wants_ir and not _importable("triton") and _has_triton_kernels(paths, config, args.force_exclude):
+    if wants_ir and not importable("triton") and _has_triton_kernels(paths, config, args.force_exclude):
         raise UsageError('--ir compiles Triton kernels with triton, which is not installed here: '
                          'pip install "kanalyze[ir]" (or leave out --ir for the static pass alone)')
 

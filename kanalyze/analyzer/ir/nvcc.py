@@ -30,6 +30,7 @@ from kanalyze.analyzer.ir.resources import parse_ptxas_log
 from kanalyze.analyzer.ir.ptx import parse_ptx
 from kanalyze.analyzer.ir.runner import describe_cubin
 from kanalyze.analyzer.ir.targets import Target
+from kanalyze.extras import importable
 
 FAST_MATH_FLAGS = ("--use_fast_math", "-use_fast_math", "-ftz=true", "--ftz=true", "-prec-div=false",
                    "--prec-div=false", "-prec-sqrt=false", "--prec-sqrt=false")
@@ -73,7 +74,7 @@ def find_nvcc() -> str | None:
         if os.environ.get(variable):
             candidates.append(os.path.join(os.environ[variable], "bin", "nvcc"))
     candidates.append(shutil.which("nvcc"))
-    spec = find_spec("nvidia") if _importable("nvidia") else None
+    spec = find_spec("nvidia") if importable("nvidia") else None
     for base in (spec.submodule_search_locations or []) if spec else []:
         for sub in ("cuda_nvcc", "cu13", "cu12"):
             candidates.append(os.path.join(base, sub, "bin", "nvcc"))
@@ -81,13 +82,6 @@ def find_nvcc() -> str | None:
         if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
     return None
-
-
-def _importable(name: str) -> bool:
-    try:
-        return find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 @lru_cache(maxsize=None)
@@ -106,7 +100,7 @@ def _ptxas_next_to(nvcc: str) -> str | None:
 def _include_flags(unit: CudaSource) -> list[str]:
     flags = ["-I", os.path.dirname(os.path.abspath(unit.filename))]
     if _TORCH_INCLUDE.search(unit.text):
-        spec = find_spec("torch") if _importable("torch") else None
+        spec = find_spec("torch") if importable("torch") else None
         for base in (spec.submodule_search_locations or []) if spec else []:
             include = os.path.join(base, "include")
             flags += ["-I", include, "-I", os.path.join(include, "torch", "csrc", "api", "include")]

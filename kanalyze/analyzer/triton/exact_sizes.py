@@ -64,7 +64,7 @@ def exact_at(model: TritonModule, fn: Function, expr, at: cst.CSTNode, depth: in
                    for s in (expr.body, expr.orelse)) and not all(
             int_literal(s) is not None for s in (expr.body, expr.orelse))
     if isinstance(expr, cst.Name):
-        defs = _reaching(model, fn).defs(expr.value, at)
+        defs = Reaching.of(model, fn).defs(expr.value, at)
         if not defs:
             return False
         for d in defs:
@@ -121,10 +121,3 @@ def _saved(model: TritonModule, fn: Function, expr: cst.Attribute, depth: int) -
                     return False
                 found = True
     return found
-
-
-def _reaching(model: TritonModule, fn: Function) -> Reaching:
-    memo = model.flow(fn).memo
-    if "exact_sizes_reaching" not in memo:
-        memo["exact_sizes_reaching"] = Reaching(model, fn)
-    return memo["exact_sizes_reaching"]

@@ -116,8 +116,7 @@ class _Lanes:
 
     def __init__(self, model: TritonModule, jit: JitFunction) -> None:
         self.model, self.jit, self.flow = model, jit, model.flow(jit)
-        memo = self.flow.memo
-        self.reaching = memo.get("past_the_end_reaching") or memo.setdefault("past_the_end_reaching", Reaching(model, jit))
+        self.reaching = Reaching.of(model, jit)
         self.flat = self._flat_offsets()
         # The flat offsets the kernel tests against an upper bound somewhere:
         # {def: (bound, arange, the name the test is assigned to)}.
@@ -161,27 +160,17 @@ class _Lanes:
         return {d: arange for d, arange in found.items() if self.same[d] is d}
 
     def defs(self, name: str, at: cst.CSTNode) -> list[Def]:
-        """The definitions of `name` that reach `at`: Reaching's, less those that a later one in the
-        same block replaces.  In a block `at` is not in, the block's last definition replaces the
-        earlier ones (`o = a + r; o = tl.where(o < M, o, 0)` under an `if`); in a block `at` is in,
-        one before `at` replaces every other but those between it and `at` (a definition later in
-        an enclosing loop, carried to its next iteration, does not reach past it)."""
-        found = self.reaching.defs(name, at)
+        """The definitions of `name` that reach `at` (`Reaching.live_defs`), less those that a later
+        one in the same block, which `at` is not in, replaces (`o = a + r; o = tl.load(perm + o)`
+        under an `if`)."""
+        found = self.reaching.live_defs(name, at)
         if len(found) < 2:
             return found
-        reaching, start = self.reaching, self.reaching.span(at)[0]
-        block_of = {id(d): next((a for a in self.model.ancestors(d.node) if isinstance(a, cst.BaseSuite)), None)
-                    for d in found if d.kind != "param"}
-        before = [d for d in found if block_of.get(id(d)) is not None and reaching.inside(at, block_of[id(d)])
-                  and reaching.time(d) < start]
-        if before:
-            last = max(before, key=reaching.time)
-            found = [d for d in found if d is last or (reaching.inside(d.node, block_of[id(last)])
-                                                       and reaching.time(last) < reaching.time(d) < start)]
+        reaching = self.reaching
         latest: dict[int, tuple[int, cst.CSTNode]] = {}
         for d in found:
-            block = block_of.get(id(d))
-            if block is not None and not reaching.inside(at, block) \
+            block = next((a for a in self.model.ancestors(d.node) if isinstance(a, cst.BaseSuite)), None)
+            if d.kind != "param" and block is not None and not reaching.inside(at, block) \
                     and (id(block) not in latest or latest[id(block)][0] < reaching.time(d)):
                 latest[id(block)] = (reaching.time(d), block)
         return [d for d in found if not any(reaching.inside(d.node, block) and reaching.time(d) < time

@@ -27,6 +27,14 @@ class Reaching:
     loop, the definitions later in the loop (carried to the next iteration).
     """
 
+    @classmethod
+    def of(cls, model: TritonModule, function: Function | JitFunction) -> Reaching:
+        """The function's one instance, kept with its dataflow (built on first use)."""
+        memo = model.flow(function).memo
+        if "reaching" not in memo:
+            memo["reaching"] = cls(model, function)
+        return memo["reaching"]
+
     def __init__(self, model: TritonModule, function: Function | JitFunction) -> None:
         self.model = model
         self.root = function.node
@@ -136,3 +144,18 @@ class Reaching:
             found += [d for _, d in timed[split:] if any(self.inside(d.node, loop) for loop in loops)]
         self._cache[key] = found
         return found
+
+    def live_defs(self, name: str, at: cst.CSTNode) -> list[Def]:
+        """`defs`, less the definitions later in a loop that an unconditional one between the
+        loop's top and `at` overwrites (`p = a + ...; tl.load(p)` inside the loop)."""
+        defs = self.defs(name, at)
+        start = self.span(at)[0]
+        before = [d for d in defs if self.time(d) < start]
+        killer = before[-1] if before and before[-1].kind != "param" and not isinstance(before[-1].node, cst.For) \
+            and self._suites(before[-1].node) <= self._suites(at) else None
+        if killer is None:
+            return defs
+        loops = [a for a in self.model.ancestors(at) if isinstance(a, (cst.For, cst.While))]
+        open_loops = [loop for loop in loops if not self.inside(killer.node, loop)]
+        return before + [d for d in defs if self.time(d) >= start
+                         and any(self.inside(d.node, loop) for loop in open_loops)]

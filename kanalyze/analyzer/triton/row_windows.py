@@ -33,7 +33,7 @@ def column_in_row(model: TritonModule, jit: JitFunction, call: cst.Call, pointer
     extent = keyword(arange, "end", 1)
     if extent is None or model.jit_of(arange) is not jit:
         return False
-    reaching = _reaching(model, jit)
+    reaching = Reaching.of(model, jit)
     terms = _flatten(model, jit, reaching, pointer, pointers, 5, set(), arange)
     if terms is None or not any(t is arange for t in terms):
         return False
@@ -83,14 +83,14 @@ def column_in_row(model: TritonModule, jit: JitFunction, call: cst.Call, pointer
 def reaching_aranges(model: TritonModule, jit: JitFunction, expr) -> set[int]:
     """The ids of the kernel's own `tl.arange` calls whose value can reach `expr`, in order:
     `o = ... tl.arange(0, BC) * H*BT` reassigned before the access does not reach it."""
-    reaching, found, seen = _reaching(model, jit), set(), set()
+    reaching, found, seen = Reaching.of(model, jit), set(), set()
     stack = [expr]
     while stack:
         node = stack.pop()
         if isinstance(node, cst.Call) and model.call_name(node) == ARANGE:
             found.add(id(node))
         if isinstance(node, cst.Name):
-            for d in _defs(model, reaching, node.value, node):
+            for d in reaching.live_defs(node.value, node):
                 if id(d.node) not in seen and d.value is not None and d.kind != "for":
                     seen.add(id(d.node))
                     stack.append(d.value)
@@ -159,7 +159,7 @@ def _bounded(model: TritonModule, jit: JitFunction, reaching: Reaching, expr, de
     if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.FloorDivide):
         return compile_time(expr.right) and _bounded(model, jit, reaching, expr.left, depth)
     if isinstance(expr, cst.Name) and depth > 0:
-        defs = _defs(model, reaching, expr.value, expr)
+        defs = reaching.live_defs(expr.value, expr)
         values = [assigned_value(d, expr.value) for d in defs]
         return bool(values) and all(v is not None and _bounded(model, jit, reaching, v, depth - 1) for v in values)
     return False
@@ -176,7 +176,7 @@ def _flatten(model: TritonModule, jit: JitFunction, reaching: Reaching, expr, po
         if not (isinstance(t, cst.Name) and t.value not in pointers and depth > 0):
             found.append(t)
             continue
-        every = _defs(model, reaching, t.value, t)
+        every = reaching.live_defs(t.value, t)
         defs = [d for d in every if id(d.node) not in seen]
         if not every:
             return None
@@ -238,28 +238,3 @@ def _strip(model: TritonModule, expr):
             expr = expr.args[0].value
         else:
             return expr
-
-
-def _defs(model: TritonModule, reaching: Reaching, name: str, at: cst.CSTNode) -> list:
-    """`Reaching.defs`, less the definitions later in a loop that an unconditional one between
-    the loop's top and `at` overwrites (`p = a + ...; tl.load(p)` inside the loop)."""
-    defs = reaching.defs(name, at)
-    start = reaching.span(at)[0]
-    before = [d for d in defs if reaching.time(d) < start]
-    suites = lambda node: {id(a) for a in model.ancestors(node) if isinstance(a, cst.BaseSuite)}  # noqa: E731
-    killer = before[-1] if before and before[-1].kind != "param" and not isinstance(before[-1].node, cst.For) \
-        and suites(before[-1].node) <= suites(at) else None
-    if killer is None:
-        return defs
-    loops = [a for a in model.ancestors(at) if isinstance(a, (cst.For, cst.While))]
-    open_loops = [loop for loop in loops if not reaching.inside(killer.node, loop)]
-    return before + [d for d in defs if reaching.time(d) >= start
-                     and any(reaching.inside(d.node, loop) for loop in open_loops)]
-
-
-def _reaching(model: TritonModule, jit: JitFunction) -> Reaching:
-    memo = model.flow(jit).memo
-    if "row_windows_reaching" not in memo:
-        memo["row_windows_reaching"] = Reaching(model, jit)
-    return memo["row_windows_reaching"]
-

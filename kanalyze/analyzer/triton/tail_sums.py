@@ -78,8 +78,7 @@ class _Reader:
     def __init__(self, model: TritonModule, jit: JitFunction) -> None:
         self.model, self.jit = model, jit
         self.flow = model.flow(jit)
-        self.reaching = self.flow.memo.get("tail_sums_reaching") or self.flow.memo.setdefault(
-            "tail_sums_reaching", Reaching(model, jit))
+        self.reaching = Reaching.of(model, jit)
         self.load: cst.Call | None = None      # the masked load the sum's lanes come from
         self.mask: cst.BaseExpression | None = None
         self._program: dict[int, bool] = {}     # definition id -> program-wide (for every sum of the kernel)
