@@ -194,3 +194,24 @@ def test_hooks_pass_every_version_s_arguments_through(version) -> None:
     builder.set_grid_idx(1, 0, 0)
     assert received["set_grid_dim"] == (2, 1, 1) and received["set_grid_idx"] == (1, 0, 0)
     assert driver.atomics.most == 1            # the float atomic was counted on its way through
+
+
+def test_a_replaced_helper_of_the_hooks_breaks_the_seal(monkeypatch) -> None:
+    """The hooks call their bounds check, mask conversion and TF32 rounding by name: a
+    candidate that swaps one (the module is reachable through the hooks' globals) changes
+    what every hook does without touching the hooks themselves."""
+    pytest.importorskip("triton")
+    from kanalyze.dynamic import interpreter
+
+    class Builder:   # any object of the builder's shape: the hooks go on it
+        def __getattr__(self, name):
+            return lambda *args, **kwargs: None
+
+    driver = interpreter.InterpreterDriver(builder=Builder())
+    assert driver.tampered() == []
+    monkeypatch.setattr(interpreter, "boolean_mask", lambda mask: None)
+    assert any("boolean_mask" in line for line in driver.tampered()), driver.tampered()
+    monkeypatch.undo()
+    assert driver.tampered() == []
+    monkeypatch.setattr(interpreter.InterpreterDriver._check, "__code__", (lambda self, *a, **k: None).__code__)
+    assert any("_check" in line for line in driver.tampered()), driver.tampered()

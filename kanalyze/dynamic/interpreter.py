@@ -97,6 +97,14 @@ def boolean_mask(mask):
     return _interp.TensorHandle(np.asarray(mask.data).astype(bool), tl.int1)
 
 
+def _helpers() -> dict:
+    """The functions the hooks call by name, as they are now (the seal compares them with
+    those at install: a candidate that swaps one changes what every hook does)."""
+    return {"boolean_mask": globals()["boolean_mask"], "round_to_tf32": globals()["round_to_tf32"],
+            "InterpreterDriver._check": InterpreterDriver.__dict__.get("_check"),
+            "AtomicCount.add": AtomicCount.__dict__.get("add")}
+
+
 def element_type(ptrs):
     """The pointee type of a pointer handle (`get_element_ty()` from Triton 3.7, `dtype.element_ty` before)."""
     getter = getattr(ptrs, "get_element_ty", None)
@@ -149,6 +157,7 @@ class InterpreterDriver:
         self.atomics = AtomicCount()
         self._install(builder)
         self._codes = {name: hook.__code__ for name, hook in self._hooks.items()}   # (a swapped code object shows)
+        self._helpers = {name: (function, function.__code__) for name, function in _helpers().items()}
 
     def reset(self, order_seed: int | None, emulate_tf32: bool, collect: bool = False) -> None:
         self.order_seed, self.emulate_tf32, self.collect = order_seed, emulate_tf32, collect
@@ -243,6 +252,9 @@ class InterpreterDriver:
                    else vars(self._builder).get(name))
             if now is not hook or getattr(now, "__code__", None) is not self._codes[name]:
                 found.append(f"kanalyze's hook on Triton's interpreter `{name}` was taken off or changed")
+        for name, function in _helpers().items():      # what the hooks call: their bounds check, masks, TF32
+            if (function, getattr(function, "__code__", None)) != self._helpers[name]:
+                found.append(f"`{name}`, which kanalyze's hooks on Triton's interpreter call, was replaced")
         return found
 
     # -------------------------------------------------------------- bounds
