@@ -12,16 +12,16 @@ from typing import Iterator
 
 import libcst as cst
 
-from kanalyze.analyzer.cstwalk import node_text
 from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.names import dotted
 from kanalyze.analyzer.triton.calls import calls_within, keyword
 from kanalyze.analyzer.triton.exp_overflow import OverflowRatio, abs_cancellation, log_product_operand
 from kanalyze.analyzer.triton.host import candidate_functions
 from kanalyze.analyzer.triton.model import TritonModule
-from kanalyze.analyzer.triton.nan_carriers import (CLAMP, ELEMENTWISE, FLIP, LANE, REDUCTIONS, TL, NanLevels, literal,
+from kanalyze.analyzer.triton.nan_carriers import (CLAMP, ELEMENTWISE, LANE, REDUCTIONS, TL, NanLevels,
                                                    propagates)
 from kanalyze.analyzer.triton.nan_escape import NanEscape
+from kanalyze.analyzer.triton.nan_selects import where_swallow
 from kanalyze.analyzer.triton.nan_tests import nan_test, value_names
 from kanalyze.rules.base import Report, Rule, expr_text, source
 
@@ -38,7 +38,11 @@ class NonFiniteSwallowed(Rule):
     reduce with that same NaN-dropping maximum), comparison-based selects
     whose NaN lanes take the other branch (`tl.where(x > 0, x, 0.0)`, a
     running max `m = tl.where(v > m, v, m)`, also with the compare ANDed with
-    a mask, `valid & (v > m)`), and explicit replacement
+    a mask, `valid & (v > m)`), domain guards whose NaN lanes take the
+    constant (`tl.where(norm > 0.0, 1.0 / tl.sqrt(norm + eps), 0.0)`: a
+    division, square root or logarithm of the tested value guarded against
+    its bad domain; piecewise functions are left alone, as torch's own
+    comparison cascades send NaN to a piece too), and explicit replacement
     (`tl.where(x != x, 0.0, x)`, `libdevice.isnan`, `isinf`).  In `forward`:
     `torch.nan_to_num`, `torch.where(torch.isnan(y), ...)`,
     `masked_fill(y.isnan(), ...)`.
@@ -206,7 +210,7 @@ class NonFiniteSwallowed(Rule):
             if found is None:
                 return None
             subject, _, kind, message = found
-            if kind == "compare" and not self._flow.nan_data(subject):
+            if kind in ("compare", "guard") and not self._flow.nan_data(subject):
                 return None
             if not self._flow.swallows(call, [subject]):
                 return None
@@ -276,8 +280,8 @@ class NonFiniteSwallowed(Rule):
             defs = self.reach.defs(cond.value, call)
             if len(defs) == 1 and defs[0].kind == "assign":
                 cond = defs[0].value
-        return _where_swallow(self.model, call, cond, a, b,
-                              lambda branch, subject: self._flow.carries(call, branch, subject))
+        return where_swallow(self.model, call, cond, a, b,
+                              lambda branch, subject, nan=False: self._flow.carries(call, branch, subject, nan))
 
     # -- host code ------------------------------------------------------------
 
@@ -294,7 +298,7 @@ class NonFiniteSwallowed(Rule):
                                             f"output must have non-finite values exactly where the reference "
                                             f"does: remove it", expression=text, pattern="nan_to_num")
                 elif site.qualname == "torch.where" and len(call.args) == 3:
-                    found = _where_swallow(model, call, *(a.value for a in call.args),
+                    found = where_swallow(model, call, *(a.value for a in call.args),
                                            lambda br, s: value_names(model, s) <= value_names(model, br), host=True)
                     if found is not None:
                         yield self.report(call, f"{found[3]} (in {where})", expression=text, pattern=found[2])
@@ -312,64 +316,3 @@ class NonFiniteSwallowed(Rule):
                         text = expr_text(model, node)
                         yield self.report(node, f"`{text}` in {where} overwrites {test[2]} values; the reference "
                                                 f"propagates them: remove it", expression=text, pattern="index-assign")
-
-
-def _where_swallow(model: TritonModule, call: cst.Call, cond, a, b, carries, host: bool = False):
-    """Shared by the kernel (`tl.where`) and the host (`torch.where`) checks."""
-    if cond is None or a is None or b is None:
-        return None
-    negated = False
-    while isinstance(cond, cst.UnaryOperation) and isinstance(cond.operator, (cst.BitInvert, cst.Not)):
-        negated, cond = not negated, cond.expression
-    text = expr_text(model, call)
-    test = nan_test(model, cond)
-    if test is not None:
-        subject, nan_true, specials = test
-        nan_branch = a if nan_true != negated else b
-        if carries(nan_branch, subject):
-            return None
-        return subject, nan_branch, "nan-replaced", (
-            f"`{text}` replaces {specials} in `{expr_text(model, subject)}` with "
-            f"`{expr_text(model, nan_branch)}`; the reference propagates it: remove the replacement")
-    if host:
-        return None
-    if not negated and isinstance(cond, cst.BinaryOperation) and isinstance(cond.operator, cst.BitAnd):
-        # `valid & (v > m)`: a conjunct that is False for NaN makes the whole test False there
-        for part in _conjuncts(cond):
-            if isinstance(part, cst.Comparison) and len(part.comparisons) == 1 and \
-                    (type(part.comparisons[0].operator) in FLIP or isinstance(part.comparisons[0].operator, cst.Equal)):
-                found = _compare_swallow(model, text, part, a, b, carries, negated, conjunct=True)
-                if found is not None:
-                    return found
-        return None
-    return _compare_swallow(model, text, cond, a, b, carries, negated)
-
-
-def _compare_swallow(model: TritonModule, text: str, cond, a, b, carries, negated: bool, conjunct: bool = False):
-    """A select on a comparison of the value with something (`tl.where(x > 0, x, 0.0)`)."""
-    if not (isinstance(cond, cst.Comparison) and len(cond.comparisons) == 1):
-        return None
-    op, right = cond.comparisons[0].operator, cond.comparisons[0].comparator
-    if type(op) not in FLIP and not isinstance(op, (cst.Equal, cst.NotEqual)):
-        return None
-    nan_true = isinstance(op, cst.NotEqual) != negated  # every ordered comparison with NaN is False
-    nan_branch, kept = (a, b) if nan_true else (b, a)
-    key = lambda e: node_text(model.module, e).replace(" ", "")
-    subject = next((s for s in (cond.left, right) if key(s) == key(kept) and not literal(s)), None)
-    if subject is None or carries(nan_branch, subject):
-        return None  # a branch that is not the tested value: a mask or a step function
-    fix = "rewrite it so that NaN lanes take the value branch"
-    if type(op) in FLIP and not negated and not conjunct:   # (rewriting a conjunct alone drops the mask)
-        fix = (f"use `tl.where({expr_text(model, cond.left)} {FLIP[type(op)]} {expr_text(model, right)}, "
-               f"{expr_text(model, nan_branch)}, {expr_text(model, kept)})` so that NaN lanes keep the value")
-    return subject, nan_branch, "compare", (
-        f"`{text}` sends NaN lanes to `{expr_text(model, nan_branch)}` (a comparison with NaN is "
-        f"{'True' if nan_true else 'False'}), where the reference propagates NaN; {fix}")
-
-
-def _conjuncts(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
-    """The operands of a chain of `&`."""
-    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.BitAnd):
-        return _conjuncts(expr.left) + _conjuncts(expr.right)
-    return [expr]
-

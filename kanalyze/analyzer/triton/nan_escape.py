@@ -121,12 +121,14 @@ class NanEscape(NanPaths):
         return False
 
 
-    def carries(self, call: cst.Call, branch: cst.BaseExpression, subject: cst.BaseExpression) -> bool:
+    def carries(self, call: cst.Call, branch: cst.BaseExpression, subject: cst.BaseExpression,
+                nan: bool = False) -> bool:
         """Does `branch` hold `subject`'s value by a path of its own?  Not through the
         `where` itself: in a running max `m = tl.where(v > m, v, m)` the m of the next
-        iteration holds an earlier v only where that v was not NaN."""
+        iteration holds an earlier v only where that v was not NaN.  With `nan`, its NaN:
+        not through a comparison (`tl.sum(x > 0)` counts lanes) or a NaN-dropping call."""
         subject_defs = {d for defs in self.reads(subject) for d in defs}
-        return self.closure(self.reads(branch), avoid=self.holders(call), stop=subject_defs)
+        return self.closure(self.reads(branch, nan=nan), avoid=self.holders(call), stop=subject_defs, nan=nan)
 
     def reaches_output(self, node: cst.CSTNode) -> bool:
         holders = self.holders(node)
