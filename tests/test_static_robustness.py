@@ -557,6 +557,8 @@ WIDE_LITERALS = {
         def launch(a, b, c):
             matmul[(1 << -1,)](a, b, c, BLOCK=16)
     """),
+    "400 digits in an exponential's ratio": kernel_with(
+        f"(tl.exp({'9' * 400} * tl.load(x_ptr)) - 1.0) / (tl.exp({'9' * 400} * tl.load(x_ptr)) + 1.0)"),
     "4,000 digits summed past a mask": kernel_with(
         f"tl.sum(tl.load(x_ptr + tl.arange(0, 16), mask=tl.arange(0, 16) < n, other=0.0) + {'9' * 4000})"),
 }

@@ -90,7 +90,10 @@ class OverflowRatio:
         if depth > self.DEPTH:
             raise _NotArithmetic
         if isinstance(node, (cst.Integer, cst.Float)):
-            value = float(node.evaluated_value)
+            try:
+                value = float(node.evaluated_value)
+            except OverflowError:   # an integer literal past float's range
+                raise _NotArithmetic from None
             return lambda t, x: t(value)
         if isinstance(node, cst.BinaryOperation):
             left, right = self._compile(node.left, depth + 1), self._compile(node.right, depth + 1)
