@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
+from kanalyze.analyzer.cuda.exp_minus_one import exp_minus_ones
 from kanalyze.analyzer.cuda.lower_bounds import at_least_one
 from kanalyze.analyzer.cuda.model import CudaModule
 from kanalyze.analyzer.cuda.sources import Extension
@@ -72,6 +73,9 @@ class SubnormalFlushCuda(CudaRule, clause=SubnormalFlush):
         where the flags are not known (a `.cu` file, flags that are not
         constant); a `load_inline` built without it keeps their subnormals
         (they are still less accurate than `expf`: not this clause).
+    And `expf(x) - 1` where it stands for `expm1f(x)` (an ELU's negative branch
+    under a test of x against 0, `fminf(0, ...)`, a tanh's `(e - 1) / (e + 1)`):
+    0 for every |x| below 2^-24, where torch's ELU, SELU, CELU and tanh keep x.
     A log whose argument is provably at least 1 (`__logf(1.0f + __expf(x))`, a
     sum of exponentials holding exp(max - max) = 1, also softmax's normaliser
     combined across a block or a warp through shared memory and shuffles, with
@@ -115,6 +119,15 @@ class SubnormalFlushCuda(CudaRule, clause=SubnormalFlush):
             yield self.report_at(cuda, call.node, _message(call.name, text, known, flag),
                                  kernel=kernel_name(cuda, function), expression=text, intrinsic=call.name,
                                  ftz=flag if known else "unknown")
+        for found in exp_minus_ones(cuda):
+            text, argument = cuda.text(found.node, 60), cuda.text(found.call.args[0], 40)
+            fix = f"{'-' if found.negated else ''}expm1f({argument})"
+            yield self.report_at(cuda, found.node,
+                                 f"`{text}` is 0 wherever |{argument}| is below about 2^-24 (its exponential rounds "
+                                 f"to 1), so tiny and subnormal inputs come back as 0 where torch (expm1, ELU, SELU, "
+                                 f"CELU, tanh) keeps them; use `{fix}`",
+                                 kernel=kernel_name(cuda, found.call.function), expression=text,
+                                 pattern="exp-minus-one")
         for node in cuda.find_words(["ftz"], "gnu_asm_expression"):
             template = " ".join(cuda.text(c) for c in node.named_children if c.type in ("string_literal",
                                                                                         "concatenated_string"))

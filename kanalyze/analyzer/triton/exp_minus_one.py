@@ -87,6 +87,8 @@ def _data(jit: JitFunction, paths: NanPaths, expr: cst.BaseExpression) -> bool:
 def _stands_for_expm1(model: TritonModule, jit: JitFunction, paths: NanPaths, found: ExpMinusOne) -> bool:
     """Is the difference an ELU's negative branch or a tanh's numerator, where it is used or
     through the names it is assigned to (two deep)?"""
+    if _min_with_zero(model, paths, found.exp.args[0].value, found.node):
+        return True   # `tl.exp(tl.minimum(x, 0.0)) - 1`: an ELU's negative part
     x_loads = _sources(jit, paths, found.exp.args[0].value)
     exp_side = found.node.right if found.negated else found.node.left
     sites, names = [found.node], []
@@ -125,6 +127,16 @@ def _elu_select(model: TritonModule, jit: JitFunction, paths: NanPaths, call: cs
     if name in ("minimum", "maximum") and len(args) >= 2 and any(_within(a, site) for a in args[:2]):
         return any(_number(a) == 0.0 for a in args[:2])
     return False
+
+
+def _min_with_zero(model: TritonModule, paths: NanPaths, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    """`tl.minimum(x, 0.0)`, or a name whose only definition reaching `at` assigns it."""
+    if isinstance(expr, cst.Name):
+        defs = paths.reach.defs(expr.value, at)
+        expr = defs[0].value if len(defs) == 1 and defs[0].kind == "assign" else None
+    if not isinstance(expr, cst.Call) or (model.call_name(expr) or "").rpartition(".")[2] != "minimum":
+        return False
+    return any(_number(a.value) == 0.0 for a in expr.args[:2])
 
 
 def _tanh_denominator(model: TritonModule, expr: cst.BaseExpression, exp_side: cst.BaseExpression) -> bool:
