@@ -698,3 +698,33 @@ def test_a_sum_over_a_doubling_chain_of_definitions_is_read_in_linear_time() -> 
     findings, _ = analyze_source("doubling.py", text, proofs={"proofs": False}, budget=None)
     assert time.process_time() - started < 8
     assert not [f for f in findings if f.code.startswith("KAN")]
+
+
+def test_many_elu_steps_on_one_name_are_read_in_near_linear_time() -> None:
+    """`e_i = tl.exp(acc) - 1.0; acc = tl.where(acc > 0, acc, e_i * 0.5)`, 600 times: EXC002's
+    search for where each difference goes (analyzer/triton/exp_minus_one.py) scanned every read
+    of `acc` for every definition, and a file like this ran past the per-file budget."""
+    steps = "".join(f"    e{i} = tl.exp(acc) - 1.0\n    acc = tl.where(acc > 0, acc, e{i} * 0.5)\n" for i in range(600))
+    text = ("import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+            "def elu_steps(x_ptr, o_ptr, n, B: tl.constexpr):\n    cols = tl.arange(0, B)\n"
+            "    acc = tl.load(x_ptr + cols, mask=cols < n)\n" + steps +
+            "    tl.store(o_ptr + cols, acc, mask=cols < n)\n")
+    started = time.process_time()
+    findings, _ = analyze_source("elu_steps.py", text, proofs={"proofs": False}, budget=None)
+    assert time.process_time() - started < 10
+    assert not [f for f in findings if f.code.startswith("KAN")]
+    assert len([f for f in findings if f.code == "EXC002"]) == 600
+
+
+def test_many_elu_steps_in_cuda_are_read_in_near_linear_time() -> None:
+    """The same shape in CUDA C++: following a difference's variable to its reads walked the
+    function once per read, and a read that assigns again was followed on and on."""
+    steps = "".join(f"    float e{i} = expf(acc) - 1.0f;\n    acc = acc > 0.0f ? acc : e{i} * 0.5f;\n"
+                    for i in range(600))
+    text = ("__global__ void k(const float* x, float* y, int n) {\n"
+            "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    float acc = x[i];\n" + steps + "    y[i] = acc;\n}\n")
+    started = time.process_time()
+    findings, _ = analyze_source("elu_steps.cu", text, budget=None)
+    assert time.process_time() - started < 10
+    assert not [f for f in findings if f.code.startswith("KAN")]
+    assert len([f for f in findings if f.code == "EXC002"]) == 600

@@ -156,10 +156,21 @@ def _negative_part(cuda: CudaModule, argument: ts.Node) -> bool:
 
 
 def _stands_for_expm1(cuda: CudaModule, difference: ts.Node, held: ts.Node, argument: ts.Node) -> bool:
+    """An ELU's negative part or a tanh's numerator: at the difference itself, or where the
+    variable its statement declares or assigns is read (`float e = expf(x) - 1.0f; y = x > 0
+    ? x : a * e;`)."""
     if _negative_part(cuda, argument):
         return True
     exp_text = _squeezed(cuda, held)
-    node = difference
+    if _in_expm1_context(cuda, difference, argument, exp_text):
+        return True
+    target = _assigned(difference)
+    return target is not None and any(_in_expm1_context(cuda, read, argument, exp_text)
+                                      for read in _reads_after(cuda, difference, cuda.text(target)))
+
+
+def _in_expm1_context(cuda: CudaModule, site: ts.Node, argument: ts.Node, exp_text: str) -> bool:
+    node = site
     while node.parent is not None and node.type not in _STATEMENTS:
         parent = node.parent
         if parent.type == "conditional_expression":
@@ -169,7 +180,7 @@ def _stands_for_expm1(cuda: CudaModule, difference: ts.Node, held: ts.Node, argu
         elif parent.type == "argument_list" and _min_with_zero(cuda, parent.parent):
             return True
         elif parent.type == "binary_expression" and _operator(cuda, parent) == "/" \
-                and _inside(parent.child_by_field_name("left"), difference):
+                and _inside(parent.child_by_field_name("left"), site):
             for n in walk(parent.child_by_field_name("right")):
                 if n.type == "binary_expression" and _operator(cuda, n) == "+":
                     sides = (n.child_by_field_name("left"), n.child_by_field_name("right"))
@@ -188,9 +199,20 @@ def _stands_for_expm1(cuda: CudaModule, difference: ts.Node, held: ts.Node, argu
     return False
 
 
-def _absorbed(cuda: CudaModule, difference: ts.Node) -> bool:
-    """A constant added on the way out: in the statement, or at every read of the variable
-    the statement declares or assigns (one step)."""
+def _assigned(node: ts.Node) -> ts.Node | None:
+    """The variable whose declaration or assignment `node`'s value is (`float t = ...`)."""
+    while node.parent is not None and node.type not in _STATEMENTS:
+        parent = node.parent
+        if parent.type in ("init_declarator", "assignment_expression"):
+            target = parent.child_by_field_name("declarator") or parent.child_by_field_name("left")
+            return target if target is not None and target.type == "identifier" and target.id != node.id else None
+        node = parent
+    return None
+
+
+def _absorbed(cuda: CudaModule, difference: ts.Node, follow: bool = True) -> bool:
+    """A constant added on the way out: in the statement, or (`follow`) at every read of the
+    variable the statement declares or assigns, one step."""
     node = difference
     while node.parent is not None and node.type not in _STATEMENTS:
         parent = node.parent
@@ -201,18 +223,30 @@ def _absorbed(cuda: CudaModule, difference: ts.Node) -> bool:
                 return True
         if parent.type in ("init_declarator", "assignment_expression"):
             target = parent.child_by_field_name("declarator") or parent.child_by_field_name("left")
-            if target is not None and target.type == "identifier":
-                reads = _reads_after(cuda, difference, cuda.text(target))
-                return bool(reads) and all(_absorbed(cuda, r) for r in reads)
+            if not follow or target is None or target.type != "identifier":
+                return False
+            reads = _reads_after(cuda, difference, cuda.text(target))
+            return bool(reads) and all(_absorbed(cuda, r, follow=False) for r in reads)
         node = parent
     return False
 
 
 def _reads_after(cuda: CudaModule, at: ts.Node, name: str) -> list[ts.Node]:
+    """The reads of `name` after `at` in its function (not the places it is assigned)."""
     function = cuda.function_of(at)
     body = function.body if function is not None else None
     if body is None:
         return []
-    return [n for n in walk(body) if n.type == "identifier" and cuda.text(n) == name and n.start_byte > at.end_byte
-            and not (n.parent is not None and n.parent.type in ("init_declarator", "assignment_expression")
-                     and (n.parent.child_by_field_name("declarator") or n.parent.child_by_field_name("left")) == n)]
+    found = []
+    for position in cuda.word_positions(name):
+        if not (at.end_byte < position < body.end_byte):
+            continue
+        n = cuda.root.descendant_for_byte_range(position, position + len(name))
+        if n is None or n.type != "identifier":
+            continue
+        parent = n.parent
+        if parent is not None and parent.type in ("init_declarator", "assignment_expression") and \
+                (parent.child_by_field_name("declarator") or parent.child_by_field_name("left")) == n:
+            continue
+        found.append(n)
+    return found

@@ -25,7 +25,6 @@ from kanalyze.analyzer.triton.model import JitFunction, TritonModule
 from kanalyze.analyzer.triton.nan_paths import NanPaths
 
 EXPONENTIALS = {"exp", "exp2"}
-_DEPTH = 8       # assignments followed from the difference towards the output
 
 
 @dataclass
@@ -38,6 +37,7 @@ class ExpMinusOne:
 def exp_minus_ones(model: TritonModule, jit: JitFunction, paths: NanPaths) -> Iterator[ExpMinusOne]:
     """The differences of one jit function whose exponential reads loaded data and whose
     value reaches the output unabsorbed."""
+    flow = _Flow(model, jit, paths)
     for node in walk(jit.node):
         if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Subtract)):
             continue
@@ -48,7 +48,7 @@ def exp_minus_ones(model: TritonModule, jit: JitFunction, paths: NanPaths) -> It
         else:
             continue
         if found.exp is not None and _data(jit, paths, found.exp.args[0].value) \
-                and _stands_for_expm1(model, jit, paths, found) and _reaches_unabsorbed(model, jit, paths, node, _DEPTH):
+                and _stands_for_expm1(model, jit, paths, flow, found) and flow.reaches_unabsorbed(node):
             yield found
 
 
@@ -84,7 +84,8 @@ def _data(jit: JitFunction, paths: NanPaths, expr: cst.BaseExpression) -> bool:
     return paths.evidence(expr)[1] or bool(_sources(jit, paths, expr))
 
 
-def _stands_for_expm1(model: TritonModule, jit: JitFunction, paths: NanPaths, found: ExpMinusOne) -> bool:
+def _stands_for_expm1(model: TritonModule, jit: JitFunction, paths: NanPaths, flow: "_Flow",
+                      found: ExpMinusOne) -> bool:
     """Is the difference an ELU's negative branch or a tanh's numerator, where it is used or
     through the names it is assigned to (two deep)?"""
     if _min_with_zero(model, paths, found.exp.args[0].value, found.node):
@@ -104,7 +105,7 @@ def _stands_for_expm1(model: TritonModule, jit: JitFunction, paths: NanPaths, fo
                 if isinstance(ancestor, cst.BinaryOperation) and isinstance(ancestor.operator, cst.Divide) \
                         and _within(ancestor.left, site) and _tanh_denominator(model, ancestor.right, exp_side):
                     return True
-        sites = [use for d in names for use in _uses(jit, paths, d)]
+        sites = [use for d in names for use in flow.uses(d)]
         names = []
     return False
 
@@ -150,36 +151,54 @@ def _tanh_denominator(model: TritonModule, expr: cst.BaseExpression, exp_side: c
     return False
 
 
-def _reaches_unabsorbed(model: TritonModule, jit: JitFunction, paths: NanPaths, node: cst.CSTNode,
-                        depth: int) -> bool:
-    """Does `node`'s value reach a store, a return or a call by a path on which nothing
-    adds a constant to it (`1.0 + t`)?  Followed through assignments, `depth` deep; past
-    that, or through anything else, it does."""
-    statement = node
-    for ancestor in model.ancestors(node):
-        if isinstance(ancestor, cst.BinaryOperation) and isinstance(ancestor.operator, (cst.Add, cst.Subtract)):
-            other = ancestor.right if _within(ancestor.left, node) else ancestor.left
-            if _number(other) not in (None, 0.0):
-                return False
-        if isinstance(ancestor, cst.BaseSmallStatement):
-            statement = ancestor
-            break
-    if not isinstance(statement, cst.Assign) or depth == 0:
+class _Flow:
+    """Where a difference's value goes in one jit function: the reads each definition
+    reaches (worked out once per name) and whether a constant absorbs it on every path."""
+
+    def __init__(self, model: TritonModule, jit: JitFunction, paths: NanPaths) -> None:
+        self.model, self.paths = model, paths
+        targets = {id(n) for t in walk(jit.node) if isinstance(t, (cst.AssignTarget, cst.AugAssign, cst.For))
+                   for n in walk(t.target)}
+        self._reads: dict[str, list[cst.Name]] = {}
+        for n in walk(jit.node):
+            if isinstance(n, cst.Name) and id(n) not in targets:
+                self._reads.setdefault(n.value, []).append(n)
+        self._uses: dict[str, dict[Def, list[cst.Name]]] = {}
+        self._unabsorbed: dict[Def, bool] = {}
+
+    def uses(self, d: Def) -> list[cst.Name]:
+        """The reads of `d`'s name that `d` reaches (not the names assigned to)."""
+        if d.name not in self._uses:
+            by_def: dict[Def, list[cst.Name]] = {}
+            for n in self._reads.get(d.name, ()):
+                for reaching in self.paths.reach.defs(d.name, n):
+                    by_def.setdefault(reaching, []).append(n)
+            self._uses[d.name] = by_def
+        return self._uses[d.name].get(d, [])
+
+    def reaches_unabsorbed(self, node: cst.CSTNode) -> bool:
+        """Does `node`'s value reach a store, a return or a call by a path on which nothing
+        adds a constant to it (`1.0 + t`)?  Followed through assignments; through anything
+        else, it does."""
+        child = node
+        for ancestor in self.model.ancestors(node):
+            if isinstance(ancestor, cst.BinaryOperation) and isinstance(ancestor.operator, (cst.Add, cst.Subtract)):
+                other = ancestor.right if ancestor.left is child else ancestor.left
+                if _number(other) not in (None, 0.0):
+                    return False
+            if isinstance(ancestor, cst.BaseSmallStatement):
+                if not isinstance(ancestor, cst.Assign):
+                    return True
+                defs = self.paths.reach.flow.defs_at(ancestor)
+                return not defs or any(self._def_unabsorbed(d) for d in defs)
+            child = ancestor
         return True
-    defs = [d for d in paths.reach.flow.defs_at(statement)]
-    return not defs or any(_use_unabsorbed(model, jit, paths, d, depth - 1) for d in defs)
 
-
-def _use_unabsorbed(model: TritonModule, jit: JitFunction, paths: NanPaths, d: Def, depth: int) -> bool:
-    return any(_reaches_unabsorbed(model, jit, paths, use, depth) for use in _uses(jit, paths, d))
-
-
-def _uses(jit: JitFunction, paths: NanPaths, d: Def) -> list[cst.Name]:
-    """The reads of `d`'s name that `d` reaches (not the names assigned to)."""
-    targets = {id(n) for t in walk(jit.node) if isinstance(t, (cst.AssignTarget, cst.AugAssign, cst.For))
-               for n in walk(t.target)}
-    return [n for n in walk(jit.node) if isinstance(n, cst.Name) and n.value == d.name and id(n) not in targets
-            and d in paths.reach.defs(d.name, n)]
+    def _def_unabsorbed(self, d: Def) -> bool:
+        if d not in self._unabsorbed:
+            self._unabsorbed[d] = False     # a read that leads back here adds nothing new
+            self._unabsorbed[d] = any(self.reaches_unabsorbed(use) for use in self.uses(d))
+        return self._unabsorbed[d]
 
 
 def _within(outer: cst.CSTNode, node: cst.CSTNode) -> bool:
