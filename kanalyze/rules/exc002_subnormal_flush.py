@@ -24,11 +24,16 @@ class SubnormalFlush(Rule):
     ## What it does
     Feeds subnormal-magnitude inputs and compares against the reference. In
     Triton kernels the static pass flags `tl.exp(x) - 1` (and `1 - tl.exp(x)`,
-    `tl.exp2`) on loaded data: the exponential of any |x| below 2^-24 rounds to
-    exactly 1, so the difference is 0 for every tiny input, subnormal ones among
-    them, where torch's ELU, SELU, CELU and `expm1` return about x. In CUDA C++
-    it flags `--use_fast_math`, `-ftz=true`, fast-math intrinsics and PTX `.ftz`
-    on fp32 arithmetic (below).
+    `tl.exp2`) on loaded data where it stands for `expm1`: an ELU's negative
+    branch (a `tl.where` testing x itself, `tl.minimum` with 0) or a tanh's
+    numerator `(e - 1) / (e + 1)`. The exponential of any |x| below 2^-24 rounds
+    to exactly 1, so the difference is 0 for every tiny input, subnormal ones
+    among them, where torch's ELU, SELU, CELU and tanh return about x. Left
+    alone: the difference added to a constant before the output (GELU's
+    `0.5 * x * (1 + t)`), and `exp(x) - 1` as the formula itself (a
+    cross-entropy gradient `p - 1` at the target column). In CUDA C++ it flags
+    the same shape, and `--use_fast_math`, `-ftz=true`, fast-math intrinsics and
+    PTX `.ftz` on fp32 arithmetic (below).
 
     ## Why is this bad
     Flushing subnormals to zero changes results near zero (and divisions by
