@@ -89,12 +89,17 @@ class SubnormalFlush(Rule):
     ]
 
     def check(self, model: TritonModule) -> Iterator[Report]:
-        levels = NanLevels(model)
+        levels: list[NanLevels] = []     # built for the first kernel that has an `exp(x) - 1`
+
+        def paths_of(jit):
+            if not levels:
+                levels.append(NanLevels(model))
+            return NanPaths(model, jit, levels[0].reaching(jit), levels[0])
+
         for jit in model.jit.values():
             if jit.name != jit.function.name:
                 continue  # an alias (`k = triton.jit(_k)`) of a function seen already
-            paths = NanPaths(model, jit, levels.reaching(jit), levels)
-            for found in exp_minus_ones(model, jit, paths):
+            for found in exp_minus_ones(model, jit, lambda jit=jit: paths_of(jit)):
                 argument = expr_text(model, found.exp.args[0].value)
                 exp2 = (model.call_name(found.exp) or "").endswith("exp2")
                 fixed = f"{argument} * 0.6931471805599453" if exp2 else argument

@@ -216,19 +216,19 @@ def _absorbed(cuda: CudaModule, difference: ts.Node, follow: bool = True) -> boo
     node = difference
     while node.parent is not None and node.type not in _STATEMENTS:
         parent = node.parent
+        if parent.type in ("init_declarator", "assignment_expression"):
+            break
         if parent.type == "binary_expression" and _operator(cuda, parent) in ("+", "-"):
             other = parent.child_by_field_name("right") if _inside(parent.child_by_field_name("left"), node) \
                 else parent.child_by_field_name("left")
             if _number(cuda, other) not in (None, 0.0):
                 return True
-        if parent.type in ("init_declarator", "assignment_expression"):
-            target = parent.child_by_field_name("declarator") or parent.child_by_field_name("left")
-            if not follow or target is None or target.type != "identifier":
-                return False
-            reads = _reads_after(cuda, difference, cuda.text(target))
-            return bool(reads) and all(_absorbed(cuda, r, follow=False) for r in reads)
         node = parent
-    return False
+    target = _assigned(difference) if follow else None
+    if target is None:
+        return False
+    reads = _reads_after(cuda, difference, cuda.text(target))
+    return bool(reads) and all(_absorbed(cuda, r, follow=False) for r in reads)
 
 
 def _reads_after(cuda: CudaModule, at: ts.Node, name: str) -> list[ts.Node]:

@@ -15,7 +15,7 @@ tanh, is about `0.5 * x` either way.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import libcst as cst
 
@@ -23,6 +23,7 @@ from kanalyze.analyzer.cstwalk import node_text, walk
 from kanalyze.analyzer.triton.dataflow import Def
 from kanalyze.analyzer.triton.model import JitFunction, TritonModule
 from kanalyze.analyzer.triton.nan_paths import NanPaths
+from kanalyze.analyzer.triton.reaching import Reaching
 
 EXPONENTIALS = {"exp", "exp2"}
 
@@ -34,21 +35,28 @@ class ExpMinusOne:
     negated: bool                  # `1 - exp(x)`: the fix is `-expm1(x)`
 
 
-def exp_minus_ones(model: TritonModule, jit: JitFunction, paths: NanPaths) -> Iterator[ExpMinusOne]:
+def exp_minus_ones(model: TritonModule, jit: JitFunction, make_paths: Callable[[], NanPaths]) -> Iterator[ExpMinusOne]:
     """The differences of one jit function whose exponential reads loaded data and whose
-    value reaches the output unabsorbed."""
-    flow = _Flow(model, jit, paths)
+    value reaches the output unabsorbed.  The NaN paths (`make_paths`) and where values go
+    are worked out only for a function that has such a difference."""
+    reach = Reaching.of(model, jit)
+    paths = flow = None
     for node in walk(jit.node):
         if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Subtract)):
             continue
         if _one(node.right):
-            found = ExpMinusOne(node, _exponential(model, paths, node.left, node), False)
+            found = ExpMinusOne(node, _exponential(model, reach, node.left, node), False)
         elif _one(node.left):
-            found = ExpMinusOne(node, _exponential(model, paths, node.right, node), True)
+            found = ExpMinusOne(node, _exponential(model, reach, node.right, node), True)
         else:
             continue
-        if found.exp is not None and _data(jit, paths, found.exp.args[0].value) \
-                and _stands_for_expm1(model, jit, paths, flow, found) and flow.reaches_unabsorbed(node):
+        if found.exp is None:
+            continue
+        if paths is None:
+            paths = make_paths()
+            flow = _Flow(model, jit, paths)
+        if _data(jit, paths, found.exp.args[0].value) and _stands_for_expm1(model, jit, paths, flow, found) \
+                and flow.reaches_unabsorbed(node):
             yield found
 
 
@@ -66,11 +74,11 @@ def _number(expr: cst.BaseExpression) -> float | None:
         return None
 
 
-def _exponential(model: TritonModule, paths: NanPaths, expr: cst.BaseExpression, at: cst.CSTNode) -> cst.Call | None:
+def _exponential(model: TritonModule, reach: Reaching, expr: cst.BaseExpression, at: cst.CSTNode) -> cst.Call | None:
     """The `tl.exp(...)` call `expr` is: the call itself, or a name whose only definition
     reaching `at` assigns it."""
     if isinstance(expr, cst.Name):
-        defs = paths.reach.defs(expr.value, at)
+        defs = reach.defs(expr.value, at)
         if len(defs) != 1 or defs[0].kind != "assign":
             return None
         expr = defs[0].value

@@ -77,16 +77,13 @@ class NanLevels:
 
     def __init__(self, model: TritonModule) -> None:
         self.model = model
-        self.reachings: dict[int, Reaching] = {}    # jit -> Reaching, shared with the rule
         self.dtypes = DtypeFlow(model)
         self.depth = 0
         self.levels: dict[tuple[int, int | None], dict[Def, int]] = {}
         self.open: set[tuple[int, int | None]] = set()
 
     def reaching(self, jit: JitFunction) -> Reaching:
-        if id(jit) not in self.reachings:
-            self.reachings[id(jit)] = Reaching(self.model, jit)
-        return self.reachings[id(jit)]
+        return Reaching.of(self.model, jit)
 
     def level(self, jit: JitFunction, expr: cst.CSTNode) -> int:
         return self._expr(jit, expr, self._fix(jit, None), None)

@@ -15,12 +15,7 @@ from kanalyze.analyzer.cstwalk import node_text, walk
 from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.analyzer.triton.nan_carriers import FLIP, literal
 from kanalyze.analyzer.triton.nan_tests import nan_test
-
-
-def expr_text(model: TritonModule, node: cst.CSTNode, limit: int = 60) -> str:
-    """The source text of an expression, shortened for a message (as the rules quote it)."""
-    text = node_text(model.module, node)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+from kanalyze.analyzer.triton.size_literals import expr_text
 
 
 def where_swallow(model: TritonModule, call: cst.Call, cond, a, b, carries, host: bool = False):
