@@ -64,6 +64,7 @@ class ValueCheck:
     numel: int
     note: str = ""
     terms: int = 1          # the reference's longest reduction
+    scale: float = 0.0      # the largest finite |expected| (what the ulp floor is counted from)
 
 
     def metric(self) -> dict:
@@ -129,13 +130,18 @@ def _abs_difference(values: np.ndarray, exact: np.ndarray) -> np.ndarray:
 def calibrated_bound(working: Leaf, expected64, terms: int = 1) -> tuple[float, float]:
     """(bound, reference error) for outputs of `working`'s dtype; `expected64` is the float64
     reference (a Leaf, or its float64 array); `terms`, the reference's longest reduction."""
+    return _calibration(working, expected64, terms)[:2]
+
+
+def _calibration(working: Leaf, expected64, terms: int = 1) -> tuple[float, float, float]:
+    """(bound, reference error, scale): calibrated_bound, and the largest finite |expected64|."""
     if not isinstance(expected64, Leaf):
         expected64 = Leaf(np.asarray(expected64, dtype=np.float64), "float64")
     judge = held_by(working.array, expected64.array)
     if judge is not None:   # on the device, where the judge holds them (sandbox/held.py)
         found = judge.ask({"op": "calibrate", "working": working.array.name, "exact": expected64.array.name,
                            "factor": FACTOR, "floor": floor_ulps(terms) * EPS.get(working.dtype, 0.0)})
-        return float(found["bound"]), float(found["reference_error"])
+        return float(found["bound"]), float(found["reference_error"]), float(found["scale"])
     reference_error, scale = 0.0, 0.0
     for _, ref_part, exact_part in _chunks(working, expected64):
         exact = as_float64(exact_part)
@@ -148,7 +154,7 @@ def calibrated_bound(working: Leaf, expected64, terms: int = 1) -> tuple[float, 
         reference_error = max(reference_error, float(np.max(error, initial=0.0)))
         scale = max(scale, float(np.max(magnitude, initial=0.0)))
     eps = EPS.get(working.dtype, 0.0)
-    return max(FACTOR * reference_error, floor_ulps(terms) * eps * (scale or 1.0)), reference_error
+    return max(FACTOR * reference_error, floor_ulps(terms) * eps * (scale or 1.0)), reference_error, scale
 
 
 def check_values(observed: Leaf, working: Leaf, expected64_leaf: Leaf, bound: float | None = None,
@@ -165,13 +171,13 @@ def check_values(observed: Leaf, working: Leaf, expected64_leaf: Leaf, bound: fl
     judge = held_by(observed.array, working.array, expected64_leaf.array)
     if judge is not None:
         return _held_check(judge, observed, working, expected64_leaf, bound, terms)
-    calibrated, reference_error = calibrated_bound(working, expected64_leaf, terms)
+    calibrated, reference_error, scale = _calibration(working, expected64_leaf, terms)
     bound = calibrated if bound is None else bound
     if not working.is_float or not observed.is_float:  # integers and booleans: exact
         bound = 0.0
     numel = int(observed.array.size)
     if numel == 0:
-        return ValueCheck(True, 0.0, bound, reference_error, None, None, None, 0, 0, terms=terms)
+        return ValueCheck(True, 0.0, bound, reference_error, None, None, None, 0, 0, terms=terms, scale=scale)
     worst, at, observed_at, expected_at, mismatches = -1.0, 0, None, None, 0
     for start, out_part, ref_part, exact_part in _chunks(observed, working, expected64_leaf):
         exact = as_float64(exact_part)
@@ -191,7 +197,7 @@ def check_values(observed: Leaf, working: Leaf, expected64_leaf: Leaf, bound: fl
     shape = observed.array.shape
     index = tuple(int(i) for i in np.unravel_index(at, shape)) if shape else ()
     return ValueCheck(worst <= bound, worst, bound, reference_error, index, observed_at, expected_at,
-                      mismatches, numel, terms=terms)
+                      mismatches, numel, terms=terms, scale=scale)
 
 
 def _held_check(judge, observed: Leaf, working: Leaf, expected64: Leaf, bound, terms: int) -> ValueCheck:
@@ -203,12 +209,12 @@ def _held_check(judge, observed: Leaf, working: Leaf, expected64: Leaf, bound, t
                        "floor": floor_ulps(terms) * EPS.get(working.dtype, 0.0)})
     if numel == 0:
         return ValueCheck(True, 0.0, float(found["bound"]), float(found["reference_error"]), None, None, None, 0, 0,
-                          terms=terms)
+                          terms=terms, scale=float(found["scale"]))
     shape = observed.array.shape
     index = tuple(int(i) for i in np.unravel_index(int(found["at"]), shape)) if shape else ()
     return ValueCheck(bool(found["ok"]), float(found["max_error"]), float(found["bound"]),
                       float(found["reference_error"]), index, found["observed"], found["expected"],
-                      int(found["mismatches"]), numel, terms=terms)
+                      int(found["mismatches"]), numel, terms=terms, scale=float(found["scale"]))
 
 
 def same_shape(observed: list[Leaf], expected: list[Leaf], observed_structure, expected_structure) -> str | None:

@@ -49,13 +49,15 @@ MAX_CASE_BYTES = 256 * 2 ** 30   # what the reference worker reads of one case's
 
 
 def release(judge: Worker | None, limits: Limits, export: bool = False,
-            memory: str | None = None) -> tuple[str | dict[str, str], dict]:
+            memory: str | None = None, gone: str | None = None) -> tuple[str | dict[str, str], dict]:
     """Ask the reference worker for the outputs it withheld while candidates ran: ({arrays folder:
     why it was not saved} for the cases whose outputs were lost (empty when all were saved), or
-    why none were (the worker ended: they are lost with it); with `export`, what it held for the
-    judge, handed over (held.hand_over: `exported`, and `saved`, through `memory` where given)."""
+    why none were (the worker ended, how: `gone`; they are lost with it); with `export`, what it
+    held for the judge, handed over (held.hand_over: `exported`, and `saved`, through `memory`
+    where given)."""
     if judge is None:
-        return "kanalyze's reference worker ended before it handed over the reference's outputs", {}
+        return ("kanalyze's reference worker ended before it handed over the reference's outputs"
+                + (f": {gone}" if gone else "")), {}
     try:
         answer = ask(judge, {"kind": "release", "export": export, "memory": memory}, limits.case_seconds)
     except Unanswered as exc:
@@ -123,7 +125,7 @@ def hand_back(session: "Session", computed: list[str], ahead_keys: set[str], by_
     judge, held = session._judge or session._reference, session.spec["judge_held"]
     released: dict[bool, str | dict | None] = {False: None, True: None}
     if any(k not in ahead_keys for k in computed):
-        released[False] = release(session._judge, session.limits)[0]
+        released[False] = release(session._judge, session.limits, gone=session.judge_gone)[0]
     adopted, not_adopted = {}, None
     if any(k in ahead_keys for k in computed):
         # What it holds in host memory goes through shared memory on a GPU (at a problem's real

@@ -102,6 +102,7 @@ class Session:
                                               limits, self.root)
         self.environment: dict = {"mode": mode}
         self.streaming = None   # set once the baseline has run, where each case is judged as it ends (streaming.py)
+        self.judge_gone: str | None = None   # how the reference worker that judges ended, where it did
         # Where the run's time went (the environment's `seconds`): `start` is the workers' launch
         # (a zygote's own start included); each worker's start in detail is `<role>_start_seconds`.
         self.seconds: dict[str, float] = {"start": round(time.perf_counter() - created, 3)}
@@ -338,8 +339,8 @@ class Session:
             return
         found, why = float64_later(worker, list(later.values()), self.limits)
         if worker.process.poll() is not None:   # it ended: the later references start another
-            lose_what_it_held(by_key, [k for k in self._reference_index if k in by_key], "reference",
-                              f"it ended while computing float64 references ({why})")
+            self.judge_gone = f"it ended while computing float64 references ({why})"
+            lose_what_it_held(by_key, [k for k in self._reference_index if k in by_key], "reference", self.judge_gone)
             worker.close()
             self._judge = None
             if self._reference is worker:

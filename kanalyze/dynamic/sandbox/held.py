@@ -84,8 +84,8 @@ def _first(first: int | None, start: int, mask: torch.Tensor) -> int | None:
     return first if first is not None else start + int(torch.nonzero(mask)[0, 0].item())
 
 
-def _calibrate(store: Store, working: str, exact: str, factor: float, floor: float) -> tuple[float, float]:
-    """(bound, reference error): compare.calibrated_bound."""
+def _calibrate(store: Store, working: str, exact: str, factor: float, floor: float) -> tuple[float, float, float]:
+    """(bound, reference error, scale): compare._calibration."""
     reference_error, scale = 0.0, 0.0
     for _, ref, wanted in _chunks(store, working, exact):
         wanted = _wide(wanted)
@@ -95,13 +95,13 @@ def _calibrate(store: Store, working: str, exact: str, factor: float, floor: flo
         if error.numel():
             reference_error = max(reference_error, float(error.max().item()))
             scale = max(scale, float(magnitude.max().item()))
-    return max(factor * reference_error, floor * (scale or 1.0)), reference_error
+    return max(factor * reference_error, floor * (scale or 1.0)), reference_error, scale
 
 
 def _values(store: Store, request: dict) -> dict:
     """compare.check_values: observed against float64 within the calibrated bound (or the one given)."""
-    calibrated, reference_error = _calibrate(store, request["working"], request["exact"], request["factor"],
-                                             request["floor"])
+    calibrated, reference_error, scale = _calibrate(store, request["working"], request["exact"], request["factor"],
+                                                    request["floor"])
     bound = calibrated if request.get("bound") is None else float(request["bound"])
     if request.get("exactly"):   # integers and booleans
         bound = 0.0
@@ -117,13 +117,13 @@ def _values(store: Store, request: dict) -> dict:
             observed_at, expected_at = _scalar(_wide(out[i])), _scalar(wanted[i])
         mismatches += int((error > bound).sum().item())
     return {"ok": worst <= bound, "max_error": max(worst, 0.0), "bound": bound, "reference_error": reference_error,
-            "at": at, "observed": observed_at, "expected": expected_at, "mismatches": mismatches}
+            "scale": scale, "at": at, "observed": observed_at, "expected": expected_at, "mismatches": mismatches}
 
 
 def _calibrated(store: Store, request: dict) -> dict:
-    bound, reference_error = _calibrate(store, request["working"], request["exact"], request["factor"],
-                                        request["floor"])
-    return {"bound": bound, "reference_error": reference_error}
+    bound, reference_error, scale = _calibrate(store, request["working"], request["exact"], request["factor"],
+                                               request["floor"])
+    return {"bound": bound, "reference_error": reference_error, "scale": scale}
 
 
 def _canonical_bytes(t: torch.Tensor) -> torch.Tensor:
