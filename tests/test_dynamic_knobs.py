@@ -140,3 +140,23 @@ def test_a_tuple_of_sizes_is_a_knob_per_element() -> None:
     assert (namespace["input_shape"], namespace["kernel_size"], namespace["batch_size"]) == ((64,), (3, 9), 32768)
     # a Model that reads a tuple size is built per sizes, as one reading an integer size is
     assert not built_from_init_inputs(ast.parse(problem), read_knobs(ast.parse(problem)))
+
+
+def test_sizes_unpacked_from_a_tuple_are_a_knob_each() -> None:
+    """KernelBench writes `height, width = 128, 128` in 24 of the development corpus's 146 problems:
+    each name is a size the harness scales and CMP003 perturbs (on an H100, level2_92's "every
+    size 1" left its 128 × 128 images whole).  A starred target or lengths that differ are not
+    read; a name inside is no knob of its own."""
+    problem = textwrap.dedent("""
+        depth, height, width = 16, 32 * 2, 32
+        first, *rest = 1, 2, 3
+        channels, groups = 64, depth // 4
+        _private, public = 5, 6
+    """)
+    tree = ast.parse(problem)
+    assert read_knobs(tree) == {"depth": 16, "height": 64, "width": 32, "channels": 64, "public": 6}
+    assert read_knobs(ast.parse("a, b = 1, 2, 3")) == {}
+    set_knobs(tree, {"height": 9, "width": 7})
+    namespace: dict = {}
+    exec(compile(tree, "problem.py", "exec"), namespace)
+    assert (namespace["depth"], namespace["height"], namespace["width"]) == (16, 9, 7)

@@ -3,7 +3,8 @@
 KernelBench writes sizes as literals (`dim = 4096`), as constant expressions
 (`batch_size = 8192 * 2`, `N = 2 ** 20`, `M = 1024 * 16 - 1`) and as tuples of
 them (`input_shape = (32768,)`, `kernel_size = (3, 5)`: one knob per element,
-named `input_shape[0]`): all are knobs the harness may scale or perturb.  A size
+named `input_shape[0]`), and unpacked from a tuple (`height, width = 128, 128`: a
+knob each): all are knobs the harness may scale or perturb.  A size
 computed from another name (`dim2 = dim * 2`) is not a knob of its own: it
 follows the knob it is made of when the module runs.  Read with `ast`, never
 executed.
@@ -51,11 +52,27 @@ def assignment(node: ast.stmt) -> tuple[str, ast.expr] | None:
     return None
 
 
+def unpacked(node: ast.stmt) -> list[tuple[str, ast.Tuple, int]]:
+    """`a, b = 1, 2` at module level: (name, the value tuple, the name's index in it) for each
+    name; [] for any other statement (a starred target, lengths that differ)."""
+    if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Tuple)):
+        return []
+    target = node.targets[0]
+    if not (isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == len(node.value.elts)
+            and all(isinstance(e, ast.Name) for e in target.elts)):
+        return []
+    return [(e.id, node.value, i) for i, e in enumerate(target.elts)]
+
+
 def read_knobs(tree: ast.Module) -> dict[str, int]:
     """Module-level integer sizes, by name, a tuple's elements as `name[i]` (names starting with
     `_` are private, not knobs)."""
     knobs: dict[str, int] = {}
     for node in tree.body:
+        for name, values, i in unpacked(node):
+            value = constant_int(values.elts[i])
+            if value is not None and not name.startswith("_"):
+                knobs[name] = value
         found = assignment(node)
         if found is None or found[0].startswith("_"):
             continue
@@ -70,6 +87,9 @@ def read_knobs(tree: ast.Module) -> dict[str, int]:
 def set_knobs(tree: ast.Module, sizes: dict[str, int]) -> None:
     """Rewrite the knobs' assignments in `tree` to the given sizes (the module then runs with them)."""
     for node in tree.body:
+        for name, values, i in unpacked(node):
+            if name in sizes and constant_int(values.elts[i]) is not None:
+                values.elts[i] = ast.copy_location(ast.Constant(int(sizes[name])), values.elts[i])
         found = assignment(node)
         if found is None:
             continue
