@@ -17,6 +17,9 @@
 #                               no pair starts in the last PAIR_TIMEOUT + 10 s (--stop-after), so the pairs
 #                               running at the limit are written, not lost; PAIR_TIMEOUT=SECONDS
 #                               (default 240) is each pair's limit, JOBS=N (default 4) the pairs at once
+#   pair:MANIFEST[:300]         bench/gpu_pair.py over MANIFEST's pairs, one at a time in one process,
+#                               each step of the session said as it happens (GATES=CMP001,... default CMP001):
+#                               for a pair the audit reported oddly (a worker that ended, a job unanswered)
 #
 # Everything a step prints also goes to $OUT/<step>.log (default ./gpu-out); the bench's
 # numbers to $OUT/bench.json and the audit's journal to $OUT/results.jsonl.  WHEELS=DIR
@@ -64,6 +67,9 @@ for step in "$@"; do
             > "$OUT/audit.log" 2>&1
         cp "$journal/results.jsonl" "$OUT/results.jsonl" 2>/dev/null
         tail -30 "$OUT/audit.log" ;;
+    pair)
+        timeout "${seconds:-300}" python3 bench/gpu_pair.py "$manifest" --gates "${GATES:-CMP001}" 2>&1 |
+            tee "$OUT/pair.log" | tail -80 ;;
     *)
         echo "unknown step: $step" >&2; exit 2 ;;
     esac
