@@ -336,6 +336,16 @@ def test_a_baseline_kanalyze_could_not_decide_counts_as_its_failure() -> None:
     assert [(f["id"], f["reason"]) for f in summary["kanalyze_failures"]] == [("died", died)]
     text = render_text(summary)
     assert "baseline (the problem's own inputs): 1 passed, 0 failed, 2 undecided, 1 not run" in text
+    # On an H100, eight CUDA C++ matmul pairs lost the reference worker that judges; each of their
+    # gates said so, and the summary counted none of them as kanalyze's until it read these words.
+    for words in ("the reference crashed: kanalyze's reference worker ended before it handed over the "
+                  "reference's outputs (at the base sizes)",
+                  "kanalyze's judge did not answer: it ended",
+                  "the reference has no float64 result to calibrate against (kanalyze's second reference worker "
+                  "failed: RuntimeError: boom)"):
+        lost = _pair("lost", {"CMP001": {"status": "unconfirmed", "summary": words}},
+                     baseline={"status": "undecided", "summary": words})
+        assert [f["id"] for f in summarize([lost])["kanalyze_failures"]] == ["lost"], words
 
 
 def test_a_candidate_that_ran_with_less_than_the_cage_is_said_once_per_gap() -> None:
