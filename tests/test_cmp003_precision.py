@@ -110,3 +110,17 @@ def test_an_error_within_the_base_ratio_but_large_against_the_values_confirms() 
     small = np.array([0.5, 1.0, 1.5])
     verdict = judge(big, sized("every size 3 (N=3)", 3, small, gelu(small) + 0.01))
     assert verdict.status == CONFIRMED, verdict.summary
+
+
+def test_integer_outputs_are_exact_or_wrong_never_close() -> None:
+    """An index off by one among values in the thousands is 1e-4 of the largest, yet no precision."""
+    exact = np.arange(4000, 4003, dtype=np.int64)
+    reference = Outcome("done", meta={
+        "status": "ok", "inputs": [], "init_inputs": [],
+        "output": {"prefix": "o_", "dtypes": ["int64"], "structure": "tensor"},
+        "output64": {"prefix": "e_", "dtypes": ["int64"], "structure": "tensor"}},
+        arrays={"o_0": exact, "e_0": exact})
+    run = {"status": "ok", "output": {"prefix": "run0_", "dtypes": ["int64"], "structure": "tensor"}}
+    candidate = Outcome("done", meta={"status": "ok", "runs": [run]}, arrays={"run0_0": exact + 1})
+    verdict = judge(Result(Case("CMP003/N=3 (-1)", "CMP003", {"N": 3}), reference, candidate))
+    assert verdict.status == CONFIRMED and verdict.details["failure"] == "wrong", verdict.summary

@@ -147,8 +147,8 @@ def precision(result, base) -> tuple[str | None, str]:
     None: off by more than that (unwritten or garbage values, rows added twice)."""
     here = _checks(result)
     failing = [(i, check, dtype) for i, (check, dtype) in enumerate(here or []) if not check.ok]
-    if not failing or not all(check.max_error <= max(SAME_PRECISION, FACTOR * EPS.get(dtype, 0.0)) * check.scale
-                              for _, check, dtype in failing):
+    if not failing or not all(dtype in EPS and check.max_error <= max(SAME_PRECISION, FACTOR * EPS[dtype]) * check.scale
+                              for _, check, dtype in failing):   # (integers and booleans are exact or wrong)
         return None, ""
     there = _checks(base) if base is not None else None
     i, check, _ = max(failing, key=lambda found: found[1].max_error)
@@ -179,8 +179,8 @@ def precision_note(imprecise: list) -> str:
     """What the sizes off by precision alone showed, in words (the first, and how many)."""
     first = imprecise[0][1]
     more = f" ({len(imprecise) - 1} more sizes alike)" if len(imprecise) > 1 else ""
-    return (f"{first}{more}: the candidate's precision, the same at every size, held to the tighter bound "
-            f"of a smaller reduction; a precision question for CMP001 at the problem's sizes, not a shape defect")
+    return (f"{first}{more}: the candidate's precision, the same as at the problem's sizes, held to that "
+            f"size's tighter bound; a precision question for CMP001 at the problem's sizes, not a shape defect")
 
 
 def missing_power(base: dict[str, int], ran: list[dict[str, int]]) -> str | None:
