@@ -29,6 +29,7 @@ words; nothing here is ever a verdict on the candidate.
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import shutil
 import tempfile
@@ -106,6 +107,7 @@ def with_outputs(outcome: Outcome, released: str | dict | None) -> Outcome:
 def float64_later(worker: Worker, indices: list[int], limits: Limits) -> tuple[dict, str]:
     """({case index: what to add to its outcome}, why there is nothing where nothing came) for the
     cases at `indices`, run with `float64_later`.  A worker that does not answer in time is killed."""
+    logging.getLogger("kanalyze.progress").info("the baseline's float64 reference")
     try:
         answer = ask(worker, {"kind": "float64", "indices": indices, "out": worker.scratch}, limits.case_seconds)
     except Unanswered as exc:

@@ -337,7 +337,6 @@ class Session:
         worker = self._judge
         if not later or worker is None:
             return
-        PROGRESS.info("the baseline's float64 reference")
         found, why = float64_later(worker, list(later.values()), self.limits)
         if worker.process.poll() is not None:   # it ended: the later references start another
             self.judge_gone = f"it ended while computing float64 references ({why})"
