@@ -40,14 +40,20 @@ def sized(label: str, n: int, x: np.ndarray, observed: np.ndarray, reference_noi
     `reference_noise`, as a long reduction leaves it), and what the candidate returned."""
     exact = gelu(x)
     working = (exact + reference_noise * np.cos(np.arange(n))).astype(np.float32)
+    return case_result(label, n, working, exact, observed.astype(np.float32))
+
+
+def case_result(label: str, n: int, working: np.ndarray, exact: np.ndarray, observed: np.ndarray) -> Result:
+    """The case's result: the reference's outputs in its dtype and in float64 (integers: the
+    same), and the candidate's, in `observed`'s dtype."""
+    dtype, exact_dtype = str(working.dtype), "float64" if working.dtype.kind == "f" else str(working.dtype)
     reference = Outcome("done", meta={
         "status": "ok", "inputs": [], "init_inputs": [],
-        "output": {"prefix": "o_", "dtypes": ["float32"], "structure": "tensor"},
-        "output64": {"prefix": "e_", "dtypes": ["float64"], "structure": "tensor"}},
+        "output": {"prefix": "o_", "dtypes": [dtype], "structure": "tensor"},
+        "output64": {"prefix": "e_", "dtypes": [exact_dtype], "structure": "tensor"}},
         arrays={"o_0": working, "e_0": exact})
-    run = {"status": "ok", "output": {"prefix": "run0_", "dtypes": ["float32"], "structure": "tensor"}}
-    candidate = Outcome("done", meta={"status": "ok", "runs": [run]},
-                        arrays={"run0_0": observed.astype(np.float32)})
+    run = {"status": "ok", "output": {"prefix": "run0_", "dtypes": [str(observed.dtype)], "structure": "tensor"}}
+    candidate = Outcome("done", meta={"status": "ok", "runs": [run]}, arrays={"run0_0": observed})
     return Result(Case(f"CMP003/{label}", "CMP003", {"N": n}), reference, candidate)
 
 
@@ -115,12 +121,5 @@ def test_an_error_within_the_base_ratio_but_large_against_the_values_confirms() 
 def test_integer_outputs_are_exact_or_wrong_never_close() -> None:
     """An index off by one among values in the thousands is 1e-4 of the largest, yet no precision."""
     exact = np.arange(4000, 4003, dtype=np.int64)
-    reference = Outcome("done", meta={
-        "status": "ok", "inputs": [], "init_inputs": [],
-        "output": {"prefix": "o_", "dtypes": ["int64"], "structure": "tensor"},
-        "output64": {"prefix": "e_", "dtypes": ["int64"], "structure": "tensor"}},
-        arrays={"o_0": exact, "e_0": exact})
-    run = {"status": "ok", "output": {"prefix": "run0_", "dtypes": ["int64"], "structure": "tensor"}}
-    candidate = Outcome("done", meta={"status": "ok", "runs": [run]}, arrays={"run0_0": exact + 1})
-    verdict = judge(Result(Case("CMP003/N=3 (-1)", "CMP003", {"N": 3}), reference, candidate))
+    verdict = judge(case_result("N=3 (-1)", 3, exact, exact, exact + 1))
     assert verdict.status == CONFIRMED and verdict.details["failure"] == "wrong", verdict.summary

@@ -37,6 +37,8 @@ pass hands its counterexample sizes to `runner.run_at_sizes`).
 
 from __future__ import annotations
 
+import functools
+
 from kanalyze.dynamic.cases import perturbed_sizes
 from kanalyze.dynamic.compare import FACTOR, ValueCheck, check_values, fmt
 from kanalyze.dynamic.gates.base import (REFUTED, UNCONFIRMED, Gate, GateContext, run_problem, value_failure,
@@ -86,7 +88,8 @@ class PerturbedShapes(Gate):
     def judge(self, ctx: GateContext, results):
         base = next((r for r in results if label_of(r) == BASE), None)
         results = [r for r in results if r is not base]
-        ran, skipped, slow, imprecise = 0, 0, [], []
+        own = functools.cache(lambda: _checks(base))   # the problem's own sizes, read once where needed
+        ran, skipped, slow, judged, imprecise = 0, 0, [], [], []
         for result in results:
             status, detail, details = size_outcome(result)
             if status == "rejected":
@@ -96,9 +99,11 @@ class PerturbedShapes(Gate):
                 slow.append(label_of(result))
                 continue
             ran += 1
-            kind, words = precision(result, base) if status == "wrong" and "metric" in details else (None, "")
+            kind, words = precision(result, own) if status == "wrong" and "metric" in details else (None, "")
             if kind == "same":
                 imprecise.append((result, words))
+            if status == "ok" or kind == "same":
+                judged.append(result)
                 continue
             if status != "ok":
                 run = result.runs[0] if result.runs else None
@@ -117,9 +122,8 @@ class PerturbedShapes(Gate):
                                 [r.case for r in results])
         note = (f"; {skipped} sizes the reference rejects skipped" if skipped else "") + \
             (f"; {too_slow}" if slow else "") + (f"; {precision_note(imprecise)}" if imprecise else "")
-        judged = [r for r in results if size_outcome(r)[0] == "ok"] + [r for r, _ in imprecise]
         lacking = missing_power(ctx.sizes, [r.case.sizes for r in judged])
-        correct = ran - len(imprecise)
+        correct = len(judged) - len(imprecise)
         shown = " and ".join(part for part in (
             f"correct at {correct} perturbed sizes" if correct else "",
             f"as precise at {len(imprecise)} perturbed sizes as at the problem's own" if imprecise else "") if part)
@@ -135,11 +139,11 @@ def label_of(result) -> str:
     return result.case.id.split("/", 1)[1]
 
 
-def precision(result, base) -> tuple[str | None, str]:
+def precision(result, own) -> tuple[str | None, str]:
     """How far off a run at a perturbed size is whose values only are wrong: (kind, words).
 
     "same": every output over its bound errs by at most FACTOR times the candidate's own error
-    at the problem's sizes (`base`, which passed) and is close (below): the candidate's
+    at the problem's sizes (`own()`: the base case's checks, which passed) and is close (below): the candidate's
     precision, the same as where it passed, held to a tighter bound; not a shape failure.
     "close": within SAME_PRECISION of the largest value (FACTOR ulps in a half-precision dtype)
     but more off than at the problem's sizes: the arithmetic errs more on the values this size
@@ -150,7 +154,7 @@ def precision(result, base) -> tuple[str | None, str]:
     if not failing or not all(dtype in EPS and check.max_error <= max(SAME_PRECISION, FACTOR * EPS[dtype]) * check.scale
                               for _, check, dtype in failing):   # (integers and booleans are exact or wrong)
         return None, ""
-    there = _checks(base) if base is not None else None
+    there = own()
     i, check, _ = max(failing, key=lambda found: found[1].max_error)
     off = f"{fmt(check.max_error / check.scale)} of the largest value"
     if there is None or len(there) != len(here):
