@@ -14,6 +14,7 @@ import json
 import os
 from dataclasses import replace
 
+from kanalyze.dynamic.sandbox import stacks
 from kanalyze.dynamic.sandbox.process import Limits, Outcome, ProtocolViolation, Worker, WorkerGone
 from kanalyze.dynamic.sandbox.transport import ArrayFolder
 
@@ -79,9 +80,9 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
                 event = worker.next_event(limits.case_seconds)
                 if event is None:
                     index = pending.pop(0)
-                    blame = worker.phase
+                    blame, at = worker.phase, stacks.where(worker)   # (where a reference worker was)
                     worker.kill()
-                    outcomes[index] = Outcome("timeout", detail=f"did not finish within {limits.case_seconds:.0f} s",
+                    outcomes[index] = Outcome("timeout", detail=f"did not finish within {limits.case_seconds:.0f} s{at}",
                                               output=worker.output(), blame=blame)
                     lose_what_it_held(outcomes, done_here, role, f"it was stopped when case {index} did not "
                                                                   f"finish within {limits.case_seconds:.0f} s")
@@ -207,7 +208,7 @@ def ask(worker: Worker, job: dict, seconds: float) -> dict:
         while True:
             event = worker.next_event(seconds)
             if event is None:
-                raise Unanswered(f"it did not answer within {seconds:.0f} s")
+                raise Unanswered(f"it did not answer within {seconds:.0f} s{stacks.where(worker)}")
             if event.get("event") == "job-done" and event.get("job") == job["id"]:
                 return event
     except (WorkerGone, ProtocolViolation) as exc:

@@ -112,6 +112,10 @@ def serve(role: str, mode: str, control_fd: int, status_fd: int, spec_path: str,
     seconds: dict[str, float] = {}   # where the start went: set-up, the candidate's import, the device
     status = os.fdopen(status_fd, "w", buffering=1)
     control = os.fdopen(control_fd, "r")
+    if role == "reference":   # where it is, should a job go unanswered (stacks.py)
+        from kanalyze.dynamic.sandbox import stacks
+
+        stacks.register()
     with open(spec_path, encoding="utf-8") as handle:
         spec = json.load(handle)
     from kanalyze.dynamic.sandbox.confine import apply_limits
