@@ -396,6 +396,31 @@ def test_overbudget_is_not_an_exception_a_rule_guard_catches() -> None:
     assert not issubclass(OverBudget, Exception)
 
 
+def test_the_budget_is_not_raised_in_a_weak_references_callback() -> None:
+    """A collected key leaves a `WeakKeyDictionary` through a callback in weakref.py, where
+    Python ignores an exception: OverBudget raised there would be lost (the next signal raises it)."""
+    import weakref
+
+    from kanalyze.check.errors import _unsafe_to_interrupt
+
+    said = []
+
+    class Recording(dict):
+        def __delitem__(self, key) -> None:
+            said.append(_unsafe_to_interrupt(sys._getframe()))
+            super().__delitem__(key)
+
+    class Key:
+        pass
+
+    table, key = weakref.WeakKeyDictionary(), Key()
+    table[key] = 1
+    table.data = Recording(table.data)
+    del key
+    assert said == [True]
+    assert not _unsafe_to_interrupt(sys._getframe())
+
+
 # --- linear time in straight-line code ---------------------------------------------
 
 @pytest.mark.parametrize("statement", ["y = tl.where(y > 0, y, c)", "y = y + 1", "y = y * 2 + c"])

@@ -79,7 +79,7 @@ def cpu_budget(seconds: float | None) -> Iterator[None]:
     """Raise OverBudget inside the block once this process has spent `seconds`
     of CPU time in it, and again every quarter second of CPU after that until
     the block ends.  Not where it would be lost or disguised: in a `__del__`
-    (Python ignores it), in the `from_param` that ctypes calls while converting
+    or a weak reference's callback (Python ignores it), in the `from_param` that ctypes calls while converting
     arguments (ctypes turns it into an ordinary error: a rule's "failure"), in
     the constructor of a z3 object (half-built, it complains when collected).
     Those frames are short: the next signal raises it.
@@ -110,11 +110,15 @@ def cpu_budget(seconds: float | None) -> Iterator[None]:
         signal.signal(signal.SIGPROF, previous if previous is not None else signal.SIG_DFL)
 
 
+WEAKREF_MODULES = ("weakref.py", "_weakrefset.py")   # whose callbacks run where an exception is ignored
+
+
 def _unsafe_to_interrupt(frame, levels: int = 4) -> bool:
-    """Is `frame` (or one of its callers, a few up) a `__del__`, a `from_param`, or a z3 constructor?"""
+    """Is `frame` (or one of its callers, a few up) a `__del__`, a weak reference's callback (a
+    `WeakKeyDictionary` dropping a collected key), a `from_param`, or a z3 constructor?"""
     while frame is not None and levels:
         name = frame.f_code.co_name
-        if name in ("__del__", "from_param") or (
+        if name in ("__del__", "from_param") or frame.f_code.co_filename.endswith(WEAKREF_MODULES) or (
                 name == "__init__" and frame.f_globals.get("__name__", "").startswith("z3")):
             return True
         frame, levels = frame.f_back, levels - 1
