@@ -178,6 +178,24 @@ def test_an_array_the_judge_does_not_hold_is_a_reason_not_a_verdict(judge) -> No
     assert held.answer(judge.store, {"op": "no-such-op"})["error"]
 
 
+def test_an_array_neither_held_nor_saved_is_kanalyzes_failure_in_words(judge, tmp_path: Path) -> None:
+    """A case's arrays are what the judge holds, then its folder; a name in neither is a reason
+    (a CannotJudge that still reads as a KeyError to code that looks names up), never a bare
+    `KeyError: 'out0'` that a gate turns into an unexplained failure."""
+    from kanalyze.dynamic.held_arrays import with_held
+    from kanalyze.dynamic.sandbox.transport import save_arrays
+
+    folder = str(tmp_path / "case")
+    save_arrays(folder, {"in0": np.zeros(3, np.float32)})
+    both(judge, f"{folder}/out1", values((4,), torch.float32, seed=2))
+    arrays = with_held(folder, judge, folder, {"out1": {"dtype": "float32", "shape": [4]}})
+    assert arrays["in0"].shape == (3,) and arrays["out1"].shape == (4,) and "out0" not in arrays
+    with pytest.raises(CannotJudge, match="could not find the case's array `out0`") as raised:
+        arrays["out0"]
+    assert isinstance(raised.value, KeyError) and str(raised.value).startswith("kanalyze could not")
+    assert arrays.get("out0") is None
+
+
 def test_a_store_past_its_shares_says_no() -> None:
     store = held.Store("cpu")
     store.host_budget = 1000

@@ -40,7 +40,7 @@ PHASES = ("static", "gates", "allclose")
 
 # How the dynamic pass words its own failures (runner.py, results.py, rundir.py): never the candidate's.
 KANALYZE_FAILED = ("kanalyze could not", "kanalyze's worker", "kanalyze's reference worker",
-                   "kanalyze's second reference worker", "kanalyze's judge")
+                   "kanalyze's second reference worker", "kanalyze's judge", "kanalyze's gate failed")
 # How a gate or case the pair's time limit left unrun says so (runner.out_of_time, streaming.py):
 # neither a failure nor the candidate's.
 OUT_OF_TIME = TIME_LIMIT

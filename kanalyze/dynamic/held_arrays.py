@@ -249,7 +249,23 @@ def with_held(arrays, judge: Judge, folder: str, described: dict) -> Mapping:
     if not held:
         return arrays
     rest = arrays if isinstance(arrays, Mapping) else ArrayFolder(arrays)
-    return collections.ChainMap(held, rest)
+    return CaseArrays(held, rest)
+
+
+class MissingArray(CannotJudge, KeyError):
+    """An array a case should have that kanalyze neither holds nor saved: kanalyze's failure."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class CaseArrays(collections.ChainMap):
+    """What the judge holds, then the case's files; a name in neither is kanalyze's failure,
+    said in words (MissingArray), never a bare KeyError."""
+
+    def __missing__(self, key):
+        raise MissingArray(f"kanalyze could not find the case's array `{key}`: its judge does not hold it "
+                           f"and its folder does not have it")
 
 
 def held_names(arrays) -> list[str]:

@@ -198,7 +198,7 @@ def _judge_gate(gate, ctx: GateContext, own: list[Result], lost: list[Result]) -
     except CannotJudge as exc:
         return _undecided(gate, str(exc), own)
     except Exception as exc:  # a bug in one gate must not hide the others
-        return _undecided(gate, f"the gate failed: {type(exc).__name__}: {exc}", own)
+        return _undecided(gate, f"kanalyze's gate failed: {type(exc).__name__}: {exc}", own)
 
 
 def _own_inputs(summary: str, own: str = "the problem's own inputs") -> str:
