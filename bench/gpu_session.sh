@@ -20,6 +20,8 @@
 #   pair:MANIFEST[:300]         bench/gpu_pair.py over MANIFEST's pairs, one at a time in one process,
 #                               each step of the session said as it happens (GATES=CMP001,... default CMP001):
 #                               for a pair the audit reported oddly (a worker that ended, a job unanswered)
+#   replay:AUDIT_DIR[:120]      bench/replay_witnesses.py over the witnesses the audit in AUDIT_DIR wrote
+#                               on this machine: does each confirmation's witness show its claim?
 #
 # Everything a step prints also goes to $OUT/<step>.log (default ./gpu-out); the bench's
 # numbers to $OUT/bench.json and the audit's journal to $OUT/results.jsonl.  WHEELS=DIR
@@ -67,6 +69,9 @@ for step in "$@"; do
             > "$OUT/audit.log" 2>&1
         cp "$journal/results.jsonl" "$OUT/results.jsonl" 2>/dev/null
         tail -30 "$OUT/audit.log" ;;
+    replay)   # MANIFEST here is an audit's folder (its journal and witnesses)
+        timeout "${seconds:-120}" python3 bench/replay_witnesses.py "$manifest" --device cuda --timeout 60 \
+            --json "$OUT/replay.json" 2>&1 | tee "$OUT/replay.log" | tail -30 ;;
     pair)
         timeout "${seconds:-300}" python3 bench/gpu_pair.py "$manifest" --gates "${GATES:-CMP001}" 2>&1 |
             tee "$OUT/pair.log" | tail -80 ;;
