@@ -62,6 +62,27 @@ def test_plant_confirmed_and_twin_refuted(control_verdicts, code) -> None:
     assert twin.status == "refuted", f"{CONTROLS[code]['twin']}: {twin.summary}"
 
 
+def test_every_plants_witness_cases_confirm_it_again(control_verdicts) -> None:
+    """What `kanalyze replay` does with a witness: the confirmed verdict's cases, through a
+    witness's JSON, run again in a fresh session and judged by the same gate.  Each plant's
+    cases must be enough to confirm it again.  ORD002's CPU confirmation comes from its
+    control (the poisons in one program order); its witness held that case alone, and the
+    replay of a real candidate's witness failed on the case the judgment starts from."""
+    from kanalyze.dynamic.cases import Case
+
+    def again(code: str):
+        plant = control_verdicts[(code, "plant", CONTROLS[code]["plant"])][code]
+        cases = [Case.from_dict(json.loads(json.dumps(case.to_dict()))) for case in plant.cases]
+        gate_run = run_gates(_harness("candidates", CONTROLS[code]["plant"]), [code], {code: [{"row": None}]},
+                             Options(mode="cpu"), cases=cases)
+        return code, {v.code: v for v in gate_run.verdicts}[code]
+
+    with ThreadPoolExecutor(JOBS) as pool:
+        replayed = dict(pool.map(again, sorted(CONTROLS)))
+    for code, verdict in replayed.items():
+        assert verdict.status == "confirmed", f"{code} replayed: {verdict.summary}"
+
+
 def test_cuda_cpp_controls_stay_unconfirmed_without_a_gpu() -> None:
     """load_inline candidates need nvcc and a device: on the CPU no worker starts, and every
     gate says why (tests/test_dynamic_gpu.py runs them on the device)."""

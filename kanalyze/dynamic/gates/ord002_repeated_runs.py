@@ -22,7 +22,7 @@ another program's output that the reversed order leaves unwritten shows.
 
 from __future__ import annotations
 
-from kanalyze.dynamic.gates.base import REFUTED, UNCONFIRMED, Gate, GateContext, Run, run_problem
+from kanalyze.dynamic.gates.base import CONFIRMED, REFUTED, UNCONFIRMED, Gate, GateContext, Run, run_problem
 from kanalyze.dynamic.gates.ord001_permuted_order import compare_runs, reversal_said, torch_nondeterminism
 
 POISONS = (0xA5, 0x5A, 0x00, 0xFF)
@@ -49,6 +49,12 @@ class RepeatedRuns(Gate):
         return cases
 
     def judge(self, ctx: GateContext, results):
+        verdict = self._judged(ctx, results)
+        if verdict.status == CONFIRMED:   # its witness replays every case the judgment read
+            verdict.cases = [r.case for r in results]
+        return verdict
+
+    def _judged(self, ctx: GateContext, results):
         by_id = {r.case.id.split("/", 1)[1]: r for r in results}
         result = by_id["poisoned-runs"]
         if not result.candidate_ok:
