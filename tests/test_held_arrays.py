@@ -411,3 +411,35 @@ def test_a_summary_asked_again_is_the_one_given_even_once_the_arrays_are_let_go_
     assert judge.fetch("c/out0", 2, 3).tolist() == window.tolist() == [2.0, 3.0, 4.0]
     with pytest.raises(CannotJudge, match="holds no array"):
         judge.ask({"op": "finite", "name": "c/out0"})
+
+
+def test_arrays_the_second_reference_worker_took_with_it_are_said_lost(monkeypatch) -> None:
+    """The second reference worker ends after computing its cases, before it hands over what it
+    held (its outputs too large to withhold were saved at once, as at a problem's real size):
+    those cases' held arrays are gone with it.  The gates that read them say kanalyze lost them
+    (unconfirmed, with how the worker ended), never a verdict and never `KeyError: 'out0'`."""
+    from kanalyze.dynamic.ahead import SecondReference
+    from kanalyze.dynamic.harness import find_harness
+    from kanalyze.dynamic.reference_cache import REFERENCES
+    from kanalyze.dynamic.runner import Options, run_gates
+    from kanalyze.dynamic.sandbox.process import Limits
+
+    finish = SecondReference.finish
+
+    def finish_then_end(self):
+        outcomes = finish(self)
+        for outcome in outcomes.values():   # as at a real size: what it did not hold, saved at once
+            outcome.meta["withheld"] = False
+        if self.worker is not None:
+            self.worker.kill()
+        return outcomes
+
+    monkeypatch.setattr(SecondReference, "finish", finish_then_end)
+    monkeypatch.setenv("KANALYZE_JUDGE_HELD", "1")
+    REFERENCES.clear()
+    harness = find_harness(str(KB / "candidates" / "level1_problem12_matmul_fp16_acc.py"), kernelbench=str(KB))
+    run = run_gates(harness, ["PRC002"], options=Options(mode="cpu", limits=Limits(case_seconds=120)))
+    REFERENCES.clear()
+    (verdict,) = run.verdicts
+    assert verdict.status == "unconfirmed", verdict
+    assert "reference worker did not hand over" in verdict.summary and "KeyError" not in verdict.summary, verdict

@@ -148,11 +148,13 @@ def hand_back(session: "Session", computed: list[str], ahead_keys: set[str], by_
         if held and outcome.status == "done" and isinstance(outcome.arrays, str):
             folder = outcome.arrays
             if key in ahead_keys:   # what the judge holds now, the rest saved into the case's folder
-                had = outcome.meta.get("held")
+                had = outcome.meta.get("held") or {}
                 outcome.meta["held"] = {name.rsplit("/", 1)[1]: spec for name, spec in adopted.items()
                                         if name.rsplit("/", 1)[0] == folder}
-                if had and not_adopted:
-                    outcome = lost_arrays(outcome, not_adopted)
+                saved = set(ArrayFolder(folder)) if had else set()
+                gone = [name for name in had if name not in outcome.meta["held"] and name not in saved]
+                if gone:
+                    outcome = lost_arrays(outcome, not_adopted or _not_handed(released[True], gone))
             if outcome.meta.get("held") and judge is None:
                 outcome = lost_arrays(outcome, "kanalyze's judge ended, and the outputs it held with it")
             elif outcome.meta.get("held"):
@@ -161,6 +163,13 @@ def hand_back(session: "Session", computed: list[str], ahead_keys: set[str], by_
                                   inputs=outcome.inputs, output=outcome.output)
         outcomes[key] = outcome
     return outcomes
+
+
+def _not_handed(released: str | dict | None, names: list[str]) -> str:
+    """Why arrays the second reference worker held reached neither the judge nor their folder."""
+    if isinstance(released, str):   # it ended or did not answer: what it held went with it
+        return released
+    return f"the second reference worker did not hand over {', '.join(f'`{n}`' for n in sorted(names))}"
 
 
 def judged_now(session: "Session", result: Result) -> Result | None:
