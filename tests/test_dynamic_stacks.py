@@ -54,3 +54,31 @@ def test_a_reference_past_its_time_says_where_it_was(tmp_path: Path) -> None:
     assert reference.status == "timeout", reference
     assert reference.detail.startswith("did not finish within 8 s (at "), reference.detail
     assert f"stuck_problem.py:{line} forward" in reference.detail, reference.detail
+
+
+def test_a_judge_that_ends_on_a_later_reference_says_so_for_the_earlier_ones(tmp_path: Path) -> None:
+    """A GPU run that streams (streaming.py) computes each case's reference in the judge just
+    before the case: a later one that outlives its time ends the judge, and the outputs it still
+    held for earlier cases end with it.  Each earlier case says so, with how the judge ended, and
+    so does the hand-over (`judge_gone`): never "the reference worker ended" with no reason."""
+    problem = tmp_path / "stuck_at_16.py"
+    problem.write_text(PROBLEM.read_text().replace("import torch\n", "import time\nimport torch\n", 1)
+                       .replace("    def forward(self, x):\n",
+                                "    def forward(self, x):\n        if x.shape[0] == 16:\n            time.sleep(600)\n", 1))
+    session = Session(find_harness(str(GOOD), reference=str(problem)), "cpu", Limits(case_seconds=8))
+    features = {"in_features": 16, "out_features": 16}
+    cases = [Case(BASELINE, "", {"batch_size": 8, **features}, seed=0, model_seed=0),
+             Case("later", "", {"batch_size": 16, **features}, seed=0, model_seed=0)]
+    reference_cases, by_key, missing = {}, {}, []
+    try:
+        session._add_references(cases, reference_cases, by_key, missing)
+        session._references([cases[0].input_key], reference_cases, by_key)
+        assert by_key[cases[0].input_key].status == "done"
+        session._references([cases[1].input_key], reference_cases, by_key)
+    finally:
+        session.close()
+    assert by_key[cases[1].input_key].status == "timeout"
+    lost = by_key[cases[0].input_key].meta.get("arrays_lost", "")
+    assert "it ended while computing references (did not finish within 8 s (at " in lost, lost
+    assert session.judge_gone.startswith("it ended while computing references (did not finish within 8 s"), \
+        session.judge_gone

@@ -697,11 +697,12 @@ def test_a_judge_that_ends_computing_float64_references_says_why_its_outputs_are
     monkeypatch.setattr(session_module, "float64_later", lambda worker, indices, limits: (
         {}, "kanalyze's reference worker gave no float64 reference: it ended: killed by signal 9"))
     fake = types.SimpleNamespace(_reference_index={"a": 0, "b": 1}, _judge=ended, _reference=ended, limits=Limits(),
-                                 _took=lambda *args: None, _add_steps=lambda *args: None)
+                                 _took=lambda *args: None, _add_steps=lambda *args: None, judge_gone=None)
+    fake._judge_ended = lambda *args: session_module.Session._judge_ended(fake, *args)
     by_key = {"a": Outcome("done", meta=dict(meta), arrays="a.arrays"),
               "b": Outcome("done", meta={**meta, "output64_later": False}, arrays="b.arrays")}
     session_module.Session._float64_later(fake, ["a"], by_key)
-    assert fake._judge is None and fake._reference is None
+    assert fake._judge is None and fake._reference is None and "killed by signal 9" in fake.judge_gone
     for key in "ab":
         assert "withheld" not in by_key[key].meta and "killed by signal 9" in by_key[key].meta["arrays_lost"]
         with pytest.raises(CannotJudge, match="killed by signal 9"):

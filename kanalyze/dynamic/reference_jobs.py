@@ -117,6 +117,23 @@ def float64_later(worker: Worker, indices: list[int], limits: Limits) -> tuple[d
     return (found if isinstance(found, dict) else {}), "kanalyze's reference worker gave no float64 reference"
 
 
+def add_float64(outcome: Outcome, part, why: str) -> dict:
+    """Add to `outcome` the float64 reference its worker gave later (`part`: `float64_later`'s
+    for its case), or `why` there is none; returns the seconds of its steps."""
+    meta = {k: v for k, v in outcome.meta.items() if k != "output64_later"}
+    steps = {}
+    if isinstance(part, dict):
+        meta.update({k: v for k, v in part.items() if k in ("output64", "output64_error")})
+        if isinstance(part.get("held"), dict):   # the float64 outputs the judge holds (held.py)
+            meta["held"] = {**(meta.get("held") or {}), **part["held"]}
+        steps = part.get("seconds") if isinstance(part.get("seconds"), dict) else {}
+        meta["seconds"] = {**(meta.get("seconds") or {}), **steps}
+    else:
+        meta["output64_error"] = why
+    outcome.meta = meta
+    return steps
+
+
 def hand_back(session: "Session", computed: list[str], ahead_keys: set[str], by_key: dict) -> dict[str, Outcome]:
     """The reference outcomes of `computed` once every candidate worker has ended: each reference
     worker hands over the outputs it withheld (the judge those of the baseline, the second worker

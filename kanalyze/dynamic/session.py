@@ -37,7 +37,7 @@ from kanalyze.dynamic.cases import Case, by_model
 from kanalyze.dynamic.harness import Harness
 from kanalyze.dynamic.reference_cache import REFERENCES
 from kanalyze.dynamic.held_arrays import Judges
-from kanalyze.dynamic.reference_jobs import Reader, float64_later, hand_back
+from kanalyze.dynamic.reference_jobs import Reader, add_float64, float64_later, hand_back
 from kanalyze.dynamic.results import Result, failed_baseline, sealed
 from kanalyze.dynamic.sandbox import zygote_client
 from kanalyze.dynamic.sandbox.dispatch import lose_what_it_held, run_cases
@@ -314,10 +314,14 @@ class Session:
             # Indices unique in the session: a case's files in the worker's folder are named by them.
             numbered = list(enumerate(keys, start=self._reference_cases))
             self._reference_cases += len(keys)
+            worker = self._judge or self.reference
             outcomes, ready, judge = run_cases("reference", self.mode, self.spec,
                                                [(i, reference_cases[key]) for i, key in numbered],
-                                               self.limits, self.root, first_worker=self._judge or self.reference,
+                                               self.limits, self.root, first_worker=worker,
                                                keep=True, job_extra=lambda indices: {"inputs_out": self.inputs})
+            if judge is not worker:   # it ended (a case it did not finish): what it held for earlier cases with it
+                how = next((o.detail for o in outcomes.values() if o.status != "done" and o.detail), "how, unsaid")
+                self._judge_ended(worker, by_key, f"it ended while computing references ({how})")
             self._judge = judge
             REFERENCES.put_ready(self.harness, self.mode, ready)
             for i, key in numbered:
@@ -326,6 +330,16 @@ class Session:
                 self._add_steps("reference", outcomes[i])
         self._took("reference", started)
         self.environment.update(describe_ready(ready, "reference"))
+
+    def _judge_ended(self, worker: Worker, by_key: dict, why: str) -> None:
+        """The reference worker that judges has ended: the outputs it held for earlier cases went
+        with it (each says so), and the hand-over says how it ended."""
+        self.judge_gone = why
+        lose_what_it_held(by_key, [k for k in self._reference_index if k in by_key], "reference", why)
+        worker.close()
+        self._judge = None
+        if self._reference is worker:
+            self._reference = None
 
     def _float64_later(self, keys: list[str], by_key: dict) -> None:
         """The float64 references of the baseline, computed once the candidate has run there (a
@@ -339,26 +353,10 @@ class Session:
             return
         found, why = float64_later(worker, list(later.values()), self.limits)
         if worker.process.poll() is not None:   # it ended: the later references start another
-            self.judge_gone = f"it ended while computing float64 references ({why})"
-            lose_what_it_held(by_key, [k for k in self._reference_index if k in by_key], "reference", self.judge_gone)
-            worker.close()
-            self._judge = None
-            if self._reference is worker:
-                self._reference = None
+            self._judge_ended(worker, by_key, f"it ended while computing float64 references ({why})")
         for key, index in later.items():
-            part = found.get(str(index))
-            outcome = by_key[key]
-            meta = {k: v for k, v in outcome.meta.items() if k != "output64_later"}
-            if isinstance(part, dict):
-                meta.update({k: v for k, v in part.items() if k in ("output64", "output64_error")})
-                if isinstance(part.get("held"), dict):   # the float64 outputs the judge holds (held.py)
-                    meta["held"] = {**(meta.get("held") or {}), **part["held"]}
-                steps = part.get("seconds") if isinstance(part.get("seconds"), dict) else {}
-                meta["seconds"] = {**(meta.get("seconds") or {}), **steps}
-                self._add_steps("reference", Outcome("done", meta={"seconds": steps}))
-            else:
-                meta["output64_error"] = why
-            outcome.meta = meta
+            steps = add_float64(by_key[key], found.get(str(index)), why)
+            self._add_steps("reference", Outcome("done", meta={"seconds": steps}))
         self._took("reference", started)
 
     def _candidates(self, results: list[Result], reader: Reader, indices: list[int]) -> float:
