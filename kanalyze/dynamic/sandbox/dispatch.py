@@ -82,8 +82,9 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
                     index = pending.pop(0)
                     blame, at = worker.phase, stacks.where(worker)   # (where a reference worker was)
                     worker.kill()
-                    outcomes[index] = Outcome("timeout", detail=f"did not finish within {limits.case_seconds:.0f} s{at}",
-                                              output=worker.output(), blame=blame)
+                    which = _inputs_of(by_index[index]) if role == "reference" else ""
+                    outcomes[index] = Outcome("timeout", detail=f"did not finish within {limits.case_seconds:.0f} s"
+                                                                f"{which}{at}", output=worker.output(), blame=blame)
                     lose_what_it_held(outcomes, done_here, role, f"it was stopped when case {index} did not "
                                                                   f"finish within {limits.case_seconds:.0f} s")
                     restart = True
@@ -142,6 +143,14 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
         if not restart:
             break
     return _fill(outcomes, pending), ready, None
+
+
+def _inputs_of(case: dict) -> str:
+    """ " on inputs (sizes, seed, distribution)": which reference a worker did not finish (cases
+    of several gates may share one)."""
+    sizes = ", ".join(f"{k}={v}" for k, v in (case.get("sizes") or {}).items())
+    special = f", {case['special']} injected" if case.get("special") else ""
+    return f" on inputs ({sizes}; seed {case.get('seed')}, {case.get('distribution')}{special})"
 
 
 def lose_what_it_held(outcomes: dict, indices: list, role: str, why: str) -> None:
