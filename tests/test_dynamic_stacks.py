@@ -52,8 +52,8 @@ def test_a_reference_past_its_time_says_where_it_was(tmp_path: Path) -> None:
         session.close()
     reference = results[0].reference
     assert reference.status == "timeout", reference
-    assert reference.detail.startswith("did not finish within 8 s on inputs (batch_size=8, in_features=16, "
-                                       "out_features=16; seed 0, given) (at "), reference.detail
+    assert reference.detail.startswith("did not finish within 8 s on sizes (batch_size=8, in_features=16, "
+                                       "out_features=16), seed 0, given inputs (at "), reference.detail
     assert f"stuck_problem.py:{line} forward" in reference.detail, reference.detail
 
 
@@ -80,7 +80,7 @@ def test_a_judge_that_ends_on_a_later_reference_says_so_for_the_earlier_ones(tmp
         session.close()
     assert by_key[cases[1].input_key].status == "timeout"
     lost = by_key[cases[0].input_key].meta.get("arrays_lost", "")
-    assert ("it ended while computing references (did not finish within 8 s on inputs (batch_size=16, "
-            "in_features=16, out_features=16; seed 0, given) (at ") in lost, lost
+    assert ("it ended while computing references (did not finish within 8 s on sizes (batch_size=16, "
+            "in_features=16, out_features=16), seed 0, given inputs (at ") in lost, lost
     assert session.judge_gone.startswith("it ended while computing references (did not finish within 8 s"), \
         session.judge_gone

@@ -79,9 +79,14 @@ class Case:
         return cls(**data)
 
     def describe(self) -> str:
-        sizes = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
-        extra = f", {self.special} injected" if self.special else ""
-        return f"sizes ({sizes}), seed {self.seed}, {self.distribution} inputs{extra}"
+        return describe_inputs(self.to_dict())
+
+
+def describe_inputs(case: dict) -> str:
+    """A case's inputs in words, from the case or its dict (what a worker is sent)."""
+    sizes = ", ".join(f"{k}={v}" for k, v in (case.get("sizes") or {}).items())
+    extra = f", {case['special']} injected" if case.get("special") else ""
+    return f"sizes ({sizes}), seed {case.get('seed')}, {case.get('distribution')} inputs{extra}"
 
 
 # ---------------------------------------------------------------- sizes

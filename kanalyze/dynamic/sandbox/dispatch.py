@@ -14,6 +14,7 @@ import json
 import os
 from dataclasses import replace
 
+from kanalyze.dynamic.cases import describe_inputs
 from kanalyze.dynamic.sandbox import stacks
 from kanalyze.dynamic.sandbox.process import Limits, Outcome, ProtocolViolation, Worker, WorkerGone
 from kanalyze.dynamic.sandbox.transport import ArrayFolder
@@ -82,7 +83,8 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
                     index = pending.pop(0)
                     blame, at = worker.phase, stacks.where(worker)   # (where a reference worker was)
                     worker.kill()
-                    which = _inputs_of(by_index[index]) if role == "reference" else ""
+                    # (which reference: cases of several gates may share one)
+                    which = f" on {describe_inputs(by_index[index])}" if role == "reference" else ""
                     outcomes[index] = Outcome("timeout", detail=f"did not finish within {limits.case_seconds:.0f} s"
                                                                 f"{which}{at}", output=worker.output(), blame=blame)
                     lose_what_it_held(outcomes, done_here, role, f"it was stopped when case {index} did not "
@@ -143,14 +145,6 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
         if not restart:
             break
     return _fill(outcomes, pending), ready, None
-
-
-def _inputs_of(case: dict) -> str:
-    """ " on inputs (sizes, seed, distribution)": which reference a worker did not finish (cases
-    of several gates may share one)."""
-    sizes = ", ".join(f"{k}={v}" for k, v in (case.get("sizes") or {}).items())
-    special = f", {case['special']} injected" if case.get("special") else ""
-    return f" on inputs ({sizes}; seed {case.get('seed')}, {case.get('distribution')}{special})"
 
 
 def lose_what_it_held(outcomes: dict, indices: list, role: str, why: str) -> None:
