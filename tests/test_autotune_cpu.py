@@ -9,6 +9,7 @@ its output without `reset_to_zero` is wrong on its first call, on the CPU as on 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -66,3 +67,33 @@ def test_an_autotuned_sum_that_adds_without_reset_to_zero_is_wrong_on_its_first_
         _baseline("level1_problem1_mse_atomic_autotuned_reset.py")
     assert plant["status"] == "failed", plant     # two configs tried, then the chosen one: three times the sum
     assert twin["status"] == "passed", twin       # `reset_to_zero` zeroes the output before each run
+
+
+AUTOTUNE = json.loads((KB / "controls.json").read_text())["CMP001"]["autotune"]
+
+
+def test_each_value_case_takes_another_autotune_config() -> None:
+    """CMP001's autotune plant is right for its first config (square tiles) only.  When every
+    case took the first, it was refuted on the CPU, as deepseek's level1_15 (non-square tiles
+    laid over a triangle) was, and confirmed on a GPU that timed another config fastest.  Now
+    each case takes the next config: the plant is confirmed, the witness names the config and
+    replays it, and the twin's refutation says how many configs ran."""
+    if tuple(int(p) for p in triton.__version__.split(".")[:2]) < (3, 3):
+        pytest.skip(f"Triton {triton.__version__}'s interpreter cannot run autotuned kernels")
+    from kanalyze.dynamic.cases import Case
+
+    def cmp001(name: str, cases=None):
+        run = run_gates(find_harness(str(KB / "candidates" / name), kernelbench=str(KB)), ["CMP001"],
+                        {"CMP001": [{"row": None}]}, Options(mode="cpu"), cases=cases)
+        return {v.code: v for v in run.verdicts}["CMP001"]
+
+    plant, twin = cmp001(AUTOTUNE["plant"]), cmp001(AUTOTUNE["twin"])
+    assert plant.status == "confirmed", plant.summary
+    assert "scale_tiles_kernel's autotune config 2 of 3 (BLOCK_M=16, BLOCK_N=64" in plant.summary, plant.summary
+    assert twin.status == "refuted", twin.summary
+    assert "scale_tiles_kernel under 3 of its 3 autotune configs" in twin.summary, twin.summary
+
+    witness = [Case.from_dict(json.loads(json.dumps(case.to_dict()))) for case in plant.cases]
+    assert [case.autotune_choice for case in witness] == [1]
+    again = cmp001(AUTOTUNE["plant"], cases=witness)
+    assert again.status == "confirmed" and "config 2 of 3" in again.summary, again.summary

@@ -18,24 +18,66 @@ its targeted gates on the CPU when every new size ran all 16.  The GPU picks the
 which config ran is what the interpreter's launch records show.  From Triton 3.3 (3.2's
 interpreter refuses the keywords of its own configs, `num_buffers_warp_spec`: there an
 autotuned kernel stays undecided on the CPU).
+
+A GPU picks the fastest config, which is not the first: a kernel right only for its first
+config (square tiles, say, where another config's are not) passed on the CPU and failed on
+a GPU.  So a case may name the config each autotuner takes (`choose`, a case's
+`autotune_choice`: a position among the configs its pruning keeps, modulo their number);
+CMP001's cases take one each in turn.  A new choice empties every autotuner's cache, so the
+next call tunes again; a tuning for a chosen config runs no config's kernel, as a GPU's later
+calls of a size it has tuned run none (the first call's timing runs are the baseline's, which
+chooses nothing): a case's witness then replays as it ran, first in its worker or not.  (The
+timing runs of a first call can hide a config's fault: a config that writes all of the output
+runs before one that writes part of it.)  `seen()` says, per kernel, which config its last
+tuning took, of how many.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import weakref
+
+from kanalyze.dynamic.recording import SCALARS, kernel_name
 
 _installed = False
+_choice: int | None = None        # the position, among a tuning's configs, that every autotuner takes
+_tuners = weakref.WeakSet()       # every autotuner made since `install`
+_seen: dict[str, dict] = {}       # kernel name -> its last tuning: {"config", "configs", "settings"}
+
+
+def choose(position: int | None) -> None:
+    """From now on, every autotuner takes the config at `position` (None: the first) among
+    those its pruning keeps; a new position makes each tune again at its next call."""
+    global _choice
+    if position != _choice:
+        _choice = position
+        for tuner in list(_tuners):
+            tuner.cache.clear()
+
+
+def seen() -> dict[str, dict]:
+    """Per autotuned kernel, the config its last tuning took: its position, of how many, and
+    its settings (the config's scalar keywords)."""
+    return {name: dict(tuning) for name, tuning in _seen.items()}
 
 
 def _benchmarker(autotuner):
-    """A benchmarker for one autotuner: every config takes the same time; on its first tuning
-    (nothing tuned yet) each config's kernel runs once, on later keys (a new size) none does."""
+    """A benchmarker for one autotuner: the chosen config takes less time than every other.  On
+    its first tuning, where no config is chosen, each config's kernel runs once; on later
+    tunings (a new size), and wherever a config is chosen, none does."""
     def bench(kernel_call, quantiles=None, **_options):
-        if not getattr(autotuner, "cache", None):
+        if _choice is None and not autotuner.__dict__.get("_kanalyze_tuned"):
             kernel_call()
-        return [1.0, 1.0, 1.0] if quantiles is not None else 1.0
+        time = 0.5 if autotuner.__dict__.get("_kanalyze_benching") is autotuner.__dict__.get("_kanalyze_chosen") else 1.0
+        return [time] * 3 if quantiles is not None else time
     return bench
+
+
+def _settings(config) -> dict:
+    settings = config.all_kwargs() if hasattr(config, "all_kwargs") else {
+        **config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
+    return {k: v for k, v in settings.items() if type(v) in SCALARS}
 
 
 def install() -> None:
@@ -62,9 +104,35 @@ def install() -> None:
         if hasattr(self, "_do_bench"):
             self._do_bench = bench
         self.cache_results = False
+        _tuners.add(self)
 
     Autotuner.__init__ = __init__
+    _wrap_tuning(Autotuner)
     _installed = True
+
+
+def _wrap_tuning(Autotuner) -> None:
+    """Each tuning marks the config `choose` names among the pruned ones, and says which it
+    was (`seen`); each timing run says which config it times."""
+    prune, time_one = Autotuner.prune_configs, Autotuner._bench
+
+    @functools.wraps(prune)
+    def prune_configs(tuner, *args, **kwargs):
+        if "_kanalyze_chosen" in tuner.__dict__:   # a tuning before this one ran each config once
+            tuner._kanalyze_tuned = True
+        kept = prune(tuner, *args, **kwargs)
+        position = (_choice or 0) % len(kept) if kept else 0
+        tuner._kanalyze_chosen = kept[position] if kept else None
+        _seen[kernel_name(tuner)] = {"config": position, "configs": len(kept),
+                                     "settings": _settings(kept[position]) if kept else {}}
+        return kept
+
+    @functools.wraps(time_one)
+    def _bench(tuner, *args, config, **meta):
+        tuner._kanalyze_benching = config
+        return time_one(tuner, *args, config=config, **meta)
+
+    Autotuner.prune_configs, Autotuner._bench = prune_configs, _bench
 
 
 def _position(function, name: str) -> int:

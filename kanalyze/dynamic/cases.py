@@ -38,6 +38,8 @@ class Case:
     dtype: str | None = None        # a contract's working dtype, where it has several
     runs: list[Run] = field(default_factory=lambda: [Run()])
     emulate_tf32: bool = False      # interpreter: round tl.dot's fp32 operands as TF32 does
+    autotune_choice: int | None = None   # interpreter: the config every autotuner takes, by position
+    #                                      among those its pruning keeps (None: the first; autotune_cpu.py)
     record_ops: bool = False        # record aten ops and kernel launches (RES001)
     return_inputs: bool = False     # send the inputs back after the run (MEM002)
     variant: str = "original"       # "promoted": fp32 accumulators (PRC002); "reversed": program order (ORD001);

@@ -33,12 +33,14 @@ class Environment:
         self.torch, self.mode = torch, mode
         self.driver = None
         self.pin = None   # on a GPU: the configs a variant's autotuners keep (autotune_pin.py)
+        self.autotune = None   # on the CPU: the config a case's autotuners take (autotune_cpu.py)
         if mode == "cpu":
             from kanalyze.dynamic import autotune_cpu
             from kanalyze.dynamic.interpreter import InterpreterDriver
 
             self.driver = InterpreterDriver()
             autotune_cpu.install()   # before the candidate's import: its autotuned kernels tune without a device
+            self.autotune = autotune_cpu
         else:
             from kanalyze.dynamic import autotune_pin
 
@@ -107,6 +109,8 @@ class Environment:
         extensions.CALLS.clear()
         if self.pin is not None:
             self.pin(case.get("pin_launches"))
+        if self.autotune is not None:
+            self.autotune.choose(case.get("autotune_choice"))
         self.modes.seen.clear()
         if self.driver is not None:
             self.driver.reset(run.get("order_seed"), bool(case.get("emulate_tf32")), bool(case.get("collect_bounds")))
@@ -180,6 +184,8 @@ class Environment:
             out["extension_ops"] = dict(self._inside.calls)
         if self._seal is not None:
             out["seal"] = self._seal
+        if self.autotune is not None and self.autotune.seen():
+            out["autotune"] = self.autotune.seen()   # per autotuned kernel, the config it took, of how many
         if self.driver is not None:
             out["tf32_dots"] = self.driver.tf32_dots
             out["atomic_programs"] = self.driver.atomics.most

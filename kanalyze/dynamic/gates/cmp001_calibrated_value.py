@@ -6,6 +6,10 @@ contract lists).  The tolerance is calibrated per case (compare.py): a small
 multiple of the error the reference itself makes in the working dtype, with a
 floor in ulps.  A distribution under which the float64 reference is not finite
 (a log of negative numbers, say) is not valid for the problem and is skipped.
+
+On the CPU, where no config can be timed, each case takes another of every autotuned
+kernel's configs (autotune_cpu.py): a GPU runs whichever is fastest there, and a
+kernel right only for its first config is wrong on the GPU that picks another.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ class CalibratedValue(Gate):
                  for i, distribution in enumerate(DISTRIBUTIONS)]
         for j, dtype in enumerate(ctx.harness.dtypes[1:]):
             cases.append(ctx.case(self, f"given-{dtype}", dtype=dtype, seed=ctx.seed + 31 + j))
+        if ctx.mode == "cpu":
+            for position, case in enumerate(cases):
+                case.autotune_choice = position
         return cases
 
     def judge(self, ctx: GateContext, results):
@@ -45,8 +52,8 @@ class CalibratedValue(Gate):
             failure, details = value_failure(result)
             if failure:
                 run = result.runs[0] if result.runs else None
-                return self.confirmed(f"{result.case.distribution} inputs (seed {result.case.seed}){ctx.scaled}: "
-                                      f"{failure}",
+                return self.confirmed(f"{result.case.distribution} inputs (seed {result.case.seed}){ctx.scaled}"
+                                      f"{_config_taken(run)}: {failure}",
                                       result, arrays=witness_arrays(run.outputs if run and run.ok else None,
                                                                     result.expected64), **details)
             ran.append(label)
@@ -54,5 +61,27 @@ class CalibratedValue(Gate):
             return self.verdict(UNCONFIRMED, "no distribution could be compared: " + "; ".join(skipped),
                                 [r.case for r in results])
         note = f" ({len(skipped)} skipped: {'; '.join(skipped)})" if skipped else ""
-        return self.verdict(REFUTED, f"within the calibrated bound against float64 for {', '.join(ran)} inputs{note}",
-                            [r.case for r in results])
+        return self.verdict(REFUTED, f"within the calibrated bound against float64 for {', '.join(ran)} inputs"
+                                     f"{_configs_ran(results)}{note}", [r.case for r in results])
+
+
+def _config_taken(run) -> str:
+    """Where the interpreter chose an autotuned kernel's config: which it was, in words."""
+    tunings = (run.meta.get("autotune") or {}) if run else {}
+    return "".join(f", {name}'s autotune config {t['config'] + 1} of {t['configs']} "
+                   f"({', '.join(f'{k}={v}' for k, v in t['settings'].items())})"
+                   for name, t in sorted(tunings.items()) if t.get("configs", 0) > 1)
+
+
+def _configs_ran(results) -> str:
+    """How many of each autotuned kernel's configs the cases ran (the CPU takes one per case)."""
+    taken: dict[str, set] = {}
+    counts: dict[str, int] = {}
+    for result in results:
+        for run in result.runs[:1]:
+            for name, tuning in (run.meta.get("autotune") or {}).items():
+                if tuning.get("configs", 0) > 1:
+                    taken.setdefault(name, set()).add(tuning["config"])
+                    counts[name] = max(counts.get(name, 0), tuning["configs"])
+    return "".join(f"; {name} under {len(taken[name])} of its {counts[name]} autotune configs"
+                   for name in sorted(taken))

@@ -81,7 +81,7 @@ def import_modules(mode: str) -> None:
     from kanalyze.dynamic.sandbox import device_share, execute, held, reference_side, transport  # noqa: F401
 
     if mode == "cpu":
-        from kanalyze.dynamic import devicemap
+        from kanalyze.dynamic import autotune_cpu, devicemap  # noqa: F401  (autotune_cpu: Environment's)
         from kanalyze.dynamic import interpreter  # noqa: F401
     else:
         from kanalyze.dynamic import autotune_pin  # noqa: F401  (Environment's, after kanalyze is hidden)
