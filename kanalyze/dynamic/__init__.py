@@ -6,6 +6,7 @@ Data flows one way (DESIGN.md): static findings → gate selection (confirm.py)
 
   harness.py     problem + candidate pairs (KernelBench, contracts)
   cases.py       what a gate asks to run; size scaling and perturbation
+  planning.py    the sizes a run starts from, and how the inputs grow with each knob
   runner.py      a session: workers, cases, verdicts; `run_gates`, `run_at_sizes`
   streaming.py   each case judged as it ends, where the gates' arrays would not fit one session
   sandbox/       where untrusted code runs: worker processes, zygotes, confinement,

@@ -30,7 +30,7 @@ class ReferenceCache:
         self._root: str | None = None
         self._inputs: str | None = None
         self._outcomes: dict[tuple, tuple[Outcome, bool]] = {}
-        self._plans: dict[tuple, tuple[dict, list | None]] = {}
+        self._plans: dict[tuple, dict] = {}   # (problem, max_numel) -> its plan (planning.py)
         self._ready: dict[tuple, dict] = {}
         self.hits = 0        # outcome look-ups answered from the cache
         self.misses = 0      # ... and those the reference worker had to compute
@@ -81,9 +81,10 @@ class ReferenceCache:
         with self._lock:
             return self._plans.get((self._problem(harness, mode), max_numel))
 
-    def put_plan(self, harness: Harness, mode: str, max_numel: int, sizes: dict) -> None:
+    def put_plan(self, harness: Harness, mode: str, max_numel: int, plan: dict) -> None:
+        """A problem's plan (planning.py): its sizes, and the inputs' count and growth there."""
         with self._lock:
-            self._plans[(self._problem(harness, mode), max_numel)] = dict(sizes)
+            self._plans[(self._problem(harness, mode), max_numel)] = dict(plan)
 
     # ------------------------------------------------------------ outcomes
 

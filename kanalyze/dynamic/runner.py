@@ -19,6 +19,7 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 
+from kanalyze.dynamic import planning
 from kanalyze.dynamic.cases import Case, Run
 from kanalyze.dynamic.gates import gates_by_code
 from kanalyze.dynamic.gates.base import UNCONFIRMED, GateContext, Verdict
@@ -110,14 +111,16 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
     promotion, reversal = rewrites.get("promoted"), rewrites.get("reversed")
     session = Session(harness, mode, limits, variants)
     try:
+        plan = None
         if cases is not None:
             sizes = dict(cases[0].sizes)
         elif harness.kind == "kernel":
             sizes = {}
         else:
-            sizes = session.plan_sizes(options.max_numel or MAX_NUMEL[mode])
+            plan = planning.plan(session, options.max_numel or MAX_NUMEL[mode])
+            sizes = plan.sizes
         contexts = {code: GateContext(harness, sizes, mode, flags.get(code, []), options.seed, promotion,
-                                      None, cuda_cpp, reversal) for code in codes}
+                                      None, cuda_cpp, reversal, plan) for code in codes}
 
         def planned(code: str) -> list[Case]:
             return [c for c in gates[code].plan(contexts[code]) if c.variant == "original" or c.variant in variants]

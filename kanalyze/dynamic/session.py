@@ -41,8 +41,7 @@ from kanalyze.dynamic.reference_jobs import Reader, add_float64, float64_later, 
 from kanalyze.dynamic.results import Result, failed_baseline, sealed
 from kanalyze.dynamic.sandbox import zygote_client
 from kanalyze.dynamic.sandbox.dispatch import lose_what_it_held, run_cases
-from kanalyze.dynamic.sandbox.process import (Limits, Outcome, ProtocolViolation, Worker, WorkerGone,
-                                              new_scratch_root, remove_scratch_root)
+from kanalyze.dynamic.sandbox.process import Limits, Outcome, Worker, new_scratch_root, remove_scratch_root
 
 # The most input elements a case may have: on the CPU (Triton's interpreter) the size knobs are
 # scaled down to this; on a GPU (None) the problem's own sizes run, as the benchmark measured them.
@@ -116,31 +115,6 @@ class Session:
         if self._reference is None:
             self._reference = Worker("reference", self.mode, self.spec, self.limits, self.root)
         return self._reference
-
-    def plan_sizes(self, max_numel: int | None) -> dict[str, int]:
-        """The knobs scaled down until the inputs hold at most `max_numel` elements (None: as they are)."""
-        started = time.perf_counter()
-        try:
-            return self._plan_sizes(max_numel)
-        finally:
-            self._took("plan", started)
-
-    def _plan_sizes(self, max_numel: int | None) -> dict[str, int]:
-        known = REFERENCES.plan(self.harness, self.mode, max_numel)
-        if known is not None:
-            return dict(known)
-        knobs = dict(self.harness.knobs)
-        try:
-            self.reference.wait_ready()
-            self.reference.send({"kind": "plan", "knobs": knobs, "max_numel": max_numel,
-                                 "dtype": self.harness.dtypes[0] if self.harness.dtypes else None})
-            event = self.reference.next_event(self.limits.case_seconds)
-        except (WorkerGone, ProtocolViolation):
-            return knobs
-        if not event or event.get("event") != "plan":
-            return knobs
-        REFERENCES.put_plan(self.harness, self.mode, max_numel, event.get("sizes", knobs))
-        return event.get("sizes", knobs)
 
     def execute(self, cases: list[Case], more=None) -> list[Result]:
         """Reference, then candidates, for every case; one Result per case, in order, then one

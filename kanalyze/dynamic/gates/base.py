@@ -11,7 +11,7 @@ never import torch: they see numpy arrays only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from kanalyze.dynamic.compare import ValueCheck, check_values, same_shape
 from kanalyze.dynamic.harness import Harness
 from kanalyze.dynamic.results import CannotJudge, Result, RunView
 from kanalyze.dynamic.sandbox.transport import Leaf, as_float64
+
+if TYPE_CHECKING:
+    from kanalyze.dynamic.planning import Plan
 
 CONFIRMED, REFUTED, UNCONFIRMED = "confirmed", "refuted", "unconfirmed"
 
@@ -41,6 +44,11 @@ class GateContext:
     output_shapes: list | None = None     # the reference's output shapes at `sizes`, when known
     cuda_cpp: bool = False                # the candidate builds CUDA C++ (load_inline)
     reversal: list[dict] | None = None    # ORD001 on a GPU: the rewrites of the reversed-order variant
+    plan: Plan | None = None              # the inputs' count at `sizes` and its growth (planning.py)
+
+    def input_numel(self, sizes: dict[str, int]) -> int | None:
+        """The inputs' elements at `sizes`, estimated before any is drawn (None: not known)."""
+        return self.plan.numel_at(sizes) if self.plan is not None else None
 
     @property
     def dtype(self) -> str | None:

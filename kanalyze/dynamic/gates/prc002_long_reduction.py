@@ -27,7 +27,11 @@ from kanalyze.dynamic.gates.base import (CONFIRMED, REFUTED, UNCONFIRMED, Gate, 
                                          witness_arrays)
 
 LONG = {"cpu": 65536, "cuda": 2 ** 20}
-BUDGET = {"cpu": 2 ** 20, "cuda": 2 ** 26}
+BUDGET = {"cpu": 2 ** 20, "cuda": 2 ** 26}   # the knobs' product at a lengthened size
+# A lengthened case's inputs hold at most this many elements (or the base case's count, where
+# that is more), as the plan estimates them (planning.py): the knobs' product undercounts
+# them where one knob sizes several dimensions (a square matmul's N: 2·N² elements).
+INPUTS = {"cpu": 2 ** 20, "cuda": 2 ** 29}
 RATIO = 4.0   # promotion removes at least three quarters of the error: the accumulator's doing
 
 
@@ -46,11 +50,15 @@ def reduced_knobs(sizes: dict[str, int], output_shapes: list | None) -> set[str]
 
 
 def long_sizes(sizes: dict[str, int], mode: str, output_shapes: list | None = None,
-               original: dict[str, int] | None = None) -> list[tuple[str, dict[str, int]]]:
+               original: dict[str, int] | None = None, numel_at=None) -> list[tuple[str, dict[str, int]]]:
     """Each reduced knob lengthened: to LONG where the budget allows, never below the
-    problem's own value (`original`); the other knobs shrink to fit (cases.keeping_whole)."""
+    problem's own value (`original`); the other knobs shrink to fit (cases.keeping_whole).
+    `numel_at(sizes)`, where given, estimates the inputs' elements: a lengthening whose
+    inputs would hold more than INPUTS (or the base's count) is shortened, or left out."""
     out = []
     original = original or sizes
+    estimate = numel_at or (lambda _sizes: None)
+    cap = max(INPUTS[mode], estimate(sizes) or 0)
     reduced = reduced_knobs(sizes, output_shapes)
     for name, value in sizes.items():
         if name not in reduced:
@@ -60,9 +68,11 @@ def long_sizes(sizes: dict[str, int], mode: str, output_shapes: list | None = No
             if other != name and v >= SCALABLE_MIN:
                 others *= v
         longer = max(original.get(name, value), min(LONG[mode], BUDGET[mode] // max(others, 1)))
-        if longer > value:
-            lengthened = keeping_whole(sizes, {**original, name: longer}, name, BUDGET[mode])
-            out.append((f"{name}={longer}", lengthened))
+        lengthened = keeping_whole(sizes, {**original, name: longer}, name, BUDGET[mode])
+        while (estimate(lengthened) or 0) > cap and lengthened[name] // 2 >= max(value, original.get(name, value)):
+            lengthened = keeping_whole(sizes, {**original, name: lengthened[name] // 2}, name, BUDGET[mode])
+        if lengthened[name] > value and (estimate(lengthened) or 0) <= cap:
+            out.append((f"{name}={lengthened[name]}", lengthened))
     return out
 
 
@@ -79,7 +89,7 @@ class LongReduction(Gate):
 
     def plan(self, ctx: GateContext):
         cases = []
-        lengthened = long_sizes(ctx.sizes, ctx.mode, ctx.output_shapes, ctx.harness.knobs)
+        lengthened = long_sizes(ctx.sizes, ctx.mode, ctx.output_shapes, ctx.harness.knobs, ctx.input_numel)
         for label, sizes in [("base", dict(ctx.sizes))] + lengthened:
             for variant in ("original", "promoted"):
                 cases.append(ctx.case(self, f"{label}/{variant}", sizes=sizes, distribution="common_mean",

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import os
 import sys
 import time
@@ -235,7 +236,7 @@ def _serve_jobs(role, control, status, side, harness, import_error, device_map, 
     for line in control:
         job = json.loads(line)
         if job["kind"] == "plan":
-            _send(status, event="plan", sizes=_plan(job, harness, device_map, case_sizes))
+            _send(status, event="plan", **_plan(job, harness, device_map, case_sizes))
             continue
         if job["kind"] == "release":   # the reference's withheld outputs, now that no candidate runs
             memory = job.get("memory") if isinstance(job.get("memory"), str) else None
@@ -304,8 +305,9 @@ def _ask_inputs(status, control, job, index: int, what: str, handles: dict | Non
 
 def _plan(job: dict, harness: dict, device_map, case_sizes) -> dict:
     """The knobs scaled down until the inputs hold at most `max_numel` elements (None: the
-    problem's own sizes, as on a GPU).  The inputs' sizes come from meta tensors: nothing is
-    allocated or computed."""
+    problem's own sizes, as on a GPU), the inputs' element count there, and its growth in each
+    knob (planning.py).  The inputs' sizes come from meta tensors: nothing is allocated or
+    computed."""
     import torch
 
     from kanalyze.dynamic.loading import Problem
@@ -322,13 +324,17 @@ def _plan(job: dict, harness: dict, device_map, case_sizes) -> dict:
             if device_map is not None:
                 device_map.target = "cpu"
 
-    def numel_of(sizes):
+    def numels_of(sizes) -> list[int] | None:
         try:
             with on_meta():
                 values = Problem(harness, sizes, job.get("dtype")).inputs()
         except BaseException:
             return None
-        return sum(v.numel() for v in values if isinstance(v, torch.Tensor))
+        return [v.numel() for v in values if isinstance(v, torch.Tensor)]
+
+    def numel_of(sizes):
+        numels = numels_of(sizes)
+        return None if numels is None else sum(numels)
 
     def accepts(sizes) -> bool:
         """Whether the reference runs at these sizes: its model built and called on meta tensors."""
@@ -341,8 +347,19 @@ def _plan(job: dict, harness: dict, device_map, case_sizes) -> dict:
         return True
 
     if job["max_numel"] is None:   # a GPU: the problem's own sizes
-        return dict(job["knobs"])
-    return case_sizes.scale_down(job["knobs"], numel_of, job["max_numel"], accepts)
+        sizes = dict(job["knobs"])
+    else:
+        sizes = case_sizes.scale_down(job["knobs"], numel_of, job["max_numel"], accepts)
+    numels = numels_of(sizes) or []
+    inputs = [{"numel": n, "growth": {}} for n in numels]
+    for name, value in sizes.items():   # each knob doubled: how each input's count grows in it
+        doubled = numels_of({**sizes, name: 2 * value}) if value > 0 else None
+        if doubled is None or len(doubled) != len(numels):
+            continue
+        for tensor, n, n2 in zip(inputs, numels, doubled):
+            if n > 0 and n2 > 0:
+                tensor["growth"][name] = math.log2(n2 / n)
+    return {"sizes": sizes, "inputs": inputs}
 
 
 disguise.rename_own_code(globals())   # its frames are below the candidate's: neutral from the start
