@@ -730,6 +730,21 @@ def test_a_run_that_faults_the_device_makes_the_case_the_candidates_error_and_re
     assert seen.candidate_failed() and fault in seen.candidate_failure()
 
 
+def test_a_fault_a_raising_call_left_on_the_device_is_read_as_the_candidates(monkeypatch) -> None:
+    """A candidate's kernel faults, and its call raises before anything synchronizes: the fault
+    surfaces at the next synchronization.  The worker now synchronizes right after the raise,
+    inside the candidate's run, so the fault joins the candidate's error (a GPU test runs the
+    whole path: hostile/level1_problem6_illegal_address_then_raises.py)."""
+    from kanalyze.dynamic.sandbox import execute
+
+    def synchronize() -> None:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(execute.torch.cuda, "synchronize", synchronize)
+    assert execute.pending_fault("cuda") == "RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert execute.pending_fault("cpu") is None
+
+
 def test_a_reference_out_of_device_memory_is_said_so_and_the_candidate_left_unrun_says_why() -> None:
     """At a problem's real size the reference can run out of the device's memory: that is neither
     the problem rejecting the sizes nor a candidate that did not run of itself.  A gate whose

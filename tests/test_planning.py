@@ -40,7 +40,7 @@ def test_a_square_matmuls_only_knob_is_lengthened_within_the_budget() -> None:
     square = _square(4096)
     assert long_sizes({"N": 4096}, "cuda", [[4096, 4096]]) == [("N=1048576", {"N": 1048576})]   # unbounded
     [(label, sizes)] = long_sizes({"N": 4096}, "cuda", [[4096, 4096]], numel_at=square.numel_at)
-    assert sizes == {"N": 16384} and label == "N=16384"
+    assert sizes == {"N": 8192} and label == "N=8192"
     assert square.numel_at(sizes) <= INPUTS["cuda"]
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import collections
 import functools
-import json
 import time
 import traceback
 
@@ -24,7 +23,8 @@ from kanalyze.dynamic.cases import model_key, model_seed
 from kanalyze.dynamic.loading import build_candidate, built_on, load_matching_state
 from kanalyze.dynamic.results import FATAL_MARKERS
 from kanalyze.dynamic.sandbox import delivery
-from kanalyze.dynamic.sandbox.device_share import DeviceArrays, export, put
+from kanalyze.dynamic.sandbox.device_share import DeviceArrays, export
+from kanalyze.dynamic.sandbox.encoding import decode_list, decode_tensor, encode_leaves, encode_list, plain_tensor
 from kanalyze.dynamic.sandbox.transport import dtype_name, flatten_value, numpy_to_tensor, save_arrays, tensor_to_numpy
 
 
@@ -39,72 +39,6 @@ def describe_error(exc: BaseException) -> str:
 def traceback_tail(exc: BaseException) -> str:
     lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
     return "".join(lines)[-3000:]
-
-
-def encode_list(values: list, prefix: str, arrays: dict, keep: bool = True) -> list[dict]:
-    """How to rebuild `values` on the other side; their tensors go into `arrays` unless not `keep`
-    (inputs handed over when the candidate's case starts: delivery.py)."""
-    described = []
-    for i, value in enumerate(values):
-        if isinstance(value, torch.Tensor):
-            key = f"{prefix}{i}"
-            if keep:
-                put(arrays, key, value)
-            described.append({"kind": "tensor", "dtype": dtype_name(value.dtype), "key": key})
-        else:
-            try:
-                json.dumps(value)
-            except TypeError:
-                value = repr(value)
-                described.append({"kind": "unsupported", "value": value})
-                continue
-            described.append({"kind": "value", "value": value})
-    return described
-
-
-def decode_list(described: list[dict], arrays, device: str) -> list:
-    out = []
-    for item in described:
-        if item["kind"] == "tensor":
-            out.append(decode_tensor(arrays[item["key"]], item["dtype"], device))
-        elif item["kind"] == "value":
-            out.append(item["value"])
-        else:
-            raise TypeError(f"an input of the problem cannot cross processes: {item['value']}")
-    return out
-
-
-def decode_tensor(value, dtype: str, device: str):
-    """An array that crossed as a numpy array (a file), or as a device tensor already (handed over
-    there: delivery.py), as a tensor on `device`."""
-    return value.to(device) if isinstance(value, torch.Tensor) else numpy_to_tensor(value, dtype, device)
-
-
-def plain_tensor(value):
-    """A returned tensor as a plain `torch.Tensor`, read without calling any method of a subclass:
-    a subclass that computes its values when they are read (detach, clone, numpy ...) is judged
-    by what it holds.  One that cannot be read so (a wrapper without storage) is an error."""
-    if type(value) is torch.Tensor:
-        return value
-    with torch._C.DisableTorchFunctionSubclass():
-        plain = torch.Tensor.clone(value)
-    if type(plain) is not torch.Tensor:
-        raise TypeError(f"returned a {type(value).__name__}, a tensor subclass that is not a plain tensor's "
-                        "values when read")
-    return plain
-
-
-def encode_output(value, prefix: str, arrays: dict) -> dict:
-    return encode_leaves(*flatten_value(value), prefix, arrays)
-
-
-def encode_leaves(structure: str, leaves: list, prefix: str, arrays: dict) -> dict:
-    dtypes, nbytes, shapes = [], [], []
-    for i, leaf in enumerate(leaves):
-        nbytes.append(put(arrays, f"{prefix}{i}", leaf))
-        dtypes.append(dtype_name(leaf.dtype))
-        shapes.append(list(leaf.shape))
-    return {"structure": structure, "dtypes": dtypes, "prefix": prefix, "nbytes": nbytes, "shapes": shapes}
 
 
 # The reference's arrays that the candidate's worker is given: inputs and the model's state.
@@ -128,6 +62,18 @@ def _device_lost(result: dict, arrays: dict) -> None:
 def synchronize(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
+
+
+def pending_fault(device: str) -> str | None:
+    """After a candidate's call raised: a fault its kernels left on the device, or None.  A
+    kernel's illegal address surfaces at the next synchronization, not at its launch: where
+    the call raised before synchronizing (its next kernel did not compile, say), the fault
+    would surface in kanalyze's own next step and read as kanalyze's crash."""
+    try:
+        synchronize(device)
+    except BaseException as exc:
+        return describe_error(exc)
+    return None
 
 
 def lap(seconds: dict, step: str, since: float) -> float:
@@ -387,6 +333,9 @@ class CandidateSide:
             synchronize(self.device)
         except BaseException as exc:
             record.update(status="error", error=describe_error(exc), traceback=traceback_tail(exc))
+            fault = pending_fault(self.device)
+            if fault:   # an earlier kernel of this call faulted: the candidate's too, and the device is lost
+                record["error"] += f"; its kernels faulted the device too: {fault}"
         finally:
             self.phase("kanalyze")
         record["seconds"] = time.perf_counter() - started

@@ -14,7 +14,8 @@ import copy
 
 import torch
 
-from kanalyze.dynamic.sandbox.execute import describe_error, encode_output, synchronize
+from kanalyze.dynamic.sandbox.encoding import encode_output
+from kanalyze.dynamic.sandbox.execute import describe_error, synchronize
 from kanalyze.dynamic.sandbox.store import with_room
 
 

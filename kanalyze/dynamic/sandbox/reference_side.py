@@ -44,9 +44,9 @@ from kanalyze.dynamic.loading import Problem
 from kanalyze.dynamic.reductions import ReductionRecorder
 from kanalyze.dynamic.sandbox import delivery, held
 from kanalyze.dynamic.sandbox.device_share import DeviceArrays
-from kanalyze.dynamic.sandbox.execute import (CANDIDATE_SIDE_KEYS, REPEAT_SEED_OFFSET, apart, describe_error,
-                                              encode_list, encode_output, lap, seed_all, synchronize, timed_build,
-                                              traceback_tail)
+from kanalyze.dynamic.sandbox.encoding import encode_list, encode_output
+from kanalyze.dynamic.sandbox.execute import (CANDIDATE_SIDE_KEYS, REPEAT_SEED_OFFSET, apart, describe_error, lap,
+                                              seed_all, synchronize, timed_build, traceback_tail)
 from kanalyze.dynamic.sandbox.float64 import float64_reference
 from kanalyze.dynamic.sandbox.store import with_room
 from kanalyze.dynamic.sandbox.transport import dtype_name, save_arrays, tensor_to_numpy
