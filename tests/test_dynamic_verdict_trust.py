@@ -738,7 +738,8 @@ def test_a_fault_a_raising_call_left_on_the_device_is_read_as_the_candidates(mon
     from kanalyze.dynamic.sandbox import execute
 
     def synchronize() -> None:
-        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        raise RuntimeError("CUDA error: an illegal memory access was encountered\nSearch for "
+                           "`cudaErrorIllegalAddress' in https://docs.nvidia.com/cuda/ for more information.")
 
     monkeypatch.setattr(execute.torch.cuda, "synchronize", synchronize)
     assert execute.pending_fault("cuda") == "RuntimeError: CUDA error: an illegal memory access was encountered"

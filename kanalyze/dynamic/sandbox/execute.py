@@ -71,8 +71,9 @@ def pending_fault(device: str) -> str | None:
     would surface in kanalyze's own next step and read as kanalyze's crash."""
     try:
         synchronize(device)
-    except BaseException as exc:
-        return describe_error(exc)
+    except BaseException as exc:   # its first line: CUDA's advice on debugging follows
+        first = str(exc).strip().splitlines()[:1]
+        return f"{type(exc).__name__}: {first[0]}" if first else describe_error(exc)
     return None
 
 
