@@ -265,6 +265,19 @@ def test_power_plants_are_confirmed_through_the_scaling(code) -> None:
     assert twin_verdict.status == "refuted", twin_verdict.summary
 
 
+def test_cmp001_on_the_cpu_computes_tf32_dots_as_a_gpu_does() -> None:
+    """A `tl.dot` of fp32 operands at the default precision runs in TF32 on a GPU, and CMP001
+    confirmed its error there (deepseek's level2_30, level2_88, level3_9: "the size of the reduced
+    precision PRC001 confirms") while the interpreter's exact products refuted it on the CPU.
+    CMP001's cases now round such operands as TF32 does: PRC001's plant is confirmed by CMP001
+    too, and its IEEE twin still refuted."""
+    flags = {"CMP001": [{"row": None}]}
+    verdicts = [{v.code: v for v in run_gates(_harness("candidates", CONTROLS["PRC001"][role]), ["CMP001"], flags,
+                                              Options(mode="cpu")).verdicts}["CMP001"] for role in ("plant", "twin")]
+    assert verdicts[0].status == "confirmed", verdicts[0].summary
+    assert verdicts[1].status == "refuted", verdicts[1].summary
+
+
 def test_a_race_on_the_last_writer_is_confirmed_by_permuting_programs() -> None:
     """ORD001's `order` plant: several programs store a row's total, each rounded differently;
     the interpreter's permutations change which one stores last.  (On a GPU, the reversed order

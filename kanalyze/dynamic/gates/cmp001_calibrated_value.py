@@ -7,9 +7,12 @@ multiple of the error the reference itself makes in the working dtype, with a
 floor in ulps.  A distribution under which the float64 reference is not finite
 (a log of negative numbers, say) is not valid for the problem and is skipped.
 
-On the CPU, where no config can be timed, each case takes another of every autotuned
-kernel's configs (autotune_cpu.py): a GPU runs whichever is fastest there, and a
-kernel right only for its first config is wrong on the GPU that picks another.
+On the CPU, the interpreter computes as a GPU would where it can tell how: each case takes
+another of every autotuned kernel's configs (autotune_cpu.py: a GPU runs whichever is
+fastest there, and a kernel right only for its first config is wrong on the GPU that picks
+another), and a `tl.dot` that runs in TF32 on a GPU (fp32 operands at the default precision)
+has its operands rounded as TF32 rounds them.  Else the interpreter's exact fp32 products
+made CMP001 refute, on the CPU, candidates whose TF32 error it confirms on a GPU.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ class CalibratedValue(Gate):
             cases.append(ctx.case(self, f"given-{dtype}", dtype=dtype, seed=ctx.seed + 31 + j))
         if ctx.mode == "cpu":
             for position, case in enumerate(cases):
-                case.autotune_choice = position
+                case.autotune_choice, case.emulate_tf32 = position, True
         return cases
 
     def judge(self, ctx: GateContext, results):
