@@ -278,6 +278,17 @@ def test_cmp001_on_the_cpu_computes_tf32_dots_as_a_gpu_does() -> None:
     assert verdicts[1].status == "refuted", verdicts[1].summary
 
 
+def test_a_refutation_at_scaled_sizes_says_so() -> None:
+    """On the CPU the problem's sizes are scaled down: a refutation there covers those sizes,
+    not the problem's own (deepseek's level2_59 was refuted on the CPU at 64 of 128 rows and
+    1024 of 32768 features, and confirmed on a GPU at its own sizes)."""
+    row_loop = POWER["ORD001"]["twin"]   # a row sum, correct at every size; 128 × 8192 inputs
+    run = run_gates(_harness("candidates", row_loop), ["CMP001"], {"CMP001": [{"row": None}]}, Options(mode="cpu"))
+    verdict = {v.code: v for v in run.verdicts}["CMP001"]
+    assert verdict.status == "refuted", verdict.summary
+    assert verdict.summary.startswith("within the calibrated bound against float64 at scaled sizes ("), verdict.summary
+
+
 def test_a_race_on_the_last_writer_is_confirmed_by_permuting_programs() -> None:
     """ORD001's `order` plant: several programs store a row's total, each rounded differently;
     the interpreter's permutations change which one stores last.  (On a GPU, the reversed order

@@ -64,8 +64,8 @@ class CalibratedValue(Gate):
             return self.verdict(UNCONFIRMED, "no distribution could be compared: " + "; ".join(skipped),
                                 [r.case for r in results])
         note = f" ({len(skipped)} skipped: {'; '.join(skipped)})" if skipped else ""
-        return self.verdict(REFUTED, f"within the calibrated bound against float64 for {', '.join(ran)} inputs"
-                                     f"{_configs_ran(results)}{note}", [r.case for r in results])
+        return self.verdict(REFUTED, f"within the calibrated bound against float64{ctx.scaled} for "
+                                     f"{', '.join(ran)} inputs{_configs_ran(results)}{note}", [r.case for r in results])
 
 
 def _config_taken(run) -> str:
