@@ -61,6 +61,16 @@ def test_new_values_keep_the_structure_the_problem_built() -> None:
         assert torch.equal(new_lower, torch.tril(new_lower)) and not torch.equal(new_lower, lower)
         assert torch.equal(new_symmetric, new_symmetric.T) and not torch.equal(new_symmetric, symmetric)
         assert torch.equal(new_masked == 0, masked == 0)
+    # Injected specials keep it too: QwQ's level1_14, a matmul of upper-triangular inputs that
+    # skips their zero triangle, was confirmed EXC001 for a NaN put where the problem has a zero.
+    upper = torch.triu(torch.randn(64, 64))
+    for distribution in ("given", "normal"):
+        new_upper, new_symmetric, new_masked = apply([upper, symmetric, masked], distribution, "nan", seed=3)
+        assert new_upper.isnan().sum() == (64 * 65 // 2) // 64 and not new_upper.tril(-1).isnan().any()
+        assert new_symmetric.isnan().any() and torch.equal(new_symmetric.isnan(), new_symmetric.isnan().T)
+        assert new_masked.isnan().any() and not new_masked[masked == 0].isnan().any()
+    zeros = torch.zeros(3, 64)   # held at zero everywhere (an initial state): the special goes anywhere
+    assert apply([zeros], "given", "+inf", seed=3)[0].isinf().sum() == 3
 
 
 # --- which sizes a problem's model is built from ---------------------------------------

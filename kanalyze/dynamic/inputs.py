@@ -16,7 +16,10 @@ symmetric.  Integer inputs (indices, labels) are never touched.
 * subnormal     magnitudes below the dtype's smallest normal number (EXC002)
 
 Specials ("nan", "+inf", "-inf") go into about one element in 64 of every
-floating input, at positions drawn from the case's seed.
+floating input, at positions drawn from the case's seed, and keep the same structure:
+never where the problem's input is exactly zero (a NaN in the zero triangle of a
+`torch.triu` input is no input the problem makes, and a kernel that skips that triangle
+was confirmed for it), and at (j, i) too where it is symmetric.
 """
 
 from __future__ import annotations
@@ -59,13 +62,32 @@ def _draw(distribution: str, shape, dtype, generator: torch.Generator) -> torch.
     return values.to(dtype)
 
 
+def _symmetric(given: torch.Tensor) -> bool:
+    return given.dim() >= 2 and given.shape[-1] == given.shape[-2] and given.shape[-1] > 1 \
+        and torch.equal(given, given.transpose(-1, -2))
+
+
 def keep_structure(given: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
     """`drawn` with the zeros of `given` and, where `given` is symmetric, made symmetric."""
     out = torch.where(given == 0, torch.zeros((), dtype=drawn.dtype, device=drawn.device), drawn)
-    if given.dim() >= 2 and given.shape[-1] == given.shape[-2] and given.shape[-1] > 1 \
-            and torch.equal(given, given.transpose(-1, -2)):
+    if _symmetric(given):
         out = torch.tril(out) + torch.tril(out, -1).transpose(-1, -2)
     return out
+
+
+def inject(given: torch.Tensor, tensor: torch.Tensor, value: float, generator: torch.Generator) -> torch.Tensor:
+    """`tensor` with `value` in about one in 64 of the elements `given` does not hold at zero
+    (every element, where it holds all of them at zero), mirrored where `given` is symmetric."""
+    free = (given.reshape(-1) != 0).nonzero().flatten()
+    if free.numel() == 0:
+        free = torch.arange(given.numel(), device=given.device)
+    chosen = free[torch.randperm(free.numel(), generator=generator, device=given.device)[:max(1, free.numel() // 64)]]
+    mask = torch.zeros(given.numel(), dtype=torch.bool, device=given.device)
+    mask[chosen] = True
+    mask = mask.view(given.shape)
+    if _symmetric(given):
+        mask = mask | mask.transpose(-1, -2)
+    return tensor.masked_fill(mask, value)
 
 
 def apply(inputs: list, distribution: str, special: str | None, seed: int) -> list:
@@ -88,11 +110,6 @@ def apply(inputs: list, distribution: str, special: str | None, seed: int) -> li
             drawn = _draw(distribution, tuple(value.shape), value.dtype, generator)
             tensor = keep_structure(value, drawn)
         if special is not None and tensor.numel() > 0:
-            tensor = tensor.clone()
-            flat = tensor.view(-1) if tensor.is_contiguous() else tensor.reshape(-1)
-            count = max(1, tensor.numel() // 64)
-            positions = torch.randperm(tensor.numel(), generator=generator, device=tensor.device)[:count]
-            flat[positions] = SPECIALS[special]
-            tensor = flat.view(tensor.shape)
+            tensor = inject(value, tensor, SPECIALS[special], generator)
         out.append(tensor)
     return out
