@@ -74,3 +74,12 @@ def test_the_reference_worker_measures_each_knobs_growth() -> None:
     assert plan.sizes == {"M": 64, "K": 128, "N": 64}
     assert plan.inputs == [{"numel": 64 * 128, "growth": {"M": 1.0, "K": 1.0, "N": 0.0}},
                            {"numel": 128 * 64, "growth": {"M": 0.0, "K": 1.0, "N": 1.0}}]
+
+
+def test_counts_the_worker_did_not_give_as_numbers_estimate_nothing() -> None:
+    from kanalyze.dynamic.planning import _well_formed
+
+    good = [{"numel": 8, "growth": {"N": 1.0}}]
+    assert _well_formed(good) == good
+    for bad in (None, "8", [{"numel": "8", "growth": {}}], [{"numel": 8, "growth": {"N": "two"}}], [8]):
+        assert _well_formed(bad) == []

@@ -84,7 +84,18 @@ def _asked(session: "Session", max_numel: int | None) -> dict:
         return knobs
     if not event or event.get("event") != "plan" or not isinstance(event.get("sizes"), dict):
         return knobs
-    inputs = event.get("inputs") if isinstance(event.get("inputs"), list) else []
-    found = {"sizes": event["sizes"], "inputs": inputs}
+    found = {"sizes": event["sizes"], "inputs": _well_formed(event.get("inputs"))}
     REFERENCES.put_plan(harness, mode, max_numel, found)
     return found
+
+
+def _well_formed(inputs) -> list[dict]:
+    """The worker's per-input counts, where each is a count and numeric exponents; else none
+    (nothing is then estimated)."""
+    if not isinstance(inputs, list):
+        return []
+    for tensor in inputs:
+        if not (isinstance(tensor, dict) and type(tensor.get("numel")) is int and isinstance(tensor.get("growth"), dict)
+                and all(isinstance(k, str) and type(v) in (int, float) for k, v in tensor["growth"].items())):
+            return []
+    return inputs
