@@ -34,6 +34,7 @@ def test_the_plan_estimates_the_inputs_at_other_sizes() -> None:
     matmul = Plan({"M": 64, "K": 128, "N": 64}, [{"numel": 64 * 128, "growth": {"M": 1.0, "K": 1.0, "N": 0.0}},
                                                  {"numel": 128 * 64, "growth": {"M": 0.0, "K": 1.0, "N": 1.0}}])
     assert matmul.numel_at({"M": 1024, "K": 128, "N": 64}) == 1024 * 128 + 128 * 64
+    assert _square(4096).numel_at({"N": 10 ** 200}) >= 1 << 61                 # past any budget, no overflow
 
 
 def test_a_square_matmuls_only_knob_is_lengthened_within_the_budget() -> None:

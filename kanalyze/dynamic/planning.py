@@ -13,6 +13,7 @@ elements, which the reference worker drew on the host until the machine's memory
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -22,6 +23,8 @@ from kanalyze.dynamic.sandbox.process import ProtocolViolation, WorkerGone
 
 if TYPE_CHECKING:
     from kanalyze.dynamic.session import Session
+
+LOG_CAP = 62 * math.log(2)   # an estimate past 2^62 elements is past every budget: said as 2^62
 
 
 @dataclass
@@ -45,17 +48,19 @@ class Plan:
             return None
         total = 0.0
         for tensor in self.inputs:
-            estimate = float(tensor["numel"])
+            if tensor["numel"] <= 0:
+                continue
+            log_estimate = math.log(tensor["numel"])   # (in logarithms: no float overflows)
             for name, value in sizes.items():
                 base = self.sizes.get(name)
                 if base is None or value == base:
                     continue
                 exponent = tensor["growth"].get(name)
-                if exponent is None or base <= 0:
+                if exponent is None or base <= 0 or value <= 0:
                     return None
-                estimate *= (value / base) ** exponent
-            total += estimate
-        return int(total)
+                log_estimate += exponent * math.log(value / base)
+            total += math.exp(min(log_estimate, LOG_CAP))
+        return round(min(total, math.exp(LOG_CAP)))
 
 
 def plan(session: "Session", max_numel: int | None) -> Plan:
