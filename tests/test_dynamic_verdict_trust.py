@@ -697,7 +697,7 @@ def test_a_judge_that_ends_computing_float64_references_says_why_its_outputs_are
     monkeypatch.setattr(session_module, "float64_later", lambda worker, indices, limits: (
         {}, "kanalyze's reference worker gave no float64 reference: it ended: killed by signal 9"))
     fake = types.SimpleNamespace(_reference_index={"a": 0, "b": 1}, _judge=ended, _reference=ended, limits=Limits(),
-                                 _took=lambda *args: None, _add_steps=lambda *args: None, judge_gone=None)
+                                 took=lambda *args: None, _add_steps=lambda *args: None, judge_gone=None)
     fake._judge_ended = lambda *args: session_module.Session._judge_ended(fake, *args)
     by_key = {"a": Outcome("done", meta=dict(meta), arrays="a.arrays"),
               "b": Outcome("done", meta={**meta, "output64_later": False}, arrays="b.arrays")}

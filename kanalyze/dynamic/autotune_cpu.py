@@ -38,7 +38,7 @@ import functools
 import inspect
 import weakref
 
-from kanalyze.dynamic.recording import SCALARS, kernel_name
+from kanalyze.dynamic.recording import config_settings, kernel_name
 
 _installed = False
 _choice: int | None = None        # the position, among a tuning's configs, that every autotuner takes
@@ -72,12 +72,6 @@ def _benchmarker(autotuner):
         time = 0.5 if autotuner.__dict__.get("_kanalyze_benching") is autotuner.__dict__.get("_kanalyze_chosen") else 1.0
         return [time] * 3 if quantiles is not None else time
     return bench
-
-
-def _settings(config) -> dict:
-    settings = config.all_kwargs() if hasattr(config, "all_kwargs") else {
-        **config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
-    return {k: v for k, v in settings.items() if type(v) in SCALARS}
 
 
 def install() -> None:
@@ -124,7 +118,7 @@ def _wrap_tuning(Autotuner) -> None:
         position = (_choice or 0) % len(kept) if kept else 0
         tuner._kanalyze_chosen = kept[position] if kept else None
         _seen[kernel_name(tuner)] = {"config": position, "configs": len(kept),
-                                     "settings": _settings(kept[position]) if kept else {}}
+                                     "settings": config_settings(kept[position]) if kept else {}}
         return kept
 
     @functools.wraps(time_one)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 
-from kanalyze.dynamic.recording import SCALARS, kernel_name
+from kanalyze.dynamic.recording import config_settings, kernel_name
 
 _installed = False
 PINS: dict[str, list[dict]] = {}   # kernel name -> launch settings to keep (set per case: `pin`)
@@ -30,10 +30,8 @@ def pin(settings: dict | None) -> None:
 
 
 def _named(config, settings: list[dict]) -> bool:
-    wanted = config.all_kwargs() if hasattr(config, "all_kwargs") else {
-        **config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
-    return any(all(k in launch and launch[k] == v for k, v in wanted.items() if type(v) in SCALARS)
-               for launch in settings)
+    wanted = config_settings(config)
+    return any(all(k in launch and launch[k] == v for k, v in wanted.items()) for launch in settings)
 
 
 def install() -> None:

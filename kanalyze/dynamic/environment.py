@@ -184,8 +184,9 @@ class Environment:
             out["extension_ops"] = dict(self._inside.calls)
         if self._seal is not None:
             out["seal"] = self._seal
-        if self.autotune is not None and self.autotune.seen():
-            out["autotune"] = self.autotune.seen()   # per autotuned kernel, the config it took, of how many
+        tunings = self.autotune.seen() if self.autotune is not None else {}
+        if tunings:
+            out["autotune"] = tunings   # per autotuned kernel, the config it took, of how many
         if self.driver is not None:
             out["tf32_dots"] = self.driver.tf32_dots
             out["atomic_programs"] = self.driver.atomics.most

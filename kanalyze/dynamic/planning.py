@@ -71,7 +71,7 @@ def plan(session: "Session", max_numel: int | None) -> Plan:
         found = _asked(session, max_numel)
         return Plan(dict(found["sizes"]), list(found.get("inputs") or []))
     finally:
-        session._took("plan", started)
+        session.took("plan", started)
 
 
 def _asked(session: "Session", max_numel: int | None) -> dict:

@@ -61,6 +61,14 @@ def own_mode(cls: type) -> type:
 SCALARS = (bool, int, float, str)   # the launch keywords a run's settings keep (recording and pinning)
 
 
+def config_settings(config) -> dict:
+    """An autotune config's scalar launch keywords (its constexprs, warps, stages...): what a
+    launch of it records, and what pinning and the CPU's chosen config are named by."""
+    settings = config.all_kwargs() if hasattr(config, "all_kwargs") else {
+        **config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
+    return {k: v for k, v in settings.items() if type(v) in SCALARS}
+
+
 def kernel_name(fn) -> str:
     """The name of the function under a launcher (a JITFunction, an autotuner, @heuristics)."""
     while hasattr(fn, "fn"):

@@ -194,7 +194,7 @@ class Session:
                     result.reference = by_key[result.case.input_key]
         if not (self.spec["judge_held"] and self.mode == "cuda"):
             self.ahead.close()   # (held on a GPU, the judge maps what it handed over: it ends with the session)
-        self._took("release", started)
+        self.took("release", started)
         for role in ("reference", "candidate"):   # each worker's start, from this side
             ready = self.environment.get(f"{role}_start_seconds", {}).get("ready")
             if ready is not None:
@@ -302,7 +302,7 @@ class Session:
                 by_key[key] = outcomes[i]
                 self._reference_index[key] = i
                 self._add_steps("reference", outcomes[i])
-        self._took("reference", started)
+        self.took("reference", started)
         self.environment.update(describe_ready(ready, "reference"))
 
     def _judge_ended(self, worker: Worker, by_key: dict, why: str) -> None:
@@ -331,7 +331,7 @@ class Session:
         for key, index in later.items():
             steps = add_float64(by_key[key], found.get(str(index)), why)
             self._add_steps("reference", Outcome("done", meta={"seconds": steps}))
-        self._took("reference", started)
+        self.took("reference", started)
 
     def _candidates(self, results: list[Result], reader: Reader, indices: list[int]) -> float:
         """Run the cases at `indices` through each variant's worker; returns the seconds it took,
@@ -377,7 +377,7 @@ class Session:
             self.seconds[name] = round(self.seconds.get(name, 0.0) + value, 3)
         return sum(value for _, value in steps)
 
-    def _took(self, what: str, started: float, minus: float = 0.0) -> None:
+    def took(self, what: str, started: float, minus: float = 0.0) -> None:
         self.seconds[what] = round(self.seconds.get(what, 0.0) + time.perf_counter() - started - minus, 3)
 
     def close(self) -> None:
