@@ -1,6 +1,6 @@
 """Replay every witness an audit wrote, and count the confirmations whose witness shows its claim.
 
-    python bench/replay_witnesses.py AUDIT_DIR... [--device cpu] [--timeout 600] [--json OUT]
+    python bench/replay_witnesses.py AUDIT_DIR... [--device cpu] [--timeout 600] [--jobs N] [--json OUT]
 
 A `confirmed` verdict is worth its witness: `kanalyze replay` regenerates the inputs from
 the seeds, sizes and settings the witness holds, runs the candidate again in a fresh
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import concurrent.futures
 import json
 import subprocess
 import sys
@@ -62,15 +63,18 @@ def main() -> int:
     parser.add_argument("--device", choices=("cpu", "cuda"), help="replay on this device (default: the audit's)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per replay (default 600)")
     parser.add_argument("--json", type=Path, help="write every replay's outcome here")
+    parser.add_argument("--jobs", type=int, default=1, help="replays at once, each a process of its own (default 1)")
     args = parser.parse_args()
     items = [item for audit in args.audits for item in confirmations(audit)]
     print(f"{len(items)} confirmed verdicts with a witness in {len(args.audits)} journals", flush=True)
     outcomes = []
-    for item in items:
-        result = replay(item, args.device, args.timeout)
-        outcomes.append(result)
-        print(f"{result['outcome']:<12} {result['code']:<7} {result['seconds']:>6.1f} s  "
-              f"{Path(result['candidate'] or '?').name[:60]}: {result['said'][:120]}", flush=True)
+    with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        running = [pool.submit(replay, item, args.device, args.timeout) for item in items]
+        for done in concurrent.futures.as_completed(running):
+            result = done.result()
+            outcomes.append(result)
+            print(f"{result['outcome']:<12} {result['code']:<7} {result['seconds']:>6.1f} s  "
+                  f"{Path(result['candidate'] or '?').name[:60]}: {result['said'][:120]}", flush=True)
     by_clause: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for result in outcomes:
         by_clause[result["code"]][result["outcome"]] += 1

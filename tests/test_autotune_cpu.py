@@ -54,6 +54,47 @@ def test_an_autotuned_kernel_runs_under_the_interpreter_with_its_first_config() 
     assert done.stdout.split() == ["True", "64"]
 
 
+ASSERTING = """
+import torch, triton, triton.language as tl
+from kanalyze.dynamic import autotune_cpu
+autotune_cpu.install()
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (32, 64, 128)], key=["n"])
+@triton.jit
+def double(x, y, n, BLOCK: tl.constexpr):
+    tl.static_assert(BLOCK >= 64, "tiles of 64 at least")
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y + o, tl.load(x + o, mask=o < n) * 2, mask=o < n)
+
+x = torch.randn(1000)
+for choice in ({CHOICES}):
+    autotune_cpu.choose(choice)
+    y = torch.empty_like(x)
+    double[lambda meta: (triton.cdiv(1000, meta["BLOCK"]),)](x, y, 1000)
+    seen = autotune_cpu.seen()["double"]
+    print(bool((y == 2 * x).all()), double.best_config.kwargs["BLOCK"], seen["config"], seen["configs"])
+"""
+
+
+@pytest.mark.skipif(tuple(int(p) for p in triton.__version__.split(".")[:2]) < (3, 3),
+                    reason="Triton 3.2's interpreter runs no autotuned kernel")
+@pytest.mark.parametrize("choices, expected", [
+    # The first tuning times every config: BLOCK=32's assertion fails, it is timed as inf.
+    ("None, 1, 2", ["True 64 0 2", "True 128 1 2", "True 64 0 2"]),
+    # A chosen config is never timed: BLOCK=32 fails as it runs, and the call tunes again without it.
+    ("0, 1", ["True 64 0 2", "True 128 1 2"]),
+])
+def test_a_config_that_fails_a_static_assertion_is_never_taken(choices, expected) -> None:
+    """A GPU's compiler rejects such a config (CompileTimeAssertionFailure) and its autotuner
+    times it as inf; the interpreter raised AssertionError from the candidate's call instead, so
+    a CMP001 case that chose it confirmed a crash no GPU has."""
+    done = subprocess.run([sys.executable, "-c", ASSERTING.replace("{CHOICES}", choices)], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines() == expected
+
+
 def _baseline(name: str) -> dict:
     gate_run = run_gates(find_harness(str(KB / "candidates" / name), kernelbench=str(KB)), ["EXC002"],
                          options=Options(mode="cpu"))

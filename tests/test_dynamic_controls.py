@@ -278,6 +278,21 @@ def test_cmp001_on_the_cpu_computes_tf32_dots_as_a_gpu_does() -> None:
     assert verdicts[1].status == "refuted", verdicts[1].summary
 
 
+def test_a_nan_the_reference_makes_through_a_structural_zero_is_not_the_candidates() -> None:
+    """`torch.triu(A @ B)` over upper-triangular inputs: the dense reference carries an injected
+    NaN or Inf into C[i, j] through A[i, k] * B[k, j] with B[k, j] a structural zero (QwQ's and
+    llama-3.1-405b's level1_14 kernels, which skip that triangle, were confirmed for it on a
+    GPU).  The twin computes the product the problem defines (refuted; confirmed before); the
+    plant also zeroes the NaN the product itself has (confirmed)."""
+    structure = CONTROLS["EXC001"]["structure"]
+    flags = {"EXC001": [{"row": None}]}
+    plant, twin = ({v.code: v for v in run_gates(_harness("candidates", structure[role]), ["EXC001"], flags,
+                                                 Options(mode="cpu")).verdicts}["EXC001"] for role in ("plant", "twin"))
+    assert plant.status == "confirmed" and "finite where the reference has NaN" in plant.summary, plant.summary
+    assert twin.status == "refuted", twin.summary
+    assert "through a product with zero" in twin.summary and "+inf" in twin.summary, twin.summary
+
+
 def test_a_refutation_at_scaled_sizes_says_so() -> None:
     """On the CPU the problem's sizes are scaled down: a refutation there covers those sizes,
     not the problem's own (deepseek's level2_59 was refuted on the CPU at 64 of 128 rows and

@@ -33,6 +33,7 @@ CONTROLS = {k: v for k, v in json.loads((KB / "controls.json").read_text()).item
 CUDA_CONTROLS = {code: entry["cuda"] for code, entry in CONTROLS.items() if "cuda" in entry}
 POWER = {code: entry["power"] for code, entry in CONTROLS.items() if "power" in entry}
 ORDER = {code: entry["order"] for code, entry in CONTROLS.items() if "order" in entry}
+STRUCTURE = {code: entry["structure"] for code, entry in CONTROLS.items() if "structure" in entry}
 # Candidates that fail on a GPU: the failure is a recorded result (CMP001 on the problem's own
 # inputs).  The last faults the device and raises before anything synchronizes: the fault is
 # its own too, never kanalyze's crash (execute.pending_fault).
@@ -61,6 +62,8 @@ def gpu_verdicts(extension_cache):
     jobs += [("triton", code, role, CONTROLS[code][role]) for code in sorted(CONTROLS) for role in ("plant", "twin")]
     jobs += [("power", code, role, POWER[code][role]) for code in sorted(POWER) for role in ("plant", "twin")]
     jobs += [("order", code, role, ORDER[code][role]) for code in sorted(ORDER) for role in ("plant", "twin")]
+    jobs += [("structure", code, role, STRUCTURE[code][role]) for code in sorted(STRUCTURE)
+             for role in ("plant", "twin")]
 
     def run(job):
         kind, code, role, name = job
@@ -109,6 +112,17 @@ def test_order_plant_confirmed_and_twin_refuted_on_the_gpu(gpu_verdicts, code) -
     _, twin = gpu_verdicts[("order", code, "twin", ORDER[code]["twin"])]
     assert plant[code].status == "confirmed", plant[code].summary
     assert twin[code].status == "refuted" and "reverse order" in twin[code].summary, twin[code].summary
+
+
+@pytest.mark.parametrize("code", sorted(STRUCTURE))
+def test_structure_plant_confirmed_and_twin_refuted_on_the_gpu(gpu_verdicts, code) -> None:
+    """A triangular product whose dense reference makes NaN through NaN · 0: the twin that skips
+    the zero triangle is refuted, the plant that zeroes every NaN confirmed (the judge's held
+    path: sandbox/held.py)."""
+    _, plant = gpu_verdicts[("structure", code, "plant", STRUCTURE[code]["plant"])]
+    _, twin = gpu_verdicts[("structure", code, "twin", STRUCTURE[code]["twin"])]
+    assert plant[code].status == "confirmed", plant[code].summary
+    assert twin[code].status == "refuted", twin[code].summary
 
 
 @pytest.mark.parametrize("code", sorted(CUDA_CONTROLS))

@@ -143,6 +143,16 @@ def test_non_finite_classes_are_counted_the_same_held_or_not(judge, dtype) -> No
     here = compare.class_comparison(*[pair[0] for pair in leaves])
     there = compare.class_comparison(*[pair[1] for pair in leaves])
     assert same(there, here) and there.wrong > 0 and there.left_out > 0 and there.reached
+    # Where the reference's class comes through a product with zero (sandbox/dependence.py), the
+    # class the product has is accepted too: here finite, in the first 25 rows.
+    other = torch.full((50, 80), compare.NO_CLASS, dtype=torch.uint8)
+    other[:25] = 0
+    marks = both(judge, "z", other)
+    here = compare.class_comparison(*[pair[0] for pair in leaves], marks[0])
+    there = compare.class_comparison(*[pair[1] for pair in leaves], marks[1])
+    assert same(there, here), (there, here)
+    assert there.pairs.get("NaN -> finite", 0) == int(torch.isnan(expected[25:]).sum())   # row 0's disagree
+    assert there.through_zero == int(torch.isnan(expected[1:25]).sum()) and there.reached
 
 
 def test_finite_summaries_and_sentinels_are_the_same_held_or_not(judge) -> None:

@@ -30,6 +30,11 @@ chooses nothing): a case's witness then replays as it ran, first in its worker o
 timing runs of a first call can hide a config's fault: a config that writes all of the output
 runs before one that writes part of it.)  `seen()` says, per kernel, which config its last
 tuning took, of how many.
+
+A config that fails one of its kernel's `tl.static_assert`s does not compile on a GPU, whose
+autotuner times it as inf and never takes it; the interpreter raises AssertionError when the
+kernel runs.  Such a config is timed as inf here too, and where a chosen one (never timed)
+fails so, the call tunes again without it: a case never takes a config a GPU could not.
 """
 
 from __future__ import annotations
@@ -106,27 +111,83 @@ def install() -> None:
 
 
 def _wrap_tuning(Autotuner) -> None:
-    """Each tuning marks the config `choose` names among the pruned ones, and says which it
-    was (`seen`); each timing run says which config it times."""
-    prune, time_one = Autotuner.prune_configs, Autotuner._bench
+    """Each tuning marks the config `choose` names among the pruned ones that do not fail their
+    kernel's static assertions, and says which it was (`seen`); each timing run says which config
+    it times; a config whose run fails a static assertion is left out from then on."""
+    prune, time_one, run = Autotuner.prune_configs, Autotuner._bench, Autotuner.run
 
     @functools.wraps(prune)
     def prune_configs(tuner, *args, **kwargs):
         if "_kanalyze_chosen" in tuner.__dict__:   # a tuning before this one ran each config once
             tuner._kanalyze_tuned = True
-        kept = prune(tuner, *args, **kwargs)
-        position = (_choice or 0) % len(kept) if kept else 0
-        tuner._kanalyze_chosen = kept[position] if kept else None
-        _seen[kernel_name(tuner)] = {"config": position, "configs": len(kept),
-                                     "settings": config_settings(kept[position]) if kept else {}}
-        return kept
+        tuner._kanalyze_kept = prune(tuner, *args, **kwargs)
+        _choose_among(tuner)
+        return tuner._kanalyze_kept
 
     @functools.wraps(time_one)
     def _bench(tuner, *args, config, **meta):
         tuner._kanalyze_benching = config
-        return time_one(tuner, *args, config=config, **meta)
+        if config in _failing(tuner):
+            return [float("inf")] * 3
+        try:
+            return time_one(tuner, *args, config=config, **meta)
+        except Exception as exc:   # a GPU's compiler rejects it: timed as inf, never taken
+            if not _static_assertion(exc):
+                raise
+            _failing(tuner).add(config)
+            return [float("inf")] * 3
 
-    Autotuner.prune_configs, Autotuner._bench = prune_configs, _bench
+    @functools.wraps(run)
+    def run_tuned(tuner, *args, **kwargs):
+        for _ in range(len(tuner.configs)):
+            try:
+                done = run(tuner, *args, **kwargs)
+                chosen = tuner.__dict__.get("_kanalyze_chosen")
+                if chosen is not None and getattr(tuner, "best_config", chosen) is not chosen:
+                    _choose_among(tuner)   # the chosen config failed as it was timed: said of the one taken
+                return done
+            except Exception as exc:   # the chosen config, never timed, fails a static assertion
+                config = getattr(tuner, "best_config", None)
+                if not _static_assertion(exc) or config is None or config in _failing(tuner):
+                    raise
+                _failing(tuner).add(config)
+                tuner.cache.clear()
+        return run(tuner, *args, **kwargs)
+
+    Autotuner.prune_configs, Autotuner._bench, Autotuner.run = prune_configs, _bench, run_tuned
+
+
+def _choose_among(tuner) -> None:
+    """Mark the config `choose` names among the last pruning's that do not fail a static
+    assertion (all of them where every one does), and say which it was (`seen`)."""
+    kept = tuner.__dict__.get("_kanalyze_kept") or []
+    usable = [config for config in kept if config not in _failing(tuner)] or kept
+    position = (_choice or 0) % len(usable) if usable else 0
+    tuner._kanalyze_chosen = usable[position] if usable else None
+    _seen[kernel_name(tuner)] = {"config": position, "configs": len(usable),
+                                 "settings": config_settings(usable[position]) if usable else {}}
+
+
+def _failing(tuner) -> set:
+    """The configs of `tuner` whose run failed a static assertion."""
+    return tuner.__dict__.setdefault("_kanalyze_failing", set())
+
+
+def _static_assertion(exc: BaseException) -> bool:
+    """Whether `exc` is the interpreter's `tl.static_assert` failing (an AssertionError raised
+    there, wrapped in the interpreter's InterpreterError): where a GPU's compiler raises
+    CompileTimeAssertionFailure, which its autotuner times as inf (the config is never taken)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, AssertionError):
+            frame = exc.__traceback__
+            while frame is not None and frame.tb_next is not None:
+                frame = frame.tb_next
+            return frame is not None and "static_assert" in frame.tb_frame.f_code.co_name \
+                and "interpreter" in frame.tb_frame.f_code.co_filename
+        exc = exc.__cause__
+    return False
 
 
 def _position(function, name: str) -> int:

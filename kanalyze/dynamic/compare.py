@@ -306,28 +306,43 @@ class ClassComparison:
     wrong: int               # elements in another class than the reference's
     pairs: dict[str, int]    # "reference class -> candidate class": how many
     first: tuple | None      # the first wrong element
+    through_zero: int = 0    # elements in the class of the product the problem defines instead
 
 
-def class_comparison(observed: Leaf, expected: Leaf, expected64: Leaf) -> ClassComparison:
+NO_CLASS = 255   # in a `through_zero` array: no class but the reference's
+
+
+def class_comparison(observed: Leaf, expected: Leaf, expected64: Leaf,
+                     through_zero: Leaf | None = None) -> ClassComparison:
+    """`through_zero`: per element, the class an injected value has where the reference's comes
+    through a product with zero (sandbox/dependence.py; NO_CLASS where none): a candidate in
+    that class is not wrong there, and is counted."""
     kinds = len(CLASS_NAMES)
-    judge = held_by(observed.array, expected.array, expected64.array)
+    judge = held_by(observed.array, expected.array, expected64.array,
+                    *([through_zero.array] if through_zero is not None else []))
     if judge is not None:
         found = judge.ask({"op": "classes", "observed": observed.array.name, "expected": expected.array.name,
-                           "exact": expected64.array.name})
+                           "exact": expected64.array.name,
+                           "through_zero": through_zero.array.name if through_zero is not None else None})
         counts = [int(n) for n in found["pairs"]]
         first = None if found["first"] is None else _unravel(found["first"], observed.array.shape)
     else:
         got, want = leaf_classes(observed), leaf_classes(expected)
         agree = want == leaf_classes(expected64)
+        other = (np.asarray(through_zero.array).reshape(want.shape) if through_zero is not None
+                 else np.full(want.shape, NO_CLASS, dtype=np.uint8))
         wrong = (got != want) & agree
+        product = wrong & (got == other)
+        wrong &= ~product
         counts = np.bincount(want[wrong].astype(np.intp) * kinds + got[wrong].astype(np.intp),
                              minlength=kinds * kinds).tolist()
         first = _unravel(np.flatnonzero(wrong.reshape(-1))[0], wrong.shape) if wrong.any() else None
-        found = {"left_out": int((~agree).sum()), "reached": bool((want[agree] != 0).any()),
-                 "wrong": int(wrong.sum())}
+        found = {"left_out": int((~agree).sum()), "reached": bool(((want != 0) & agree & (other != 0)).any()),
+                 "wrong": int(wrong.sum()), "through_zero": int(product.sum())}
     pairs = {f"{CLASS_NAMES[code // kinds]} -> {CLASS_NAMES[code % kinds]}": count
              for code, count in enumerate(counts) if count}
-    return ClassComparison(int(found["left_out"]), bool(found["reached"]), int(found["wrong"]), pairs, first)
+    return ClassComparison(int(found["left_out"]), bool(found["reached"]), int(found["wrong"]), pairs, first,
+                           int(found.get("through_zero", 0)))
 
 
 def finite_summary(leaf: Leaf) -> tuple[bool, float]:

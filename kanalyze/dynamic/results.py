@@ -136,6 +136,13 @@ class Result:
         self._arrays_kept()
         return leaves(self.reference.meta.get("output64"), self.reference_arrays)
 
+    @cached_property
+    def through_zero(self) -> list[Leaf] | None:
+        """Per output, where an injected special reaches the reference only through a product
+        with zero (EXC001: sandbox/dependence.py); None where nowhere."""
+        self._arrays_kept()
+        return leaves(self.reference.meta.get("output_through_zero"), self.reference_arrays)
+
     def _arrays_kept(self) -> None:
         """CannotJudge where the reference's outputs were lost after it ran."""
         lost = self.reference.meta.get("arrays_lost")

@@ -11,8 +11,12 @@ written as a ratio of exponentials) fails.  Tolerance-free.
 The reference is judged too: where its working-dtype output and its float64
 output disagree on the class (torch's own fp32 `gelu(+inf)` is NaN on the CPU,
 while float64 gives +Inf), the element is left out and the verdict says how
-many were.  Power: a class can only be refuted where the injected values reach
-the reference's output; when none does, the verdict is `unconfirmed`.
+many were.  Where the reference's class comes through a product with zero
+(`torch.triu(A @ B)` over triangular inputs: a NaN or Inf meets the zero triangle
+in the dense sum, and NaN · 0 is NaN), the class the product itself has is
+accepted too (sandbox/dependence.py): a kernel that skips the zeros computes
+what the problem defines.  Power: a class can only be refuted where the injected
+values reach the reference's output; when none does, the verdict is `unconfirmed`.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ class NonfiniteInjection(Gate):
         return [ctx.case(self, special, special=special, seed=ctx.seed + 3) for special in SPECIALS]
 
     def judge(self, ctx: GateContext, results):
-        ran, unreached, left_out = [], [], {}
+        ran, unreached, left_out, through_zero = [], [], {}, {}
         for result in results:
             special = result.case.special
             if not result.reference_ok:
@@ -45,12 +49,15 @@ class NonfiniteInjection(Gate):
                 return self.confirmed(f"with {special} injected: {problem}", result)
             run = result.runs[0]
             exact = result.expected64 or result.expected
+            marks = result.through_zero or [None] * len(result.expected)
             reached = False
-            for i, (observed, expected, expected64) in enumerate(zip(run.outputs, result.expected, exact)):
+            for i, (observed, expected, expected64, zero) in enumerate(zip(run.outputs, result.expected, exact,
+                                                                           marks)):
                 if not expected.is_float:
                     continue
-                found = class_comparison(observed, expected, expected64)
+                found = class_comparison(observed, expected, expected64, zero)
                 left_out[special] = left_out.get(special, 0) + found.left_out
+                through_zero[special] = through_zero.get(special, 0) + found.through_zero
                 reached = reached or found.reached
                 if not found.wrong:
                     continue
@@ -64,11 +71,13 @@ class NonfiniteInjection(Gate):
                 if left_out[special]:
                     summary += (f"; {left_out[special]} elements where the reference's working dtype and float64 "
                                 f"disagree were left out")
+                summary += _through_zero(through_zero[special])
                 return self.confirmed(summary, result, arrays=witness_arrays(run.outputs, result.expected),
                                       special=special, mismatches=pairs, first_index=list(first),
                                       observed=first_value(observed, first),
                                       expected=first_value(expected, first),
-                                      reference_disagreements=left_out[special])
+                                      reference_disagreements=left_out[special],
+                                      through_zero=through_zero[special])
             (ran if reached else unreached).append(special)
         cases = [r.case for r in results]
         if not ran:
@@ -79,7 +88,20 @@ class NonfiniteInjection(Gate):
             return self.verdict(UNCONFIRMED, f"no case could show the violation: {reasons}", cases)
         note = "".join(f"; with {s} injected, {n} elements where the reference's working dtype and float64 disagree "
                        f"were left out" for s, n in left_out.items() if n)
+        counted = [f"{n} with {s}" for s, n in through_zero.items() if n]
+        if counted:
+            note += (f"; where the reference's class comes through a product with zero (NaN · 0 in a dense "
+                     f"formulation), elements had the class of the product itself and were not counted: "
+                     f"{', '.join(counted)} injected")
         if unreached:
             note += f"; {', '.join(unreached)} never reached the output"
         return self.verdict(REFUTED, f"non-finite classes match the reference with {', '.join(ran)} injected{note}",
-                            cases, reference_disagreements=left_out)
+                            cases, reference_disagreements=left_out, through_zero=through_zero)
+
+
+def _through_zero(count: int, prefix: str = "") -> str:
+    """What was not counted because the reference's class there comes through a product with zero."""
+    if not count:
+        return ""
+    return (f"; {prefix}{count} elements where the reference's class comes through a product with zero "
+            f"(NaN · 0 in a dense formulation) had the class of the product itself, and were not counted")

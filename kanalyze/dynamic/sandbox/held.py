@@ -163,22 +163,30 @@ def _classes(t: torch.Tensor) -> torch.Tensor:
 
 def _class_pairs(store: Store, request: dict) -> dict:
     """compare.class_comparison: which elements are in the wrong non-finite class where the
-    reference's working dtype and float64 agree, counted by (reference class, candidate class)."""
-    left_out, reached, wrong, first = 0, False, 0, None
+    reference's working dtype and float64 agree, counted by (reference class, candidate class);
+    an element in the class `through_zero` gives it (where it names an array) counted apart."""
+    left_out, reached, wrong, first, through_zero = 0, False, 0, None, 0
     pairs = torch.zeros(16, dtype=torch.int64)
-    for start, got, want, exact in _chunks(store, request["observed"], request["expected"], request["exact"]):
+    names = [request["observed"], request["expected"], request["exact"]]
+    marked = request.get("through_zero")
+    for start, got, want, exact, *other in _chunks(store, *names, *([marked] if marked else [])):
         got, want = _classes(got), _classes(want)
         agree = want == _classes(exact)
+        other = other[0].to(torch.int64) if other else torch.full_like(want, 255)
         left_out += int((~agree).sum().item())
-        reached = reached or bool(((want != 0) & agree).any().item())
+        reached = reached or bool(((want != 0) & agree & (other != 0)).any().item())
         bad = (got != want) & agree
+        product = bad & (got == other)
+        through_zero += int(product.sum().item())
+        bad &= ~product
         n = int(bad.sum().item())
         if not n:
             continue
         first = _first(first, start, bad)
         wrong += n
         pairs += torch.bincount((want[bad] * 4 + got[bad]), minlength=16).cpu()
-    return {"left_out": left_out, "reached": reached, "wrong": wrong, "first": first, "pairs": pairs.tolist()}
+    return {"left_out": left_out, "reached": reached, "wrong": wrong, "first": first, "pairs": pairs.tolist(),
+            "through_zero": through_zero}
 
 
 def _finite_summary(store: Store, request: dict) -> dict:

@@ -1,16 +1,15 @@
 """The reference side of a case, in the reference worker (imports torch).
 
-For each case the problem's model and inputs at the case's sizes, the
-reference's output in the working dtype and in float64, and what the
-candidate is given (inputs and the model's state).  The model is built once
-per sizes, dtype and model seed (cases.model_key; once per init inputs where the
-problem's model reads its sizes only through them, so that a changed batch size
-keeps the weights; on the device, from the model's seed as the candidate's side
-builds its own: loading.built_on) and its initial state is
-restored before each case; its state is
-saved once per model and hard-linked into each case's inputs (a model's
-weights can be gigabytes).  The inputs are made where they are used
-(`get_inputs` under the device: a GPU draws gigabytes in milliseconds).
+For each case the problem's model and inputs at the case's sizes, the reference's output
+in the working dtype and in float64, and what the candidate is given (inputs and the model's
+state).  The model is built once per sizes, dtype and model seed (cases.model_key; once per
+init inputs where the problem's model reads its sizes only through them, so that a changed
+batch size keeps the weights; on the device, from the model's seed as the candidate's side
+builds its own: loading.built_on) and its initial state is restored before each case; its
+state is saved once per model and hard-linked into each case's inputs (a model's weights can
+be gigabytes).  The inputs are made where they are used (`get_inputs` under the device: a GPU
+draws gigabytes in milliseconds).  Where a case injects special values (EXC001), the outputs
+they reach only through a product with zero are marked (dependence.py).
 
 What the candidate's worker is given is saved at once (`case-N.inputs/`, in
 the session's folder of inputs, the one folder of kanalyze's that a
@@ -43,6 +42,7 @@ from kanalyze.dynamic.cases import model_key, model_seed
 from kanalyze.dynamic.loading import Problem
 from kanalyze.dynamic.reductions import ReductionRecorder
 from kanalyze.dynamic.sandbox import delivery, held
+from kanalyze.dynamic.sandbox.dependence import ThroughZero
 from kanalyze.dynamic.sandbox.device_share import DeviceArrays
 from kanalyze.dynamic.sandbox.encoding import encode_list, encode_output
 from kanalyze.dynamic.sandbox.execute import (CANDIDATE_SIDE_KEYS, REPEAT_SEED_OFFSET, apart, describe_error, lap,
@@ -71,6 +71,7 @@ class ReferenceSide:
         self._later: dict[str, tuple] = {}   # case -> (model, inputs) whose float64 reference waits
         # The reference's outputs held for the session's judge instead of saved (held.py).
         self.store = held.Store(device) if hold else None
+        self.through_zero = ThroughZero()   # EXC001's outputs that a special reaches only through zero
 
     def problem(self, sizes: dict, dtype: str | None) -> Problem:
         key = json.dumps([sorted(sizes.items()), dtype])
@@ -169,6 +170,8 @@ class ReferenceSide:
                    for t in [*state.values(), *values] if isinstance(t, torch.Tensor))
         result["budget_bytes"] = self.budget_bytes
         since = lap(seconds, "encode", since)
+        kept: dict = {}   # the reference's output, for what follows the forward
+
         def forward() -> None:
             recorder = self.recorder_factory() if case.get("record_ops") else None
             reductions = ReductionRecorder()
@@ -183,6 +186,7 @@ class ReferenceSide:
             result["reduction_length"] = reductions.longest
             synchronize(self.device)
             result["output"] = encode_output(out, "out", arrays)
+            kept["out"] = out if case.get("special") else None
             result["problem_bytes"] = held + sum(result["output"]["nbytes"])
 
         try:   # (out of the device's memory beside what this worker holds for the judge: once more)
@@ -196,6 +200,8 @@ class ReferenceSide:
         elif case.get("float64", True):   # (a case whose gates compare no float64: none computed)
             self._float64(model, values, result, arrays, "output64", "out64_")
         since = lap(seconds, "float64", since)
+        if case.get("special"):   # (dependence.py)
+            self.through_zero.mark(model, values, kept.pop("out"), case, self.device, self.store, result, arrays)
         if case.get("gradients"):
             from kanalyze.dynamic.gradients import reference_gradients
 
