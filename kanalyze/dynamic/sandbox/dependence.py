@@ -49,16 +49,20 @@ CHUNK = 1 << 24                 # elements compared at a time
 
 
 def stand_ins(values: list, sign: float) -> list:
-    """The inputs with each non-finite element replaced by `sign` · L · (1 + (i mod 7) / 8)."""
+    """The inputs with each non-finite element i replaced by `sign` · L · (1 + (i mod 7) / 8);
+    every tensor a fresh one (a model may write into its inputs)."""
     out = []
     for value in values:
-        if not (isinstance(value, torch.Tensor) and value.is_floating_point()):
+        if not isinstance(value, torch.Tensor):
             out.append(value)
             continue
-        flat = torch.arange(value.numel(), device=value.device).reshape(value.shape)
-        factor = 1.0 + (flat % 7).to(torch.float64) / 8
-        stand_in = (sign * STAND_IN.get(value.dtype, 1024.0) * factor).to(value.dtype)
-        out.append(torch.where(torch.isfinite(value), value, stand_in))
+        value = value.clone()   # (its strides kept: the reference's algorithms stay the same)
+        if value.is_floating_point():
+            special = ~torch.isfinite(value)
+            where = special.reshape(-1).nonzero().flatten()   # about one element in 64, in row-major order
+            factor = 1.0 + (where % 7).to(torch.float64) / 8
+            value.masked_scatter_(special, (sign * STAND_IN.get(value.dtype, 1024.0) * factor).to(value.dtype))
+        out.append(value)
     return out
 
 
@@ -74,7 +78,7 @@ def response(model, values: list, seed: int, device: str) -> list | None:
     for sign in SIGNS:
         seed_all(seed)
         with torch.no_grad():
-            out = model(*[v.clone() if isinstance(v, torch.Tensor) else v for v in stand_ins(values, sign)])
+            out = model(*stand_ins(values, sign))
         synchronize(device)
         _, leaves = flatten_value(out)
         leaves = [leaf.detach() if _real(leaf) else None for leaf in leaves]
