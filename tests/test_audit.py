@@ -361,6 +361,42 @@ def test_a_shortage_is_read_from_any_part_of_a_result() -> None:
         "escaped kanalyze's worker code: OSError: Not enough free space to write 17179607040 bytes after offset 128)"}}})
 
 
+def test_a_time_limit_is_read_from_any_part_of_a_result() -> None:
+    from kanalyze.audit.executor import slowed
+
+    assert slowed({"status": "done", "verdicts": {}, "allclose": {"verdict": "PASS", "detail": "5 trials"}}) is None
+    # CUDA-L1's level2_43 beside three other pairs on an H100: its baseline, and the allclose check
+    assert "did not finish within 120 s" in slowed({"status": "done", "allclose": {}, "verdicts": {}, "baseline": {
+        "status": "failed", "summary": "on the problem's own inputs: the candidate timeout: did not finish within 120 s"}})
+    assert slowed({"status": "done", "verdicts": {}, "allclose": {"verdict": "TIMEOUT",
+                                                                  "detail": "no verdict within 16 s"}}).startswith("of time")
+    assert "--pair-timeout" in slowed({"status": "timeout", "reason": "kanalyze's pair worker did not finish within "
+                                                                      "--pair-timeout 200 s"})
+
+
+def test_a_pair_that_reached_a_time_limit_beside_others_runs_again_alone(tmp_path) -> None:
+    """A candidate that did not finish beside other pairs may have been slowed by them: it runs
+    again alone before anything is written of it, and the run keeps its width (a candidate that
+    hangs hangs alone too: here the second run is as slow, and says so)."""
+    worker = tmp_path / "worker.py"
+    worker.write_text(
+        "import json, os, sys, time\n"
+        "spec = json.load(open(sys.argv[1]))\n"
+        "name = os.path.basename(spec['candidate'])\n"
+        "hangs = 'hang' in name\n"
+        "summary = \"on the problem's own inputs: the candidate timeout: did not finish within 120 s\" if hangs else 'fine'\n"
+        "json.dump({'static': [], 'verdicts': {}, 'baseline': {'status': 'failed' if hangs else 'passed',\n"
+        "           'summary': summary}, 'allclose': {'verdict': 'PASS', 'detail': ''}}, open(sys.argv[2], 'w'))\n")
+    names = ("level1_problem6_hang.py", "level1_problem6_hard_exit.py")
+    pairs = [Pair(str(KB / "hostile" / name), str(KB / "level1" / "6_leaky_relu.py")) for name in names]
+    executor = LocalExecutor(jobs=2, seconds=30, command=[sys.executable, str(worker)])
+    audit(pairs, AuditOptions(output=str(tmp_path / "out"), gates=["CMP001"], device="cpu", executor=executor))
+    records = {Path(r["candidate"]).name: r for r in _records(tmp_path / "out")}
+    assert len(records) == 2
+    assert "ran again alone" in records[names[0]]["retried"] and "of time" in records[names[0]]["retried"]
+    assert "retried" not in records[names[1]]
+
+
 def test_pairs_start_beside_others_only_while_the_disk_has_room(tmp_path) -> None:
     """With no room on the disk, pairs of `--jobs 3` run one after another (a pair always
     starts when none runs); with room, side by side."""

@@ -21,7 +21,11 @@ Pairs run side by side share the device, the memory and the disk.
   disk) is not written then: its run decided nothing about the candidate, the shortage may
   have been its neighbours'.  No new pair starts; once the running ones have ended it runs
   again alone, and its line says so (`"retried"`); then the run goes on with one pair fewer
-  side by side.  So a journal cut short (a time limit, a machine taken back) holds every
+  side by side.  So does a pair that reached a time limit beside others (`slowed`: the
+  candidate's case, its import, the allclose check or the pair's own limit), since they
+  may have kept the device or the CPUs busy (CUDA-L1's level2_43 did not finish within
+  120 s beside three other pairs on an H100), without narrowing the run: a candidate that
+  hangs hangs alone too.  So a journal cut short (a time limit, a machine taken back) holds every
   pair that ran, and a corpus of large problems settles on the width the machine holds.
 * With `stop_after` (`--stop-after SECONDS`) no pair starts after that many seconds: the
   running ones end and are written, a held-back one runs again, and the same command
@@ -107,9 +111,10 @@ class LocalExecutor:
                     job, beside_others = running.pop(future)
                     result = future.result()
                     shortage = starved(result) if beside_others else None
-                    if shortage:
-                        short.append((job, shortage))
-                        width = max(1, width - 1)
+                    late = slowed(result) if beside_others else None
+                    if shortage or late:
+                        short.append((job, shortage or late))
+                        width = max(1, width - 1) if shortage else width
                     else:
                         yield job, result
         finally:
@@ -168,6 +173,24 @@ def starved(result: dict) -> str | None:
         found = shortage(text)
         if found:
             return found
+    return None
+
+
+# How a time limit reads in a pair's result: the candidate's case or import (sandbox/dispatch.py,
+# process.py), the allclose check (allclose.py), the pair's own limit (above).
+TIME_LIMITS = ("did not finish within", "no verdict within")
+
+
+def slowed(result: dict) -> str | None:
+    """The first time limit a pair's result names, as "of time: ...", or None.  Beside other pairs
+    it may have been theirs: a GPU, the CPUs or a build they kept busy."""
+    texts = [result.get("reason") or "", (result.get("allclose") or {}).get("detail") or ""]
+    texts += [v.get("summary") or "" for v in (result.get("verdicts") or {}).values()]
+    texts.append((result.get("baseline") or {}).get("summary") or "")
+    for text in texts:
+        found = shortage(text, TIME_LIMITS)
+        if found:
+            return f"of time: {found}"
     return None
 
 

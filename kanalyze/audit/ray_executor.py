@@ -25,8 +25,9 @@ Each task asks for one CPU, and a GPU when the audit's device is cuda (Ray then
 sets CUDA_VISIBLE_DEVICES for it): a whole one, or with `per_gpu` (the audit's
 `--jobs`) that share of one, so that Ray runs `per_gpu` pairs at once on each GPU
 (most pairs leave a GPU nearly idle).  A pair that ran short of memory or disk beside
-others (executor.starved) runs again at once on a whole GPU, where Ray places no
-other pair, and its line says so (`retried`), as the local executor's does.  At most
+others, or reached a time limit there (executor.starved, executor.slowed), runs again at
+once on a whole GPU, where Ray places no other pair, and its line says so (`retried`), as
+the local executor's does.  At most
 twice as many tasks as the cluster has slots (CPUs, or GPUs times `per_gpu`) are
 submitted at a time, so that a large corpus is not all in Ray's object store at once.
 
@@ -48,7 +49,7 @@ import tempfile
 from typing import Iterable, Iterator
 
 from kanalyze import __version__
-from kanalyze.audit.executor import ExecutorError, LocalExecutor, starved
+from kanalyze.audit.executor import ExecutorError, LocalExecutor, slowed, starved
 
 INSTALL = "pip install 'kanalyze[ray]'"
 
@@ -95,7 +96,7 @@ class RayExecutor:
                 (reference,), _ = ray.wait(list(pending), num_returns=1)
                 job, gpus = pending.pop(reference)
                 result = self._result(reference, job[1])
-                shortage = starved(result) if 0 < gpus < 1 else None
+                shortage = (starved(result) or slowed(result)) if 0 < gpus < 1 else None
                 if shortage:   # alone on a GPU now: Ray places no share of it beside a whole one
                     short[job[0]] = shortage
                     send(job, 1)

@@ -140,7 +140,7 @@ def render_text(summary: dict) -> str:
         lines += ["", *_static_table(summary["static"])]
     lines += ["", *_time(summary["seconds_per_pair"])]
     if summary["retried_alone"]:
-        lines.append(f"{summary['retried_alone']} pairs ran short of memory or disk beside others and ran again alone")
+        lines.append(f"{summary['retried_alone']} pairs ran short of memory, disk or time beside others and ran again alone")
     late = summary.get("out_of_time") or {}
     if late.get("pairs"):
         gates = ", ".join(f"{code} {n}" for code, n in late["clauses"].items())

@@ -24,9 +24,9 @@ SHORTAGES = MEMORY + DISK
 SHARE = 8
 
 
-def shortage(text: str) -> str | None:
-    """The stretch of `text` that names a shortage, or None."""
-    for marker in SHORTAGES:
+def shortage(text: str, markers: tuple[str, ...] = SHORTAGES) -> str | None:
+    """The stretch of `text` that names a shortage (one of `markers`), or None."""
+    for marker in markers:
         at = text.find(marker)
         if at >= 0:
             start = max(0, at - 60)
