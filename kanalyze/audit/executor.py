@@ -23,9 +23,9 @@ Pairs run side by side share the device, the memory and the disk.
   again alone, and its line says so (`"retried"`); then the run goes on with one pair fewer
   side by side.  So does a pair that reached a time limit beside others (`slowed`: the
   candidate's case, its import, the allclose check or the pair's own limit), since they
-  may have kept the device or the CPUs busy (CUDA-L1's level2_43 did not finish within
-  120 s beside three other pairs on an H100), without narrowing the run: a candidate that
-  hangs hangs alone too.  So a journal cut short (a time limit, a machine taken back) holds every
+  may have kept the device or the CPUs busy, without narrowing the run: a candidate that
+  hangs hangs alone too (CUDA-L1's level2_43 did not finish within 120 s beside three
+  other pairs on an H100, nor alone on an H200).  So a journal cut short (a time limit, a machine taken back) holds every
   pair that ran, and a corpus of large problems settles on the width the machine holds.
 * With `stop_after` (`--stop-after SECONDS`) no pair starts after that many seconds: the
   running ones end and are written, a held-back one runs again, and the same command
