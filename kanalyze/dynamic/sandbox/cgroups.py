@@ -60,6 +60,7 @@ CONTROLLERS = ("memory", "pids")
 _V1_LIMITS = {"memory": ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"), "pids": ("pids.max",)}
 _V2_LIMITS = {"memory": ("memory.max",), "pids": ("pids.max",)}
 LEAF = "init"   # where a cgroup v2 group's own processes go, so that it can hand controllers down
+HAND_DOWN_ATTEMPTS = 10   # moves into LEAF before handing controllers down is given up (EBUSY)
 
 
 def memory_limit(mode: str, memory_bytes: int | None) -> int | None:
@@ -181,16 +182,19 @@ def _holds_no_process(folder: str) -> bool:
 def _hand_down(parent: str, controllers: list[str]) -> None:
     """Enable `controllers` for the groups below `parent` (cgroup v2).  Refused because `parent`
     holds processes (EBUSY), its processes go into its leaf `init/` first; raises OSError with
-    the cause when that cannot be done either."""
-    for attempt in range(3):
+    the cause when that cannot be done either.  Processes the group's others start meanwhile
+    are born in it too (an audit's pairs start workers side by side; a machine's own tools
+    start processes there): each attempt moves those found, a little later each time."""
+    for attempt in range(HAND_DOWN_ATTEMPTS):
         try:
             for controller in controllers:
                 if controller not in _handed_down(parent):
                     _write(os.path.join(parent, "cgroup.subtree_control"), f"+{controller}")
             return
         except OSError as exc:
-            if exc.errno != errno.EBUSY or attempt == 2:
+            if exc.errno != errno.EBUSY or attempt == HAND_DOWN_ATTEMPTS - 1:
                 raise
+        time.sleep(0.005 * attempt)
         leaf = os.path.join(parent, LEAF)
         os.makedirs(leaf, exist_ok=True)
         for pid in _pids(parent):   # a process that started meanwhile is moved on the next attempt
