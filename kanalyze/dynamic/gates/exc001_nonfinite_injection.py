@@ -71,7 +71,7 @@ class NonfiniteInjection(Gate):
                 if left_out[special]:
                     summary += (f"; {left_out[special]} elements where the reference's working dtype and float64 "
                                 f"disagree were left out")
-                summary += _through_zero(through_zero[special])
+                summary += _through_zero(through_zero[special], result.reference.meta.get("through_zero_error"))
                 return self.confirmed(summary, result, arrays=witness_arrays(run.outputs, result.expected),
                                       special=special, mismatches=pairs, first_index=list(first),
                                       observed=first_value(observed, first),
@@ -99,9 +99,13 @@ class NonfiniteInjection(Gate):
                             cases, reference_disagreements=left_out, through_zero=through_zero)
 
 
-def _through_zero(count: int, prefix: str = "") -> str:
-    """What was not counted because the reference's class there comes through a product with zero."""
+def _through_zero(count: int, error: str | None) -> str:
+    """What was not counted because the reference's class there comes through a product with
+    zero; or, where the stand-in runs that tell it failed (`error`), that nothing was."""
+    if error:
+        return (f"; the reference's runs with finite stand-ins failed ({str(error)[:160]}), so no element's "
+                f"class through a product with zero was accepted")
     if not count:
         return ""
-    return (f"; {prefix}{count} elements where the reference's class comes through a product with zero "
+    return (f"; {count} elements where the reference's class comes through a product with zero "
             f"(NaN · 0 in a dense formulation) had the class of the product itself, and were not counted")
