@@ -99,6 +99,32 @@ def test_a_delegated_cgroup_v2_subtree_gets_its_limits_one_level_above_the_worke
             shutil.rmtree(folder, ignore_errors=True)
 
 
+def _kernel(root: Path, real_write, born=()):
+    """A stand-in for the kernel's cgroup v2 files under `root`: handing controllers down is
+    refused (EBUSY) while the group holds a process, and a pid written into a group's
+    `cgroup.procs` leaves the group it was in.  `born`: pids started in the group, one before
+    each attempt to hand controllers down (processes born there meanwhile)."""
+    newcomers = iter(born)
+
+    def write(path: str, text: str) -> None:
+        folder, name = os.path.split(path)
+        if name == "cgroup.subtree_control":
+            newcomer = next(newcomers, None)
+            if newcomer is not None:
+                with open(os.path.join(folder, "cgroup.procs"), "a") as procs:
+                    procs.write(f"{newcomer}\n")
+            if Path(folder, "cgroup.procs").read_text().split():
+                raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), path)
+        if name == "cgroup.procs" and text.isdigit():
+            for procs in root.rglob("cgroup.procs"):   # a process is in one group at a time
+                procs.write_text("".join(f"{pid}\n" for pid in procs.read_text().split() if pid != text))
+            Path(path).write_text((Path(path).read_text() if Path(path).exists() else "") + text + "\n")
+            return
+        real_write(path, text)
+
+    return write
+
+
 def test_a_cgroup_v2_group_that_holds_processes_moves_them_into_its_leaf(tmp_path, monkeypatch) -> None:
     """The v2 path where kanalyze's own group holds processes (a container's: every process
     of it), on a stand-in folder whose two files behave as the kernel's do: handing
@@ -111,20 +137,7 @@ def test_a_cgroup_v2_group_that_holds_processes_moves_them_into_its_leaf(tmp_pat
     (own / "cgroup.controllers").write_text("memory\n")   # no pids controller, as on an H200 seen here
     (own / "cgroup.subtree_control").write_text("")
     (own / "cgroup.procs").write_text("1\n7\n")
-    real_write = cgroups._write
-
-    def kernel(path: str, text: str) -> None:
-        folder, name = os.path.split(path)
-        if name == "cgroup.subtree_control" and Path(folder, "cgroup.procs").read_text().split():
-            raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), path)
-        if name == "cgroup.procs" and text.isdigit():
-            for procs in tmp_path.rglob("cgroup.procs"):   # a process is in one group at a time
-                procs.write_text("".join(f"{pid}\n" for pid in procs.read_text().split() if pid != text))
-            Path(path).write_text((Path(path).read_text() if Path(path).exists() else "") + text + "\n")
-            return
-        real_write(path, text)
-
-    monkeypatch.setattr(cgroups, "_write", kernel)
+    monkeypatch.setattr(cgroups, "_write", _kernel(tmp_path, cgroups._write))
     mountinfo = f"29 23 0:26 / {tmp_path} rw - cgroup2 cgroup2 rw\n"
     handle = cgroups.create("t", 2 ** 32, 512, mountinfo=mountinfo, own="0::/container\n")
     assert isinstance(handle, dict), handle
@@ -156,26 +169,7 @@ def test_processes_born_in_the_group_meanwhile_are_moved_on_later_attempts(tmp_p
     (own / "cgroup.controllers").write_text("memory\n")
     (own / "cgroup.subtree_control").write_text("")
     (own / "cgroup.procs").write_text("1\n")
-    real_write = cgroups._write
-    born = iter(range(100, 105))
-
-    def kernel(path: str, text: str) -> None:
-        folder, name = os.path.split(path)
-        if name == "cgroup.subtree_control":
-            newcomer = next(born, None)   # one more process started in the group since the last move
-            if newcomer is not None:
-                with open(own / "cgroup.procs", "a") as procs:
-                    procs.write(f"{newcomer}\n")
-            if Path(folder, "cgroup.procs").read_text().split():
-                raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), path)
-        if name == "cgroup.procs" and text.isdigit():
-            for procs in tmp_path.rglob("cgroup.procs"):
-                procs.write_text("".join(f"{pid}\n" for pid in procs.read_text().split() if pid != text))
-            Path(path).write_text((Path(path).read_text() if Path(path).exists() else "") + text + "\n")
-            return
-        real_write(path, text)
-
-    monkeypatch.setattr(cgroups, "_write", kernel)
+    monkeypatch.setattr(cgroups, "_write", _kernel(tmp_path, cgroups._write, born=range(100, 105)))
     mountinfo = f"29 23 0:26 / {tmp_path} rw - cgroup2 cgroup2 rw\n"
     handle = cgroups.create("t", 2 ** 32, 512, mountinfo=mountinfo, own="0::/container\n")
     assert isinstance(handle, dict), handle
