@@ -22,7 +22,8 @@
 #                               for a pair the audit reported oddly (a worker that ended, a job unanswered)
 #   replay:AUDIT_DIR[:120]      bench/replay_witnesses.py over the witnesses the audit in AUDIT_DIR wrote
 #                               on this machine: does each confirmation's witness show its claim?
-#                               (REPLAY_JOBS=N replays at once, default 4)
+#                               (REPLAY_JOBS=N replays at once, default 4; REPLAY_TIMEOUT=SECONDS each,
+#                               default 150: a confirmation for a case that did not finish in 120 s needs more)
 #
 # Everything a step prints also goes to $OUT/<step>.log (default ./gpu-out); the bench's
 # numbers to $OUT/bench.json and the audit's journal to $OUT/results.jsonl.  WHEELS=DIR
@@ -71,7 +72,8 @@ for step in "$@"; do
         cp "$journal/results.jsonl" "$OUT/results.jsonl" 2>/dev/null
         tail -30 "$OUT/audit.log" ;;
     replay)   # MANIFEST here is an audit's folder (its journal and witnesses)
-        timeout "${seconds:-120}" python3 bench/replay_witnesses.py "$manifest" --device cuda --timeout 60 --jobs "${REPLAY_JOBS:-4}" \
+        timeout "${seconds:-120}" python3 bench/replay_witnesses.py "$manifest" --device cuda \
+            --timeout "${REPLAY_TIMEOUT:-150}" --jobs "${REPLAY_JOBS:-4}" \
             --json "$OUT/replay.json" 2>&1 | tee "$OUT/replay.log" | tail -30 ;;
     pair)
         timeout "${seconds:-300}" python3 bench/gpu_pair.py "$manifest" --gates "${GATES:-CMP001}" 2>&1 |
