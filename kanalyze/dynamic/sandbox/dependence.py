@@ -120,8 +120,8 @@ class ThroughZero:
     def mark(self, model, values: list, reference, case: dict, device: str, store, result: dict,
              arrays: dict) -> None:
         """`result["output_through_zero"]` (class codes in `arrays`, prefix `zero_`) where some
-        non-finite element of the reference's output `reference` has another class as the product
-        the problem defines, else nothing; `result["through_zero_error"]` where the stand-in runs
+        non-finite element of the reference's output `reference` has another class in the product
+        the problem defines than its own, else nothing; `result["through_zero_error"]` where the stand-in runs
         failed (nothing else is accepted then)."""
         structure, expected = flatten_value(reference)
         if not any(_real(leaf) and not bool(torch.isfinite(leaf).all()) for leaf in expected):
