@@ -51,7 +51,7 @@ from typing import Iterable, Iterator
 
 from kanalyze.audit.child import kill_group
 from kanalyze.audit.pair import last_step
-from kanalyze.dynamic.causes import shortage
+from kanalyze.dynamic.causes import SHORTAGES, shortage
 
 STDERR_TAIL = 2000
 
@@ -166,14 +166,7 @@ def starved(result: dict) -> str | None:
     """The first shortage a pair's result names (its verdicts, its allclose check, its own
     crash: dynamic/causes.py), or None.  A candidate's own out-of-memory counts too: beside other
     pairs it may be theirs."""
-    texts = [result.get("reason") or "", (result.get("allclose") or {}).get("detail") or ""]
-    texts += [v.get("summary") or "" for v in (result.get("verdicts") or {}).values()]   # a candidate's OOM too
-    texts.append((result.get("baseline") or {}).get("summary") or "")   # with no gate flagged, the only word
-    for text in texts:
-        found = shortage(text)
-        if found:
-            return found
-    return None
+    return _first_named(result, SHORTAGES)
 
 
 # How a time limit reads in a pair's result: the candidate's case or import (sandbox/dispatch.py,
@@ -184,13 +177,21 @@ TIME_LIMITS = ("did not finish within", "no verdict within")
 def slowed(result: dict) -> str | None:
     """The first time limit a pair's result names, as "of time: ...", or None.  Beside other pairs
     it may have been theirs: a GPU, the CPUs or a build they kept busy."""
+    found = _first_named(result, TIME_LIMITS)
+    return f"of time: {found}" if found else None
+
+
+def _first_named(result: dict, markers: tuple[str, ...]) -> str | None:
+    """The first stretch of a pair's result that names one of `markers`: its own end, its
+    allclose check, its verdicts (a candidate's words too), its baseline (with no gate flagged,
+    the only word)."""
     texts = [result.get("reason") or "", (result.get("allclose") or {}).get("detail") or ""]
     texts += [v.get("summary") or "" for v in (result.get("verdicts") or {}).values()]
     texts.append((result.get("baseline") or {}).get("summary") or "")
     for text in texts:
-        found = shortage(text, TIME_LIMITS)
+        found = shortage(text, markers)
         if found:
-            return f"of time: {found}"
+            return found
     return None
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kanalyze.dynamic.held_arrays import held_by
-from kanalyze.dynamic.sandbox.transport import EPS, Leaf, as_float64, bits
+from kanalyze.dynamic.sandbox.transport import EPS, NO_CLASS, Leaf, as_float64, bits
 
 FACTOR = 4.0
 FLOOR_ULPS = 4.0
@@ -307,9 +307,6 @@ class ClassComparison:
     pairs: dict[str, int]    # "reference class -> candidate class": how many
     first: tuple | None      # the first wrong element
     through_zero: int = 0    # elements in the class of the product the problem defines instead
-
-
-NO_CLASS = 255   # in a `through_zero` array: no class but the reference's
 
 
 def class_comparison(observed: Leaf, expected: Leaf, expected64: Leaf,

@@ -138,8 +138,8 @@ class Result:
 
     @cached_property
     def through_zero(self) -> list[Leaf] | None:
-        """Per output, where an injected special reaches the reference only through a product
-        with zero (EXC001: sandbox/dependence.py); None where nowhere."""
+        """Per output, the class an injected special has where the reference's comes through a
+        product with zero (EXC001: sandbox/dependence.py; NO_CLASS elsewhere); None where nowhere."""
         self._arrays_kept()
         return leaves(self.reference.meta.get("output_through_zero"), self.reference_arrays)
 

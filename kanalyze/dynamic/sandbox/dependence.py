@@ -24,7 +24,7 @@ s = −1, 0, 1, 2, and reads where each output element goes as s grows without b
   order each time): no other class than the reference's own.
 
 Where the reference is non-finite and that class differs from its own, it is kept per output
-(`zero_` arrays, a class code per element, 255 where there is none): the candidate may take
+(`zero_` arrays, a class code per element, NO_CLASS where there is none): the candidate may take
 either there (compare.class_comparison).
 """
 
@@ -38,12 +38,11 @@ from kanalyze.dynamic.cases import model_key
 from kanalyze.dynamic.sandbox.encoding import encode_leaves
 from kanalyze.dynamic.sandbox.execute import describe_error, seed_all, synchronize
 from kanalyze.dynamic.sandbox.store import with_room
-from kanalyze.dynamic.sandbox.transport import flatten_value
+from kanalyze.dynamic.sandbox.transport import NO_CLASS, flatten_value
 
 STAND_IN = {torch.float16: 16.0, torch.bfloat16: 16.0}   # L per dtype; 1024 for the others
 SIGNS = (-1.0, 0.0, 1.0, 2.0)   # the stand-in runs: s · L at each injected position
 STILL, OTHER = 0, 2             # a limit's code besides +1 (rises to +Inf) and −1 (falls to −Inf)
-NONE = 255                      # no other class than the reference's
 FIT = 1e-3                      # the fourth run within this share of what the fit predicts
 CHUNK = 1 << 24                 # elements compared at a time
 
@@ -139,19 +138,19 @@ class ThroughZero:
             return
         other = [_other_class(leaf, limits, case["special"]) for leaf, limits in zip(expected, codes)]
         if any(o is not None for o in other):
-            leaves = [o if o is not None else torch.full(leaf.shape, NONE, dtype=torch.uint8, device=leaf.device)
+            leaves = [o if o is not None else torch.full(leaf.shape, NO_CLASS, dtype=torch.uint8, device=leaf.device)
                       for o, leaf in zip(other, expected)]
             result["output_through_zero"] = encode_leaves(structure, leaves, "zero_", arrays)
 
 
 def _other_class(leaf, limits, special: str):
-    """The class (compare.CLASS_NAMES' order, NONE where none) the product defines where the
+    """The class (compare.CLASS_NAMES' order, NO_CLASS where none) the product defines where the
     reference's own class `leaf` is non-finite and another; None where no element has one."""
     if limits is None:
         return None
     toward = limits[0] if special == "+inf" else limits[1]   # (NaN: either; they agree on STILL)
     nonfinite = ~torch.isfinite(leaf)
-    other = torch.full(leaf.shape, NONE, dtype=torch.uint8, device=leaf.device)
+    other = torch.full(leaf.shape, NO_CLASS, dtype=torch.uint8, device=leaf.device)
     other[nonfinite & (toward == STILL)] = 0
     if special == "nan":
         other[nonfinite & ((toward == 1) | (toward == -1))] = 1
@@ -159,8 +158,8 @@ def _other_class(leaf, limits, special: str):
         other[nonfinite & (toward == 1)] = 2
         other[nonfinite & (toward == -1)] = 3
     own = torch.where(torch.isnan(leaf), 1, torch.where(leaf > 0, 2, 3)).to(torch.uint8)
-    other[~nonfinite | (other == own)] = NONE
-    return other if bool((other != NONE).any()) else None
+    other[~nonfinite | (other == own)] = NO_CLASS
+    return other if bool((other != NO_CLASS).any()) else None
 
 
 def _real(leaf) -> bool:

@@ -27,7 +27,7 @@ import shutil
 import torch
 
 from kanalyze.dynamic.sandbox.store import DEVICE_RESERVE, HOST_FRACTION, Store
-from kanalyze.dynamic.sandbox.transport import save_arrays, tensor_to_numpy
+from kanalyze.dynamic.sandbox.transport import NO_CLASS, save_arrays, tensor_to_numpy
 
 CHUNK = 1 << 25           # elements compared at a time (float64 temporaries of 256 MiB)
 MAX_SAVED = 1 << 20       # elements of a window; a whole array only where asked (`whole`)
@@ -172,7 +172,7 @@ def _class_pairs(store: Store, request: dict) -> dict:
     for start, got, want, exact, *other in _chunks(store, *names, *([marked] if marked else [])):
         got, want = _classes(got), _classes(want)
         agree = want == _classes(exact)
-        other = other[0].to(torch.int64) if other else torch.full_like(want, 255)
+        other = other[0].to(torch.int64) if other else torch.full_like(want, NO_CLASS)
         left_out += int((~agree).sum().item())
         reached = reached or bool(((want != 0) & agree & (other != 0)).any().item())
         bad = (got != want) & agree

@@ -35,6 +35,9 @@ FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64") + tuple(k for k in 
 EPS = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 2.0 ** -23, "float64": 2.0 ** -52,
        "float8_e4m3fn": 2.0 ** -3, "float8_e5m2": 2.0 ** -2}
 # Smallest positive normal value of each floating dtype.
+# In an array of non-finite classes (compare.CLASS_NAMES' order, one byte an element), "no class
+# but the reference's": EXC001's classes through a product with zero (sandbox/dependence.py).
+NO_CLASS = 255
 TINY = {"float16": 2.0 ** -14, "bfloat16": 2.0 ** -126, "float32": 2.0 ** -126, "float64": 2.0 ** -1022}
 
 
