@@ -12,7 +12,11 @@ bench/ecosystem/triage/<CODE>.jsonl: one line per judged finding,
 
 `true`: the fact the message states holds and it matters; `by-design`: the fact
 holds but the project chose it (a documented policy); `false`: the fact does not
-hold (a bug to fix, or a fixture that documents why it stays).
+hold (a bug to fix, or a fixture that documents why it stays).  A finding that claims a
+condition ("if they are float32, ...") is judged on the project's code, from its public API
+to the launch: `false` where no path through it can meet the condition (a dtype check on the
+way, a cast, data the project makes itself in another dtype, a kernel nothing reachable
+launches); what the project's tests happen to feed never decides it.
 
     python bench/ecosystem.py                         # the table
     python bench/ecosystem.py --mirror /work/.mirror  # fetch from local bare mirrors
