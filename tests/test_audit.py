@@ -204,19 +204,71 @@ def test_a_pair_that_hangs_or_kills_its_worker_gets_its_line_and_the_others_comp
     assert summary["kanalyze_failed"] == 2 and summary["pairs"] == 3 and summary["done"] == 1
 
 
-def test_a_real_hanging_candidate_is_stopped_at_the_pair_timeout(tmp_path, capsys) -> None:
-    """The hostile candidate that never returns, through the real pair worker: the pair's
-    limit ends the worker and everything it started, and the line says so."""
+def test_a_real_hanging_candidate_is_cut_at_the_gates_time_not_blamed(tmp_path, capsys) -> None:
+    """The hostile candidate that never returns, through the real pair worker: its case is cut
+    when the gates' share of the pair's limit runs out, so the pair ends in time with its gates'
+    verdicts written, the cut gate `unconfirmed` for the time limit (neither the candidate's
+    timeout nor a failure of kanalyze's), and the candidate's processes gone."""
     output = tmp_path / "out"
+    before, started = _descendants(), time.monotonic()
     code = main(["audit", str(KB / "hostile" / "level1_problem6_hang.py"), "--kernelbench", str(KB),
-                 "--output", str(output), "--gates", "CMP001", "--device", "cpu", "--pair-timeout", "12", "-q"])
+                 "--output", str(output), "--gates", "CMP001", "--device", "cpu", "--pair-timeout", "16", "-q"])
+    assert time.monotonic() - started < 30
+    (record,) = _records(output)
+    assert record["status"] == "done", record
+    verdict = record["verdicts"]["CMP001"]
+    assert verdict["status"] == "unconfirmed" and verdict["summary"].startswith("not run: the time limit"), verdict
+    assert record["baseline"]["status"] == "undecided"
+    printed = capsys.readouterr().out
+    assert "left gates unrun at their time limit (CMP001 1)" in printed and "kanalyze failed on 0 pairs" in printed
+    assert code == 0   # nothing confirmed, nothing of kanalyze's failed
+    assert _none_left(before)
+
+
+def test_a_pair_past_its_limit_is_stopped_and_says_its_last_step(tmp_path, capsys) -> None:
+    """A problem whose inputs never come (its `get_inputs` sleeps): no case began, so nothing
+    cuts it but the pair's limit, which ends the real pair worker and everything it started;
+    the line says where it was."""
+    problem = tmp_path / "6_leaky_relu_slow_inputs.py"
+    problem.write_text((KB / "level1" / "6_leaky_relu.py").read_text().replace(
+        "def get_inputs():\n", "def get_inputs():\n    import time\n    time.sleep(1000)\n"))
+    manifest = tmp_path / "pairs.jsonl"
+    manifest.write_text(json.dumps({"candidate": str(KB / "candidates" / "level1_problem6_leaky_relu.py"),
+                                    "problem": str(problem)}) + "\n")
+    output, before = tmp_path / "out", _descendants()
+    code = main(["audit", "--manifest", str(manifest), "--output", str(output), "--gates", "CMP001",
+                 "--device", "cpu", "--pair-timeout", "12", "-q"])
     assert code == 1
     (record,) = _records(output)
     assert record["status"] == "timeout" and "did not finish within --pair-timeout 12 s" in record["reason"]
-    # where it was: the candidate never ended the baseline's case, so the last step is before it
-    assert record["last_step"]["step"] == "the baseline's reference", record
+    assert record["last_step"]["step"].startswith("the gates"), record
     assert 0 < record["last_step"]["seconds"] < 12 and "its last step" in record["reason"]
     assert "kanalyze failed on 1 pairs" in capsys.readouterr().out
+    assert _none_left(before)
+
+
+def _descendants() -> set[int]:
+    """This process's descendants now (their parents read from /proc)."""
+    parents = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        parents[int(pid)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = set(), {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _none_left(before: set[int], seconds: float = 10.0) -> bool:
+    """Whether every process started since `before` has ended (within `seconds`)."""
+    deadline = time.monotonic() + seconds
+    while _descendants() - before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return not _descendants() - before
 
 
 def test_manifest_paths_are_relative_to_the_manifest_and_bad_lines_say_where(tmp_path) -> None:
@@ -438,13 +490,18 @@ def test_stop_after_zero_starts_nothing_and_says_what_is_left(tmp_path, capsys) 
 
 def test_the_gates_have_the_pair_s_time_less_the_check_s_share() -> None:
     """A pair's gates end where KernelBench's check, which runs after them, keeps its share of the
-    pair's time; where the check overlaps them (the Verifier), the whole time; no limit, none."""
-    from kanalyze.audit.pair import ALLCLOSE_SHARE, _gate_seconds
+    pair's time; where the check overlaps them (the Verifier), the whole time; no limit, none.  A
+    case still running is cut later than that and before the pair's end: halfway through the
+    check's share, or TAIL_SHARE before the end."""
+    from kanalyze.audit.pair import ALLCLOSE_SHARE, TAIL_SHARE, _gate_seconds
 
     now = time.monotonic()
-    assert abs(_gate_seconds({"seconds": 200.0}, now - 10.0) - (200.0 * (1 - ALLCLOSE_SHARE) - 10.0)) < 1.0
-    assert abs(_gate_seconds({"seconds": 200.0, "overlap_allclose": True}, now) - 200.0) < 1.0
-    assert _gate_seconds({}, now) is None
+    gates, cut = _gate_seconds({"seconds": 200.0}, now - 10.0)
+    assert abs(gates - (200.0 * (1 - ALLCLOSE_SHARE) - 10.0)) < 1.0
+    assert abs(cut - (200.0 * (1 - ALLCLOSE_SHARE / 2) - 10.0)) < 1.0 and gates < cut < 190.0
+    gates, cut = _gate_seconds({"seconds": 200.0, "overlap_allclose": True}, now)
+    assert abs(gates - 200.0) < 1.0 and abs(cut - 200.0 * (1 - TAIL_SHARE)) < 1.0
+    assert _gate_seconds({}, now) == (None, None)
 
 
 def test_an_environment_that_lacks_a_pair_s_module_runs_nothing_and_says_what_to_install(

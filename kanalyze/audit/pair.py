@@ -41,6 +41,11 @@ from kanalyze.audit.child import die_with_parent
 # Of a pair's time, what is left to KernelBench's check when it runs after the gates: a later
 # session of the gates that would end past the rest does not start (runner.Options `deadline`).
 ALLCLOSE_SHARE = 0.25
+# When a case still running is cut (runner.Options `until`): with KernelBench's check after the
+# gates, halfway through its share; with it beside them, TAIL_SHARE of the pair's time before its end.
+# Past the gates' own share, so that what they planned runs; before the pair's end, so that the pair
+# ends with what its gates decided instead of being stopped and losing it.
+TAIL_SHARE = 0.05
 PROGRESS_SUFFIX = ".progress"   # beside the result: the pair's last step (LastStep)
 
 
@@ -74,11 +79,11 @@ def gate_codes(gates, static: list[dict]) -> list[str]:
     return [code for code in gates if code in known]
 
 
-def run_gates_of(spec: dict, static: list[dict], codes: list[str],
-                 seconds: float | None = None) -> tuple[dict[str, dict], dict | None, dict, list]:
+def run_gates_of(spec: dict, static: list[dict], codes: list[str], seconds: float | None = None,
+                 cut: float | None = None) -> tuple[dict[str, dict], dict | None, dict, list]:
     """The verdicts by code, the baseline's outcome, where the time went, and the protections
     the candidate's workers ran without.  `seconds`: the time the gates have (runner.Options
-    `deadline`), or None."""
+    `deadline`), or None; `cut`: the time after which no case runs on (runner.Options `until`)."""
     from kanalyze.dynamic import witness as witnesses
     from kanalyze.dynamic.containment import gaps
     from kanalyze.dynamic.harness import NoHarness, find_harness
@@ -103,8 +108,10 @@ def run_gates_of(spec: dict, static: list[dict], codes: list[str],
                      **({"counterexample": f["counterexample"]} if "counterexample" in f else {})}
                     for f in static if f["code"] == code] for code in codes}
     try:
-        deadline = None if seconds is None else time.perf_counter() + seconds
-        gate_run = run_gates(harness, codes, flags, Options(mode=spec["device"], limits=limits, deadline=deadline))
+        now = time.perf_counter()
+        gate_run = run_gates(harness, codes, flags, Options(mode=spec["device"], limits=limits,
+                                                            deadline=None if seconds is None else now + seconds,
+                                                            until=None if cut is None else now + cut))
     except Exception as exc:  # kanalyze's own failure: said so, in every gate's verdict
         return each("unconfirmed", f"kanalyze could not run the gates: {type(exc).__name__}: {exc}")
     verdicts: dict[str, dict] = {}
@@ -131,6 +138,9 @@ def allclose_of(spec: dict, seconds: float) -> dict:
 
     if spec.get("problem") is None:
         return {"verdict": "ERROR", "detail": "no problem to compare with", "seconds": 0.0}
+    if seconds < 1.0:   # (its fresh process alone takes longer: the pair would be stopped, losing the gates')
+        return {"verdict": "TIMEOUT", "detail": "not run: the pair's time limit left it no time", "seconds": 0.0,
+                "contained": []}
     return check(os.path.abspath(spec["problem"]), os.path.abspath(spec["candidate"]), spec["device"], seconds)
 
 
@@ -163,7 +173,7 @@ def run_pair(spec: dict) -> dict:
     _step("the gates: the problem's sizes and the baseline")
     # Targeted with nothing flagged still runs the baseline: a candidate that fails on its own
     # inputs is CMP001 confirmed, never a pair with no verdict.
-    verdicts, baseline, steps, contained = (run_gates_of(spec, static, codes, _gate_seconds(spec, started))
+    verdicts, baseline, steps, contained = (run_gates_of(spec, static, codes, *_gate_seconds(spec, started))
                                             if codes or spec["gates"] == "targeted" else ({}, None, {}, []))
     gate_seconds = time.monotonic() - started - static_seconds
     if thread is not None:
@@ -179,13 +189,16 @@ def run_pair(spec: dict) -> dict:
                         "allclose": round(allclose.pop("seconds"), 3), "steps": steps}}
 
 
-def _gate_seconds(spec: dict, started: float) -> float | None:
+def _gate_seconds(spec: dict, started: float) -> tuple[float | None, float | None]:
     """The time the gates have: the pair's, less what has gone and, where KernelBench's check runs
-    after them, the share left to it (ALLCLOSE_SHARE).  None where the pair has no limit."""
+    after them, the share left to it (ALLCLOSE_SHARE); and the time after which no case runs on
+    (TAIL_SHARE).  Nones where the pair has no limit."""
     if not spec.get("seconds"):
-        return None
-    share = 0.0 if spec.get("overlap_allclose") else ALLCLOSE_SHARE * spec["seconds"]
-    return spec["seconds"] - share - (time.monotonic() - started)
+        return None, None
+    gone = time.monotonic() - started
+    after = 0.0 if spec.get("overlap_allclose") else ALLCLOSE_SHARE
+    tail = TAIL_SHARE if spec.get("overlap_allclose") else ALLCLOSE_SHARE / 2
+    return spec["seconds"] * (1 - after) - gone, spec["seconds"] * (1 - tail) - gone
 
 
 def _begin_workers(spec: dict) -> None:

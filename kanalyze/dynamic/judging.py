@@ -24,6 +24,7 @@ from kanalyze.dynamic.gates.base import (CONFIRMED, RANDOM_REFERENCE, REFUTED, U
                                          Verdict, scaled_sizes, value_failure, witness_arrays)
 from kanalyze.dynamic.held_arrays import HeldArray
 from kanalyze.dynamic.results import Result
+from kanalyze.dynamic.sandbox.dispatch import TIME_LIMIT
 from kanalyze.dynamic.sandbox.transport import Leaf
 from kanalyze.dynamic.session import BASELINE
 from kanalyze.dynamic.traces import value_dependent_paths
@@ -37,9 +38,6 @@ PROTOCOL_BROKEN = "the candidate broke kanalyze's worker protocol (INT001), so n
 # unless a static flag asked for the gate.
 VALUE_GATES = {"CMP003", "EXC001", "EXC002", "PRC001", "PRC002"}
 
-# How a case or gate that the time limit left unrun is worded (runner.out_of_time, streaming.py): not
-# kanalyze's failure, not the candidate's (the audit counts them apart: audit/summary.py).
-TIME_LIMIT = "not run: the time limit"
 # The gates a reference that draws random numbers leaves blind (gates.base.RANDOM_REFERENCE says why).
 RANDOM_BLIND = VALUE_GATES | {"CMP001", "CMP002", "ORD001", "ORD002"}
 
@@ -72,7 +70,9 @@ def judge(results: list[Result], codes, contexts, gates, replay: bool,
         if not baseline.reference_ok:
             blocked = f"{baseline.reference_failure()} (at the base sizes)"
         elif baseline.kanalyze_failure():
-            blocked = f"kanalyze could not run the candidate on {own}: {baseline.kanalyze_failure()}"
+            failure = baseline.kanalyze_failure()
+            blocked = (f"{failure} (the candidate on {own})" if failure.startswith(TIME_LIMIT) else
+                       f"kanalyze could not run the candidate on {own}: {failure}")
         elif baseline.candidate_failed():
             found = _baseline_verdict(baseline, own)   # a failed run: no values compared, nothing to calibrate
             if found and any(marker in found.summary for marker in NO_DEVICE_MARKERS):

@@ -4,7 +4,10 @@
 they come.  A case that outlives its time limit, a worker that dies, or a line
 on the status channel that kanalyze's worker code never writes ends that
 worker: the case gets its outcome (with whose code was running: `blame`) and
-the remaining cases go on in a fresh worker.
+the remaining cases go on in a fresh worker.  Where the limits set a time by
+which every case ends (`Limits.until`: the audit's pair limit), a case still
+running then is stopped and it and the cases after it are not run: kanalyze's
+time limit, which no verdict rests on, never the candidate's timeout.
 """
 
 from __future__ import annotations
@@ -12,14 +15,18 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import time
 from dataclasses import replace
 
 from kanalyze.dynamic.cases import describe_inputs
 from kanalyze.dynamic.sandbox import stacks
-from kanalyze.dynamic.sandbox.process import Limits, Outcome, ProtocolViolation, Worker, WorkerGone
+from kanalyze.dynamic.sandbox.process import Limits, OutOfTime, Outcome, ProtocolViolation, Worker, WorkerGone
 from kanalyze.dynamic.sandbox.transport import ArrayFolder
 
 _job_ids = itertools.count(1)
+# How a case or gate that the time limit left unrun is worded (here, streaming.py, runner.out_of_time):
+# not kanalyze's failure, not the candidate's (the audit counts them apart: audit/summary.py).
+TIME_LIMIT = "not run: the time limit"
 
 
 def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], limits: Limits,
@@ -51,10 +58,17 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
             if worker is not None:
                 worker.close()
             return _fill(outcomes, pending), ready, None
+        if _left(limits) == 0.0:
+            if worker is not None:
+                worker.close()
+            return _out_of_time(outcomes, pending), ready, None
         if worker is None:
             worker, done_here = Worker(role, mode, spec, limits, scratch_root), []
         try:
             message = worker.wait_ready()
+        except OutOfTime:
+            worker.close()
+            return _out_of_time(outcomes, pending), ready, None
         except (WorkerGone, ProtocolViolation) as exc:
             status = "violation" if isinstance(exc, ProtocolViolation) else "not-started"
             blame = "candidate" if status == "violation" else worker.phase
@@ -78,7 +92,12 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
         try:
             worker.send(job)
             while pending:
-                event = worker.next_event(limits.case_seconds)
+                left = _left(limits)
+                event = worker.next_event(limits.case_seconds if left is None else min(limits.case_seconds, left))
+                if event is None and left is not None and left < limits.case_seconds:
+                    worker.kill()
+                    lose_what_it_held(outcomes, done_here, role, "it was stopped when the pair's time ran out")
+                    return _out_of_time(outcomes, pending), ready, None
                 if event is None:
                     index = pending.pop(0)
                     blame, at = worker.phase, stacks.where(worker)   # (where a reference worker was)
@@ -165,6 +184,19 @@ def lost_arrays(outcome: Outcome, why: str) -> Outcome:
     """The outcome, its arrays said lost (`arrays_lost`: results.Result raises CannotJudge)."""
     return Outcome("done", meta={**outcome.meta, "arrays_lost": why}, arrays=outcome.arrays, inputs=outcome.inputs,
                    output=outcome.output)
+
+
+def _left(limits: Limits) -> float | None:
+    """The seconds left until every case must have ended (`Limits.until`), 0.0 once past it; None with no such time."""
+    return None if limits.until is None else max(0.0, limits.until - time.perf_counter())
+
+
+def _out_of_time(outcomes: dict[int, Outcome], pending: list[int]) -> dict[int, Outcome]:
+    """The cases left, each said unrun by the time limit: kanalyze's, not the candidate's (results.py)."""
+    for index in pending:
+        outcomes[index] = Outcome("done", meta={"status": "internal", "error": f"{TIME_LIMIT} of the gates ran out "
+                                                "before this case ended; a longer time limit runs it"})
+    return outcomes
 
 
 def _fill(outcomes: dict[int, Outcome], pending: list[int]) -> dict[int, Outcome]:

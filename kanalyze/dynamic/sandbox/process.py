@@ -58,6 +58,8 @@ class Limits:
     output_bytes: int = 64 * 1024      # stdout/stderr kept per worker
     process_margin: int = 512
     namespaces: bool = True            # False: none for the candidate, as where the machine refuses them
+    until: float | None = None         # time.perf_counter() by which every case ends (the audit's pair
+                                       # limit): one still running then is cut, kanalyze's limit (dispatch.py)
 
     def for_worker(self, mode: str, role: str = "candidate") -> dict:
         """The limits a worker applies to itself.  The reference worker runs the problem,
@@ -180,6 +182,11 @@ class WorkerGone(Exception):
     pass
 
 
+class OutOfTime(WorkerGone):
+    """The worker was stopped as it started because the time by which every case ends had come
+    (`Limits.until`): kanalyze's limit, not the candidate's."""
+
+
 class ProtocolViolation(Exception):
     """Something on a worker's status channel that kanalyze's worker code never sends:
     the candidate wrote to it (INT001)."""
@@ -294,17 +301,24 @@ class Worker:
         import, once the worker says it began, has `import_seconds` of that."""
         if self.ready is None:
             started = time.monotonic()
+            until = None if self.limits.until is None else started + self.limits.until - time.perf_counter()
             while True:
                 deadline = started + self.limits.start_seconds
                 if self.phase != "kanalyze":   # the candidate's import (a launch it makes there included)
                     deadline = min(deadline, self._phase_since + self.limits.import_seconds)
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    self.kill()
-                    if self.phase != "kanalyze":
-                        raise WorkerGone(f"the candidate's import did not finish within "
-                                         f"{self.limits.import_seconds:.0f} s")
-                    raise WorkerGone(f"the worker did not start within {self.limits.start_seconds:.0f} s")
+                if until is not None and until < deadline:   # the time every case ends by comes first
+                    left = until - time.monotonic()
+                    if left <= 0:
+                        self.kill()
+                        raise OutOfTime("the time by which every case ends came while the worker started")
+                else:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        self.kill()
+                        if self.phase != "kanalyze":
+                            raise WorkerGone(f"the candidate's import did not finish within "
+                                             f"{self.limits.import_seconds:.0f} s")
+                        raise WorkerGone(f"the worker did not start within {self.limits.start_seconds:.0f} s")
                 event = self.next_event(min(left, 0.5))
                 if event is not None:
                     break
