@@ -96,7 +96,7 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
                 event = worker.next_event(limits.case_seconds if left is None else min(limits.case_seconds, left))
                 if event is None and left is not None and left < limits.case_seconds:
                     worker.kill()
-                    lose_what_it_held(outcomes, done_here, role, "it was stopped when the pair's time ran out")
+                    lose_what_it_held(outcomes, done_here, role, "it was stopped when the time every case ends by came")
                     return _out_of_time(outcomes, pending), ready, None
                 if event is None:
                     index = pending.pop(0)
