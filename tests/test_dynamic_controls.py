@@ -293,6 +293,19 @@ def test_a_nan_the_reference_makes_through_a_structural_zero_is_not_the_candidat
     assert "through a product with zero" in twin.summary and "+inf" in twin.summary, twin.summary
 
 
+def test_a_recurrence_left_to_pytorch_is_the_reference_s_main_computation() -> None:
+    """deepseek's level3_38 keeps `nn.LSTM` and writes only the last step's linear layer in
+    Triton; RES001 refuted it ("no reference library op"), as `lstm` was in no family of the
+    reference's main computation.  The plant does the same (confirmed); the twin runs every
+    time step in Triton (refuted)."""
+    recurrence = CONTROLS["RES001"]["recurrence"]
+    flags = {"RES001": [{"row": None}]}
+    plant, twin = ({v.code: v for v in run_gates(_harness("candidates", recurrence[role]), ["RES001"], flags,
+                                                 Options(mode="cpu")).verdicts}["RES001"] for role in ("plant", "twin"))
+    assert plant.status == "confirmed" and "torch lstm (recurrence)" in plant.summary, plant.summary
+    assert twin.status == "refuted" and "lstm_step_kernel" in twin.summary, twin.summary
+
+
 def test_a_refutation_at_scaled_sizes_says_so() -> None:
     """On the CPU the problem's sizes are scaled down: a refutation there covers those sizes,
     not the problem's own (deepseek's level2_59 was refuted on the CPU at 64 of 128 rows and

@@ -34,6 +34,7 @@ CUDA_CONTROLS = {code: entry["cuda"] for code, entry in CONTROLS.items() if "cud
 POWER = {code: entry["power"] for code, entry in CONTROLS.items() if "power" in entry}
 ORDER = {code: entry["order"] for code, entry in CONTROLS.items() if "order" in entry}
 STRUCTURE = {code: entry["structure"] for code, entry in CONTROLS.items() if "structure" in entry}
+RECURRENCE = {code: entry["recurrence"] for code, entry in CONTROLS.items() if "recurrence" in entry}
 # Candidates that fail on a GPU: the failure is a recorded result (CMP001 on the problem's own
 # inputs).  The last faults the device and raises before anything synchronizes: the fault is
 # its own too, never kanalyze's crash (execute.pending_fault).
@@ -63,6 +64,8 @@ def gpu_verdicts(extension_cache):
     jobs += [("power", code, role, POWER[code][role]) for code in sorted(POWER) for role in ("plant", "twin")]
     jobs += [("order", code, role, ORDER[code][role]) for code in sorted(ORDER) for role in ("plant", "twin")]
     jobs += [("structure", code, role, STRUCTURE[code][role]) for code in sorted(STRUCTURE)
+             for role in ("plant", "twin")]
+    jobs += [("recurrence", code, role, RECURRENCE[code][role]) for code in sorted(RECURRENCE)
              for role in ("plant", "twin")]
 
     def run(job):
@@ -122,6 +125,16 @@ def test_structure_plant_confirmed_and_twin_refuted_on_the_gpu(gpu_verdicts, cod
     _, plant = gpu_verdicts[("structure", code, "plant", STRUCTURE[code]["plant"])]
     _, twin = gpu_verdicts[("structure", code, "twin", STRUCTURE[code]["twin"])]
     assert plant[code].status == "confirmed", plant[code].summary
+    assert twin[code].status == "refuted", twin[code].summary
+
+
+@pytest.mark.parametrize("code", sorted(RECURRENCE))
+def test_recurrence_plant_confirmed_and_twin_refuted_on_the_gpu(gpu_verdicts, code) -> None:
+    """An LSTM left to PyTorch (cuDNN's, on a GPU) beside a Triton linear layer is confirmed; the
+    twin with every time step in Triton refuted."""
+    _, plant = gpu_verdicts[("recurrence", code, "plant", RECURRENCE[code]["plant"])]
+    _, twin = gpu_verdicts[("recurrence", code, "twin", RECURRENCE[code]["twin"])]
+    assert plant[code].status == "confirmed" and "torch lstm (recurrence)" in plant[code].summary, plant[code].summary
     assert twin[code].status == "refuted", twin[code].summary
 
 

@@ -57,7 +57,8 @@ def test_an_elementwise_reference_op_called_from_c_plus_plus_is_the_work() -> No
 @pytest.mark.parametrize("op,family", [("mm", "matmul"), ("_softmax", "softmax"), ("native_layer_norm", "normalization"),
                                        ("_native_batch_norm_legit_no_training", "normalization"),
                                        ("cudnn_convolution", "convolution"), ("convolution", "convolution"),
-                                       ("empty_like", None), ("add", None)])
+                                       ("_cudnn_rnn", "recurrence"), ("_thnn_fused_lstm_cell", "recurrence"),
+                                       ("lstm", "recurrence"), ("empty_like", None), ("add", None)])
 def test_aten_ops_are_read_in_their_families(op, family) -> None:
     assert aten_family(op) == family
 

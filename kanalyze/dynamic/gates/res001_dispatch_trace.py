@@ -5,7 +5,7 @@ makes, the Triton launches, the calls into its CUDA C++ extension and the ATen
 ops that extension's C++ dispatches, and host transfers (`.cpu()`, `.item()`,
 `.numpy()`, `.tolist()`).  The candidate fails when no kernel of its own ran,
 when it moved data to the host, or when a library call of the same family as
-the reference's main computation (a matmul, a convolution, a softmax, a norm,
+the reference's main computation (a matmul, a convolution, an LSTM, a softmax, a norm,
 a reduction …) ran in PyTorch instead of in the kernel, from Python or from
 the extension's C++ (`torch::matmul` in a "kernel").
 """
@@ -23,6 +23,10 @@ _FAMILIES = {
     "normalization": {"layer_norm", "batch_norm", "group_norm", "instance_norm", "rms_norm", "normalize",
                       "local_response_norm"},
     "attention": {"scaled_dot_product_attention", "multi_head_attention_forward"},
+    # nn.LSTM / nn.GRU / nn.RNN and their cells, as torch names them (and ATen: `_cudnn_rnn`,
+    # `_thnn_fused_lstm_cell`)
+    "recurrence": {"lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
+                   "rnn", "fused_lstm_cell", "fused_gru_cell"},
     "reduction": {"sum", "mean", "amax", "amin", "max", "min", "prod", "std", "var", "logsumexp", "norm",
                   "argmax", "argmin", "nansum", "nanmean", "std_mean", "var_mean"},
     "scan": {"cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"},
@@ -58,9 +62,9 @@ def family(call: str) -> str | None:
 
 def aten_family(op: str) -> str | None:
     """The family of an ATen op as the dispatcher names it (`mm`, `_softmax`, `native_layer_norm`,
-    `cudnn_convolution`, `_native_batch_norm_legit`): what C++ inside an extension computes."""
+    `cudnn_convolution`, `_native_batch_norm_legit`, `_cudnn_rnn`): what C++ inside an extension computes."""
     name = op.lstrip("_")
-    for prefix in ("native_", "cudnn_", "miopen_", "mkldnn_"):
+    for prefix in ("native_", "cudnn_", "miopen_", "mkldnn_", "thnn_"):
         if name.startswith(prefix):
             name = name[len(prefix):]
     if name.startswith("batch_norm") or name.startswith("group_norm") or name.startswith("layer_norm"):
