@@ -16,7 +16,9 @@
 #                               MANIFEST NAME.jsonl, so that the same manifest resumes its own);
 #                               no pair starts in the last PAIR_TIMEOUT + 10 s (--stop-after), so the pairs
 #                               running at the limit are written, not lost; PAIR_TIMEOUT=SECONDS
-#                               (default 240) is each pair's limit, JOBS=N (default 4) the pairs at once
+#                               (default 240) is each pair's limit, JOBS=N (default 4) the pairs at once;
+#                               a journal folder with no journal yet starts from SEED (default the
+#                               repository's bench/corpus/gpu-journal/results.jsonl; SEED= for none)
 #   pair:MANIFEST[:300]         bench/gpu_pair.py over MANIFEST's pairs, one at a time in one process,
 #                               each step of the session said as it happens (GATES=CMP001,... default CMP001):
 #                               for a pair the audit reported oddly (a worker that ended, a job unanswered)
@@ -64,6 +66,10 @@ for step in "$@"; do
     audit)
         journal=${AUDIT:-$(dirname "$manifest")/audit-$(basename "$manifest" .jsonl)}
         mkdir -p "$journal"
+        seed=${SEED-bench/corpus/gpu-journal/results.jsonl}
+        if [ ! -s "$journal/results.jsonl" ] && [ -n "$seed" ] && [ -s "$seed" ]; then
+            cp "$seed" "$journal/results.jsonl" && echo "resuming the journal of $seed"
+        fi
         # No pair starts in its last PAIR_TIMEOUT + 10 s: the running ones end and are written before the limit.
         limit=${seconds:-300} pair=${PAIR_TIMEOUT:-240}
         timeout "$limit" python3 -m kanalyze audit --manifest "$manifest" --output "$journal" \
