@@ -44,11 +44,11 @@ class _Worker:
     def output(self) -> str: return ""
 
 
-def _run(monkeypatch, limits: Limits, worker=_Worker) -> dict[int, Outcome]:
+def _run(monkeypatch, limits: Limits, worker=_Worker, role: str = "candidate") -> dict[int, Outcome]:
     worker.started, worker.waits = [], []
     monkeypatch.setattr(dispatch, "Worker", worker)
     monkeypatch.setattr(dispatch, "_read_case", lambda scratch, index, now: Outcome("done", meta={"status": "ok"}))
-    outcomes, _, _ = dispatch.run_cases("candidate", "cpu", {}, [(0, {}), (1, {}), (2, {})], limits, "/tmp")
+    outcomes, _, _ = dispatch.run_cases(role, "cpu", {}, [(0, {}), (1, {}), (2, {})], limits, "/tmp")
     return outcomes
 
 
@@ -67,6 +67,26 @@ def test_a_case_running_when_the_time_comes_is_cut_and_kanalyze_s(monkeypatch) -
     # Its gate says why, never that the candidate timed out (results.Result: kanalyze's side).
     result = Result(Case("c", "CMP001", {}), Outcome("done", meta={"status": "ok"}), outcomes[1])
     assert result.kanalyze_failure().startswith(TIME_LIMIT) and not result.candidate_failed()
+
+
+def test_a_reference_case_is_never_cut_its_worker_may_hold_the_judge_s_arrays(monkeypatch) -> None:
+    outcomes = _run(monkeypatch, Limits(case_seconds=0.2, until=time.perf_counter() + 0.05), role="reference")
+    assert min(_Worker.waits) == 0.2                              # its own case limit, not the time left
+    assert outcomes[1].status == "timeout" and not _cut(outcomes[1]), outcomes[1]
+
+
+def test_a_worker_the_caller_keeps_is_handed_back_unclosed(monkeypatch) -> None:
+    class Kept(_Worker):
+        closed = False
+
+        def close(self) -> None:
+            Kept.closed = True
+
+    kept = Kept()
+    monkeypatch.setattr(dispatch, "Worker", Kept)
+    outcomes, _, worker = dispatch.run_cases("reference", "cpu", {}, [(0, {})], Limits(until=time.perf_counter() - 1),
+                                             "/tmp", first_worker=kept, keep=True)
+    assert worker is kept and not Kept.closed and _cut(outcomes[0])
 
 
 def test_a_case_past_its_own_limit_before_that_time_is_the_candidate_s_timeout(monkeypatch) -> None:

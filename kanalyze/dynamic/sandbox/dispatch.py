@@ -5,9 +5,10 @@ they come.  A case that outlives its time limit, a worker that dies, or a line
 on the status channel that kanalyze's worker code never writes ends that
 worker: the case gets its outcome (with whose code was running: `blame`) and
 the remaining cases go on in a fresh worker.  Where the limits set a time by
-which every case ends (`Limits.until`: the audit's pair limit), a case still
-running then is stopped and it and the cases after it are not run: kanalyze's
-time limit, which no verdict rests on, never the candidate's timeout.
+which every case ends (`Limits.until`: the audit's pair limit), no worker starts
+after it, and a candidate's case still running then is stopped: it and the cases
+after it are not run, kanalyze's time limit, which no verdict rests on, never the
+candidate's timeout.
 """
 
 from __future__ import annotations
@@ -58,10 +59,10 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
             if worker is not None:
                 worker.close()
             return _fill(outcomes, pending), ready, None
-        if _left(limits) == 0.0:
-            if worker is not None:
+        if _left(limits) == 0.0:   # (nothing more starts; a worker the caller keeps is handed back)
+            if worker is not None and not keep:
                 worker.close()
-            return _out_of_time(outcomes, pending), ready, None
+            return _out_of_time(outcomes, pending), ready, worker if keep else None
         if worker is None:
             worker, done_here = Worker(role, mode, spec, limits, scratch_root), []
         try:
@@ -92,11 +93,13 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
         try:
             worker.send(job)
             while pending:
-                left = _left(limits)
+                # Only a candidate's case is cut: a reference worker may hold the judge's arrays of
+                # every case so far, which a cut would lose (the pair's own limit still ends it).
+                left = _left(limits) if role == "candidate" else None
                 event = worker.next_event(limits.case_seconds if left is None else min(limits.case_seconds, left))
                 if event is None and left is not None and left < limits.case_seconds:
                     worker.kill()
-                    lose_what_it_held(outcomes, done_here, role, "it was stopped when the time every case ends by came")
+                    lose_what_it_held(outcomes, done_here, role, f"{TIME_LIMIT} ended its worker", first=True)
                     return _out_of_time(outcomes, pending), ready, None
                 if event is None:
                     index = pending.pop(0)
@@ -166,17 +169,18 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
     return _fill(outcomes, pending), ready, None
 
 
-def lose_what_it_held(outcomes: dict, indices: list, role: str, why: str) -> None:
+def lose_what_it_held(outcomes: dict, indices: list, role: str, why: str, first: bool = False) -> None:
     """The cases a worker ran before it ended: the outputs it withheld or held for the judge
     (the reference side's, until `release`) ended with it.  Each such outcome says so, and why
     (`arrays_lost`: the gates that compare values say they cannot judge), where the hand-over
-    would only learn that the worker is gone."""
+    would only learn that the worker is gone; with `first`, the why comes first."""
     for index in indices:
         outcome = outcomes.get(index)
         if outcome is None or outcome.status != "done" or not (outcome.meta.get("withheld") or outcome.meta.get("held")):
             continue
         kept = replace(outcome, meta={k: v for k, v in outcome.meta.items() if k not in ("withheld", "held")})
-        outcomes[index] = lost_arrays(kept, f"kanalyze's {role} worker held this case's outputs, and {why}")
+        outcomes[index] = lost_arrays(kept, f"{why}, which held this case's outputs" if first else
+                                      f"kanalyze's {role} worker held this case's outputs, and {why}")
     indices.clear()
 
 
