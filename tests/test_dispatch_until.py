@@ -1,10 +1,13 @@
 """The time by which every case ends (`Limits.until`, the audit's pair limit): a case still
 running then is cut, kanalyze's time limit, never the candidate's timeout (sandbox/dispatch.py).
-Stand-in workers: what is tested is how the dispatcher words and spends the time."""
+Stand-in workers, where what is tested is how the dispatcher words and spends the time, and one
+real candidate worker still importing."""
 
 from __future__ import annotations
 
 import time
+
+import pytest
 
 from kanalyze.dynamic.cases import Case
 from kanalyze.dynamic.results import Result
@@ -107,3 +110,27 @@ def test_a_worker_still_starting_when_the_time_comes_is_stopped(monkeypatch) -> 
 
     outcomes = _run(monkeypatch, Limits(until=time.perf_counter() + 60), worker=Starting)
     assert len(Starting.started) == 1 and all(_cut(outcomes[i]) for i in range(3)), outcomes
+
+
+def test_a_real_candidate_worker_still_importing_when_the_time_comes_is_stopped() -> None:
+    """A candidate whose import sleeps far past that time (60 s allowed to its import): its real
+    worker is stopped when the time comes, as `OutOfTime`, kanalyze's limit."""
+    from pathlib import Path
+
+    from kanalyze.dynamic.sandbox.process import Worker, new_scratch_root, remove_scratch_root
+
+    kb = Path(__file__).resolve().parent.parent / "fixtures" / "kernelbench"
+    spec = {"harness": {"kind": "kernelbench", "candidate": str(kb / "hostile" / "level1_problem6_import_sleep.py"),
+                        "problem": str(kb / "level1" / "6_leaky_relu.py")}}
+    scratch = new_scratch_root()
+    try:
+        started = time.perf_counter()
+        worker = Worker("candidate", "cpu", spec, Limits(import_seconds=60, until=started + 8), scratch)
+        try:
+            with pytest.raises(OutOfTime):
+                worker.wait_ready()
+        finally:
+            worker.close()
+        assert time.perf_counter() - started < 20
+    finally:
+        remove_scratch_root(scratch)

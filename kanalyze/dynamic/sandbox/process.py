@@ -183,8 +183,8 @@ class WorkerGone(Exception):
 
 
 class OutOfTime(WorkerGone):
-    """The worker was stopped as it started because the time by which every case ends had come
-    (`Limits.until`): kanalyze's limit, not the candidate's."""
+    """A candidate's worker was stopped as it started because the time by which every case ends
+    had come (`Limits.until`): kanalyze's limit, not the candidate's."""
 
 
 class ProtocolViolation(Exception):
@@ -301,7 +301,8 @@ class Worker:
         import, once the worker says it began, has `import_seconds` of that."""
         if self.ready is None:
             started = time.monotonic()
-            until = None if self.limits.until is None else started + self.limits.until - time.perf_counter()
+            until = (started + self.limits.until - time.perf_counter()   # (a candidate's worker only, as in dispatch)
+                     if self.limits.until is not None and self.role == "candidate" else None)
             while True:
                 deadline = started + self.limits.start_seconds
                 if self.phase != "kanalyze":   # the candidate's import (a launch it makes there included)
