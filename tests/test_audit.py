@@ -204,11 +204,11 @@ def test_a_pair_that_hangs_or_kills_its_worker_gets_its_line_and_the_others_comp
     assert summary["kanalyze_failed"] == 2 and summary["pairs"] == 3 and summary["done"] == 1
 
 
-def test_a_real_hanging_candidate_is_cut_at_the_gates_time_not_blamed(tmp_path, capsys) -> None:
+def test_a_real_hanging_candidate_is_cut_before_the_pair_s_limit_and_not_blamed(tmp_path, capsys) -> None:
     """The hostile candidate that never returns, through the real pair worker: its case is cut
-    when the gates' share of the pair's limit runs out, so the pair ends in time with its gates'
-    verdicts written, the cut gate `unconfirmed` for the time limit (neither the candidate's
-    timeout nor a failure of kanalyze's), and the candidate's processes gone."""
+    before the pair's limit (halfway through the share kept for KernelBench's check), so the pair
+    ends in time with its gates' verdicts written, the cut gate `unconfirmed` for the time limit
+    (neither the candidate's timeout nor a failure of kanalyze's), and its processes gone."""
     output = tmp_path / "out"
     before, started = _descendants(), time.monotonic()
     code = main(["audit", str(KB / "hostile" / "level1_problem6_hang.py"), "--kernelbench", str(KB),
