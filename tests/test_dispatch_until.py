@@ -1,5 +1,5 @@
-"""The time by which every case ends (`Limits.until`, the audit's pair limit): a case still
-running then is cut, kanalyze's time limit, never the candidate's timeout (sandbox/dispatch.py).
+"""The time by which every case ends (`Limits.until`, the audit's pair limit): a candidate's case
+still running then is cut, kanalyze's time limit, never the candidate's timeout (sandbox/dispatch.py).
 Stand-in workers, where what is tested is how the dispatcher words and spends the time, and one
 real candidate worker still importing."""
 

@@ -70,8 +70,9 @@ class Options:
     # start, and its gates say so (`out_of_time`).  None: every session runs.
     deadline: float | None = None
     # When every case must have ended (a time.perf_counter() instant near the run's end; the
-    # audit's pair limit less what its end needs): a case still running then is cut, and its gate
-    # says so (sandbox/dispatch.py), so that the run ends with what it decided.  None: no such time.
+    # audit's pair limit less what its end needs): no worker starts after it and a candidate's case
+    # still running then is cut, its gate saying so (sandbox/dispatch.py), so that the run ends with
+    # what it decided.  None: no such time.
     until: float | None = None
 
 
@@ -108,7 +109,7 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
         return GateRun([Verdict(c, UNCONFIRMED, why, gate=gates[c].name) for c in codes], {"mode": mode},
                        dict(harness.knobs), time.perf_counter() - started)
     limits = options.limits
-    if options.until is not None:   # a case still running then is cut (sandbox/dispatch.py)
+    if options.until is not None:   # a candidate's case still running then is cut (sandbox/dispatch.py)
         limits = replace(limits, until=options.until)
     if cuda_cpp:  # its workers compile the extension while they start (once per source: extensions.py)
         limits = replace(limits, start_seconds=max(limits.start_seconds, BUILD_SECONDS),

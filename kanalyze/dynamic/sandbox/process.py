@@ -59,7 +59,7 @@ class Limits:
     process_margin: int = 512
     namespaces: bool = True            # False: none for the candidate, as where the machine refuses them
     until: float | None = None         # time.perf_counter() by which every case ends (the audit's pair
-                                       # limit): one still running then is cut, kanalyze's limit (dispatch.py)
+                                       # limit): a candidate's still running then is cut (dispatch.py)
 
     def for_worker(self, mode: str, role: str = "candidate") -> dict:
         """The limits a worker applies to itself.  The reference worker runs the problem,
