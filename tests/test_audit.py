@@ -63,7 +63,20 @@ def _four_pairs() -> tuple[list[str], list[Pair]]:
     candidates are does not matter), and the candidates' file names in order."""
     names = ["level1_problem6_hang.py", "level1_problem6_hard_exit.py", "level1_problem6_no_model_new.py",
              "level1_problem6_wrong_shape.py"]
-    return names, [Pair(str(KB / "hostile" / name), str(KB / "level1" / "6_leaky_relu.py")) for name in names]
+    return names, _problem6_pairs("hostile", *names)
+
+
+def _problem6_pairs(folder: str, *names: str) -> list[Pair]:
+    """Pairs of these candidates (in KB/`folder`) with problem 6."""
+    return [Pair(str(KB / folder / name), str(KB / "level1" / "6_leaky_relu.py")) for name in names]
+
+
+def _stand_in(tmp_path: Path, source: str) -> list[str]:
+    """The command line of a stand-in pair worker (`source`, run with SPEC and OUT as arguments),
+    written to tmp_path/worker.py: the executor's own tests swap it in for the real one."""
+    worker = tmp_path / "worker.py"
+    worker.write_text(source)
+    return [sys.executable, str(worker)]
 
 
 def _records(output: Path) -> list[dict]:
@@ -177,8 +190,7 @@ def test_a_torn_last_line_is_dropped_and_the_pair_runs_again(tmp_path) -> None:
 def test_a_pair_that_hangs_or_kills_its_worker_gets_its_line_and_the_others_complete(tmp_path) -> None:
     """The executor's own containment: a worker that never returns is killed at the pair's time
     limit; one that dies gets its exit status; the audit goes on and records all three."""
-    worker = tmp_path / "worker.py"
-    worker.write_text(
+    command = _stand_in(tmp_path,
         "import json, os, sys, time\n"
         "spec = json.load(open(sys.argv[1]))\n"
         "if 'hang' in spec['candidate']: time.sleep(1000)\n"
@@ -186,10 +198,9 @@ def test_a_pair_that_hangs_or_kills_its_worker_gets_its_line_and_the_others_comp
         "json.dump({'static': [], 'verdicts': {'CMP001': {'status': 'refuted', 'summary': 'fine', "
         "'static_flag': False, 'witness': None}}, 'allclose': {'verdict': 'PASS', 'detail': ''}}, "
         "open(sys.argv[2], 'w'))\n")
-    pairs = [Pair(str(KB / "hostile" / name), str(KB / "level1" / "6_leaky_relu.py"))
-             for name in ("level1_problem6_hang.py", "level1_problem6_hard_exit.py")]
-    pairs.append(Pair(str(KB / "candidates" / "level1_problem6_leaky_relu.py"), str(KB / "level1" / "6_leaky_relu.py")))
-    executor = LocalExecutor(jobs=3, seconds=3, command=[sys.executable, str(worker)])
+    pairs = _problem6_pairs("hostile", "level1_problem6_hang.py", "level1_problem6_hard_exit.py")
+    pairs += _problem6_pairs("candidates", "level1_problem6_leaky_relu.py")
+    executor = LocalExecutor(jobs=3, seconds=3, command=command)
     started = time.monotonic()
     summary = audit(pairs, AuditOptions(output=str(tmp_path / "out"), gates=["CMP001"], device="cpu",
                                         executor=executor))
@@ -294,8 +305,7 @@ def test_a_pair_that_ran_short_runs_again_before_later_pairs_start_and_narrows_t
     the rest of the run goes one pair fewer side by side.  (The pair beside the short one ends
     only once the short one's process is gone and half a second more, so that the executor has
     its result first.)"""
-    worker = tmp_path / "worker.py"
-    worker.write_text(
+    command = _stand_in(tmp_path,
         "import json, os, sys, time\n"
         "spec = json.load(open(sys.argv[1]))\n"
         "name = os.path.basename(spec['candidate'])\n"
@@ -323,7 +333,7 @@ def test_a_pair_that_ran_short_runs_again_before_later_pairs_start_and_narrows_t
         "          open(sys.argv[2], 'w'))\n"
         "with open(log, 'a') as f: f.write(f'end {name} {time.monotonic()}\\n')\n")
     names, pairs = _four_pairs()
-    executor = LocalExecutor(jobs=2, seconds=30, command=[sys.executable, str(worker)])
+    executor = LocalExecutor(jobs=2, seconds=30, command=command)
     order = [Path(job[1]["candidate"]).name for job, _ in executor.run(
         [(str(i), {"candidate": p.candidate, "problem": p.problem}) for i, p in enumerate(pairs)])]
     assert order == names[1:2] + names[:1] + names[2:], order
@@ -339,19 +349,18 @@ def test_a_pair_that_ran_short_runs_again_before_later_pairs_start_and_narrows_t
 def test_stop_after_starts_no_pair_past_its_time_and_a_rerun_resumes(tmp_path) -> None:
     """`--stop-after`: pairs running at the time end and are written; no later pair starts; the
     next run (without it) runs the rest, and the journal holds every pair once."""
-    worker = tmp_path / "worker.py"
-    worker.write_text(
+    command = _stand_in(tmp_path,
         "import json, sys, time\n"
         "time.sleep(1.0)\n"
         "json.dump({'static': [], 'verdicts': {}, 'allclose': {'verdict': 'PASS', 'detail': ''}},\n"
         "          open(sys.argv[2], 'w'))\n")
     names, pairs = _four_pairs()
     output = tmp_path / "out"
-    executor = LocalExecutor(jobs=2, seconds=30, command=[sys.executable, str(worker)], stop_after=0.5)
+    executor = LocalExecutor(jobs=2, seconds=30, command=command, stop_after=0.5)
     audit(pairs, AuditOptions(output=str(output), gates=["CMP001"], device="cpu", executor=executor))
     first = [Path(r["candidate"]).name for r in _records(output)]
     assert sorted(first) == sorted(names[:2]), first      # the two started at once ran to the end
-    executor = LocalExecutor(jobs=2, seconds=30, command=[sys.executable, str(worker)])
+    executor = LocalExecutor(jobs=2, seconds=30, command=command)
     audit(pairs, AuditOptions(output=str(output), gates=["CMP001"], device="cpu", executor=executor))
     assert sorted(Path(r["candidate"]).name for r in _records(output)) == sorted(names)
 
@@ -360,8 +369,7 @@ def test_a_pair_that_ran_short_beside_others_runs_again_alone(tmp_path) -> None:
     """Pairs side by side share one GPU, the memory and the disk: a pair whose run ran out of
     memory (here its allclose check and a verdict say so, as torch words it) is not written
     then, but runs again once the others have ended, alone, and its line says why."""
-    worker = tmp_path / "worker.py"
-    worker.write_text(
+    command = _stand_in(tmp_path,
         "import json, os, sys, time\n"
         "spec = json.load(open(sys.argv[1]))\n"
         "name = os.path.basename(spec['candidate'])\n"
@@ -377,9 +385,8 @@ def test_a_pair_that_ran_short_beside_others_runs_again_alone(tmp_path) -> None:
         "           'allclose': {'verdict': 'PASS', 'detail': ''}}, open(sys.argv[2], 'w'))\n"
         "with open(log, 'a') as f: f.write(f'end {name} {time.monotonic()}\\n')\n")
     names = ("level1_problem6_hang.py", "level1_problem6_hard_exit.py")
-    pairs = [Pair(str(KB / "hostile" / name), str(KB / "level1" / "6_leaky_relu.py")) for name in names]
-    pairs.append(Pair(str(KB / "candidates" / "level1_problem6_leaky_relu.py"), str(KB / "level1" / "6_leaky_relu.py")))
-    executor = LocalExecutor(jobs=3, seconds=30, command=[sys.executable, str(worker)])
+    pairs = _problem6_pairs("hostile", *names) + _problem6_pairs("candidates", "level1_problem6_leaky_relu.py")
+    executor = LocalExecutor(jobs=3, seconds=30, command=command)
     audit(pairs, AuditOptions(output=str(tmp_path / "out"), gates=["CMP001"], device="cpu", executor=executor))
     records = {Path(r["candidate"]).name: r for r in _records(tmp_path / "out")}
     assert len(records) == 3
@@ -430,8 +437,7 @@ def test_a_pair_that_reached_a_time_limit_beside_others_runs_again_alone(tmp_pat
     """A candidate that did not finish beside other pairs may have been slowed by them: it runs
     again alone before anything is written of it, and the run keeps its width (a candidate that
     hangs hangs alone too: here the second run is as slow, and says so)."""
-    worker = tmp_path / "worker.py"
-    worker.write_text(
+    command = _stand_in(tmp_path,
         "import json, os, sys, time\n"
         "spec = json.load(open(sys.argv[1]))\n"
         "name = os.path.basename(spec['candidate'])\n"
@@ -440,8 +446,8 @@ def test_a_pair_that_reached_a_time_limit_beside_others_runs_again_alone(tmp_pat
         "json.dump({'static': [], 'verdicts': {}, 'baseline': {'status': 'failed' if hangs else 'passed',\n"
         "           'summary': summary}, 'allclose': {'verdict': 'PASS', 'detail': ''}}, open(sys.argv[2], 'w'))\n")
     names = ("level1_problem6_hang.py", "level1_problem6_hard_exit.py")
-    pairs = [Pair(str(KB / "hostile" / name), str(KB / "level1" / "6_leaky_relu.py")) for name in names]
-    executor = LocalExecutor(jobs=2, seconds=30, command=[sys.executable, str(worker)])
+    pairs = _problem6_pairs("hostile", *names)
+    executor = LocalExecutor(jobs=2, seconds=30, command=command)
     audit(pairs, AuditOptions(output=str(tmp_path / "out"), gates=["CMP001"], device="cpu", executor=executor))
     records = {Path(r["candidate"]).name: r for r in _records(tmp_path / "out")}
     assert len(records) == 2
@@ -452,8 +458,7 @@ def test_a_pair_that_reached_a_time_limit_beside_others_runs_again_alone(tmp_pat
 def test_pairs_start_beside_others_only_while_the_disk_has_room(tmp_path) -> None:
     """With no room on the disk, pairs of `--jobs 3` run one after another (a pair always
     starts when none runs); with room, side by side."""
-    worker = tmp_path / "worker.py"
-    worker.write_text(
+    command = _stand_in(tmp_path,
         "import json, os, sys, time\n"
         "log = os.path.join(os.path.dirname(sys.argv[0]), 'runs.log')\n"
         "with open(log, 'a') as f: f.write(f'start {time.monotonic()}\\n')\n"
@@ -466,7 +471,7 @@ def test_pairs_start_beside_others_only_while_the_disk_has_room(tmp_path) -> Non
     def most_at_once(room) -> int:
         log = tmp_path / "runs.log"
         log.unlink(missing_ok=True)
-        executor = LocalExecutor(jobs=3, seconds=30, command=[sys.executable, str(worker)], room=room)
+        executor = LocalExecutor(jobs=3, seconds=30, command=command, room=room)
         assert len(list(executor.run(jobs))) == 3
         running, most = 0, 0
         for line in log.read_text().splitlines():   # appended as they happened
