@@ -115,6 +115,11 @@ def test_audit_over_a_manifest_gives_the_expected_verdicts(uninterrupted) -> Non
         # what the candidate's cages lacked, in words (empty where this machine gave them all)
         assert isinstance(record["contained"], list) and isinstance(record["allclose"]["contained"], list)
         assert "sample" in record["metadata"]                # extra manifest keys kept
+        # where the gates' time went: the candidate's cases of each gate (and of the problem's own
+        # inputs, which they share), and their seconds
+        by_gate = record["seconds"]["by_gate"]
+        assert set(by_gate) <= {"baseline", *GATES.split(",")} and "baseline" in by_gate, by_gate
+        assert all(cases >= 1 and seconds >= 0 for cases, seconds in by_gate.values()), by_gate
     plant = next(r for r in records if r["candidate"].endswith(CONTROLS["MEM002"]["plant"]))
     assert plant["verdicts"]["MEM002"]["static_flag"] is True       # the static pass flagged it first
     assert Path(plant["verdicts"]["MEM002"]["witness"]).is_file()

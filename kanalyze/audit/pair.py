@@ -17,7 +17,8 @@ static pass's selection), "ir" (the compiled code too)}.  The result (plain JSON
                protections its caged process ran without)
     contained  the protections the gates' candidate workers ran without (containment.gaps;
                empty when every one held, or no candidate worker ran)
-    seconds    {"static", "gates", "allclose", "steps": where the gates' time went (runner.py)}
+    seconds    {"static", "gates", "allclose", "steps": where the gates' time went (runner.py),
+               "by_gate": {code: [cases, seconds]}: the candidate's cases of each gate and their time}
 
 `run_pair` is also kanalyze.verifier's per-candidate call (in that process, with
 `"overlap_allclose": True`): one code path for the audit and the Verifier.
@@ -81,7 +82,7 @@ def gate_codes(gates, static: list[dict]) -> list[str]:
 
 def run_gates_of(spec: dict, static: list[dict], codes: list[str], seconds: float | None = None,
                  cut: float | None = None) -> tuple[dict[str, dict], dict | None, dict, list]:
-    """The verdicts by code, the baseline's outcome, where the time went, and the protections
+    """The verdicts by code, the baseline's outcome, where the time went ({"steps", "by_gate"}), and the protections
     the candidate's workers ran without.  `seconds`: the time the gates have (runner.Options
     `deadline`), or None; `cut`: the time after which no case runs on (runner.Options `until`)."""
     from kanalyze.dynamic import witness as witnesses
@@ -129,8 +130,21 @@ def run_gates_of(spec: dict, static: list[dict], codes: list[str], seconds: floa
                                       "static_flag": verdict.code in flagged, "witness": witness,
                                       "failure": verdict.details.get("failure") if verdict.status == "confirmed"
                                       else None}
-    return (verdicts, gate_run.baseline, gate_run.environment.get("seconds", {}),
-            gaps(gate_run.environment.get("candidate_confinement")))
+    timing = {"steps": gate_run.environment.get("seconds", {}),
+              "by_gate": by_gate(gate_run.environment.get("case_seconds", []))}
+    return verdicts, gate_run.baseline, timing, gaps(gate_run.environment.get("candidate_confinement"))
+
+
+def by_gate(case_seconds: list[dict]) -> dict[str, list]:
+    """The candidate's cases of each gate, counted, with the seconds they took: {code: [cases, seconds]}
+    (a gate's variants, as the reversed programs of ORD001, count in its cases; the problem's own
+    inputs, which every gate shares, are "baseline")."""
+    totals: dict[str, list] = {}
+    for case in case_seconds:
+        total = totals.setdefault(case["gate"] or "baseline", [0, 0.0])
+        total[0] += 1
+        total[1] = round(total[1] + case["seconds"], 3)
+    return totals
 
 
 def allclose_of(spec: dict, seconds: float) -> dict:
@@ -173,7 +187,7 @@ def run_pair(spec: dict) -> dict:
     _step("the gates: the problem's sizes and the baseline")
     # Targeted with nothing flagged still runs the baseline: a candidate that fails on its own
     # inputs is CMP001 confirmed, never a pair with no verdict.
-    verdicts, baseline, steps, contained = (run_gates_of(spec, static, codes, *_gate_seconds(spec, started))
+    verdicts, baseline, timing, contained = (run_gates_of(spec, static, codes, *_gate_seconds(spec, started))
                                             if codes or spec["gates"] == "targeted" else ({}, None, {}, []))
     gate_seconds = time.monotonic() - started - static_seconds
     if thread is not None:
@@ -186,7 +200,8 @@ def run_pair(spec: dict) -> dict:
         allclose = allclose_of(spec, spec.get("seconds", 600.0) - (time.monotonic() - started) - 2.0)
     return {"static": static, "verdicts": verdicts, "baseline": baseline, "allclose": allclose,
             "contained": contained, "seconds": {"static": round(static_seconds, 3), "gates": round(gate_seconds, 3),
-                        "allclose": round(allclose.pop("seconds"), 3), "steps": steps}}
+                        "allclose": round(allclose.pop("seconds"), 3),
+                        "steps": timing.get("steps", {}), "by_gate": timing.get("by_gate", {})}}
 
 
 def _gate_seconds(spec: dict, started: float) -> tuple[float | None, float | None]:
