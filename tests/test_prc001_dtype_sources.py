@@ -13,7 +13,7 @@ import libcst as cst
 import pytest
 
 from kanalyze.analyzer.project_index import ProjectIndex
-from kanalyze.analyzer.triton.backends import ascend_module
+from kanalyze.analyzer.triton.backends import ascend_module, module_backend
 from kanalyze.analyzer.triton.dtype_flow import DtypeFlow
 from kanalyze.analyzer.triton.dtype_names import UNKNOWN
 from kanalyze.analyzer.triton.host_callers import host_callers
@@ -252,6 +252,25 @@ def test_a_dtype_mapped_by_a_helper_table_is_read_from_the_table() -> None:
 ])
 def test_what_makes_a_module_an_ascend_one(path: str, source: str, ascend: bool) -> None:
     assert (ascend_module(model_of(source, path)) is not None) == ascend
+
+
+@pytest.mark.parametrize("path, source, accelerator, dot_fp32", [
+    # FlagGems' layout: one folder per vendor, with a leading underscore, under runtime/backend/
+    ("src/flag_gems/runtime/backend/_kunlunxin/ops/attention.py", "import triton\n", "a Kunlunxin XPU", "unknown"),
+    ("src/flag_gems/runtime/backend/_hygon/ops/mm.py", "import triton\n", "a Hygon DCU", "unknown"),
+    ("src/flag_gems/runtime/backend/_amd/ops/mm.py", "import triton\n", "an AMD GPU", "ieee"),
+    ("lib/backends/rocm/mm.py", "import triton\n", "an AMD GPU", "ieee"),       # a vendor folder in backends/
+    ("lib/ops/mm.py", "import torch_mlu\nimport triton\n", "a Cambricon MLU", "unknown"),
+    ("lib/ops/mm.py", "import torch\n\ndef f():\n    torch.musa.synchronize()\n", "a Moore Threads GPU", "unknown"),
+    ("lib/ops/backends/_ascend/ops/mm.py", "import triton\n", "an Ascend NPU", "ieee"),
+    ("src/flag_gems/runtime/backend/_nvidia/ops/mm.py", "import triton\n", None, None),
+    ("home/amd/project/ops/mm.py", "import triton\n", None, None),     # a folder that only happens to say it
+    ("lib/hip_utils/mm.py", "import triton\n", None, None),
+    ("lib/ops/mm.py", "import triton\n", None, None),
+])
+def test_which_vendor_a_module_is_written_for(path: str, source: str, accelerator, dot_fp32) -> None:
+    backend = module_backend(model_of(source, path))
+    assert (backend and (backend.accelerator, backend.dot_fp32)) == (accelerator and (accelerator, dot_fp32))
 
 
 # -- kernels that never run, in a project checked whole ----------------------------

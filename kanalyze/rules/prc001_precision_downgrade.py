@@ -8,7 +8,7 @@ import libcst as cst
 
 from kanalyze.analyzer.names import dotted
 from kanalyze.analyzer.project_index import linked_of
-from kanalyze.analyzer.triton.backends import ascend_module
+from kanalyze.analyzer.triton.backends import module_backend
 from kanalyze.analyzer.triton.calls import calls_within, keyword, string_literal
 from kanalyze.analyzer.triton.dot_partners import with_partners
 from kanalyze.analyzer.triton.dtype_flow import DtypeFlow
@@ -65,8 +65,10 @@ class PrecisionDowngrade(Rule):
     tells the other's, and the dtype of the data it is loaded from: another dot
     (outside any `if`) on data loaded from the same pointer is on that dtype.  Dots on fp16, bf16, fp8, int8 or fp64 operands are not
     flagged (they have no TF32), nor default dots in a module written for
-    Ascend NPUs (it imports `torch_npu` or lives in an `_ascend/` backend
-    folder), where triton-ascend multiplies fp32 in IEEE unless asked, nor
+    another accelerator than NVIDIA's (it imports `torch_npu` or lives in an
+    `_ascend/`, `_kunlunxin/` or `backends/rocm/` folder: backends.py), where
+    TF32 is not the default (triton-ascend and Triton's AMD backend multiply fp32
+    in IEEE unless asked; other vendors' Triton forks choose their own), nor
     kernels that never run (nothing launches, calls or names them, in a
     `ModelNew` file, or in a module that launches its other kernels and that no
     other checked module takes this one from).  Where no operand's dtype is
@@ -164,14 +166,15 @@ class PrecisionDowngrade(Rule):
     ]
 
     def check(self, model: TritonModule) -> Iterator[Report]:
-        ieee_default = ascend_module(model) is not None  # triton-ascend: fp32 dots are IEEE unless asked
+        # another vendor's accelerator: TF32 is not its Triton's default (IEEE, or the vendor's own)
+        not_nvidia = module_backend(model) is not None
         for jit in model.jit.values():
             if jit.name != jit.function.name:
                 continue  # an alias (`k = triton.jit(_k)`) of a function seen already
             if never_runs(model, jit):
                 continue  # dead code next to the kernels its file does launch: it never computes
             for site in model.calls_in(jit, DOT):
-                yield from self._check_dot(model, jit, site.node, ieee_default)
+                yield from self._check_dot(model, jit, site.node, not_nvidia)
             for call, _ in calls_within(model, jit.node):
                 yield from self._check_kernel_downcast(model, jit, call)
         yield from self._check_host(model)
@@ -179,7 +182,7 @@ class PrecisionDowngrade(Rule):
     # -- tl.dot -------------------------------------------------------------
 
     def _check_dot(self, model: TritonModule, jit: JitFunction, call: cst.Call,
-                   ieee_default: bool) -> Iterator[Report]:
+                   not_nvidia: bool) -> Iterator[Report]:
         text = expr_text(model, call)
         precision = keyword(call, "input_precision")
         allow_tf32 = keyword(call, "allow_tf32")
@@ -195,8 +198,8 @@ class PrecisionDowngrade(Rule):
                                         f"use `input_precision=\"ieee\"` to match an IEEE fp32 reference",
                                   kernel=jit.name, expression=text, precision="tf32")
             return
-        if ieee_default:
-            return  # an Ascend module: triton-ascend multiplies fp32 operands in IEEE fp32 by default
+        if not_nvidia:
+            return  # another accelerator's module: TF32 is NVIDIA's default only (backends.py)
         operands = [keyword(call, n, i) for i, n in enumerate(("input", "other"))]
         flow = self._flow(model)
         types = [flow.value(jit.function, o) if o is not None else frozenset({UNKNOWN}) for o in operands]
