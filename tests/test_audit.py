@@ -120,6 +120,9 @@ def test_audit_over_a_manifest_gives_the_expected_verdicts(uninterrupted) -> Non
         by_gate = record["seconds"]["by_gate"]
         assert set(by_gate) <= {"baseline", *GATES.split(",")} and "baseline" in by_gate, by_gate
         assert all(cases >= 1 and seconds >= 0 for cases, seconds in by_gate.values()), by_gate
+        slowest = record["seconds"]["slowest"]   # the slowest cases, each with its worker's steps
+        assert slowest and {c["gate"] or "baseline" for c in slowest} <= set(by_gate), slowest
+        assert all(c["seconds"] == pytest.approx(sum(c["steps"].values()), abs=0.01) for c in slowest), slowest
     plant = next(r for r in records if r["candidate"].endswith(CONTROLS["MEM002"]["plant"]))
     assert plant["verdicts"]["MEM002"]["static_flag"] is True       # the static pass flagged it first
     assert Path(plant["verdicts"]["MEM002"]["witness"]).is_file()

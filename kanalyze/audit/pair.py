@@ -18,7 +18,9 @@ static pass's selection), "ir" (the compiled code too)}.  The result (plain JSON
     contained  the protections the gates' candidate workers ran without (containment.gaps;
                empty when every one held, or no candidate worker ran)
     seconds    {"static", "gates", "allclose", "steps": where the gates' time went (runner.py),
-               "by_gate": {code: [cases, seconds]}: the candidate's cases of each gate and their time}
+               "by_gate": {code: [cases, seconds]}: the candidate's cases of each gate and their time,
+               "slowest": the candidate's slowest cases, each {"gate", "case", "variant", "seconds",
+               "steps": its worker's own account, step by step}}
 
 `run_pair` is also kanalyze.verifier's per-candidate call (in that process, with
 `"overlap_allclose": True`): one code path for the audit and the Verifier.
@@ -48,6 +50,7 @@ ALLCLOSE_SHARE = 0.25
 # ends with what its gates decided instead of being stopped and losing it.
 TAIL_SHARE = 0.05
 PROGRESS_SUFFIX = ".progress"   # beside the result: the pair's last step (LastStep)
+SLOWEST = 6   # the candidate's slowest cases a journal line keeps, step by step
 
 
 def static_pass(candidate: str, extend_select: list[str] | None = None, ir: bool = False) -> list[dict]:
@@ -130,8 +133,9 @@ def run_gates_of(spec: dict, static: list[dict], codes: list[str], seconds: floa
                                       "static_flag": verdict.code in flagged, "witness": witness,
                                       "failure": verdict.details.get("failure") if verdict.status == "confirmed"
                                       else None}
-    timing = {"steps": gate_run.environment.get("seconds", {}),
-              "by_gate": by_gate(gate_run.environment.get("case_seconds", []))}
+    cases = gate_run.environment.get("case_seconds", [])
+    timing = {"steps": gate_run.environment.get("seconds", {}), "by_gate": by_gate(cases),
+              "slowest": sorted(cases, key=lambda c: -c["seconds"])[:SLOWEST]}
     return verdicts, gate_run.baseline, timing, gaps(gate_run.environment.get("candidate_confinement"))
 
 
@@ -201,7 +205,8 @@ def run_pair(spec: dict) -> dict:
     return {"static": static, "verdicts": verdicts, "baseline": baseline, "allclose": allclose,
             "contained": contained, "seconds": {"static": round(static_seconds, 3), "gates": round(gate_seconds, 3),
                         "allclose": round(allclose.pop("seconds"), 3),
-                        "steps": timing.get("steps", {}), "by_gate": timing.get("by_gate", {})}}
+                        **{key: timing.get(key, {}) for key in ("steps", "by_gate")},
+                        "slowest": timing.get("slowest", [])}}
 
 
 def _gate_seconds(spec: dict, started: float) -> tuple[float | None, float | None]:

@@ -362,20 +362,21 @@ class Session:
                 self.environment.update(describe_ready(ready, "candidate"))
             for i, outcome in outcomes.items():
                 results[i].candidate = outcome
-                taken = self._add_steps("candidate", outcome)
+                steps = self._add_steps("candidate", outcome)
                 self.case_seconds.append({"gate": results[i].case.gate, "case": results[i].case.id,
-                                          "variant": variant, "seconds": round(taken, 3)})
+                                          "variant": variant, "seconds": round(sum(steps.values()), 3),
+                                          "steps": steps})
         return time.perf_counter() - started - (reader.seconds - read_before)
 
-    def _add_steps(self, role: str, outcome: Outcome) -> float:
+    def _add_steps(self, role: str, outcome: Outcome) -> dict[str, float]:
         """A worker's own account of a case's steps (`seconds` in its result), summed per step as
         `role.step`: descriptive only (a candidate's worker could say anything), never judged.
-        Returns the case's total."""
+        Returns the case's steps."""
         steps = durations(outcome.meta.get("seconds") if isinstance(outcome.meta, dict) else None)
         for step, value in steps:
             name = f"{role}.{step}"
             self.seconds[name] = round(self.seconds.get(name, 0.0) + value, 3)
-        return sum(value for _, value in steps)
+        return dict(steps)
 
     def took(self, what: str, started: float, minus: float = 0.0) -> None:
         self.seconds[what] = round(self.seconds.get(what, 0.0) + time.perf_counter() - started - minus, 3)
