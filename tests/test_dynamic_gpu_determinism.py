@@ -31,3 +31,6 @@ def test_a_candidate_keeping_torch_nondeterministic_convolution_is_not_blamed() 
     assert verdicts["ORD002"].status != "confirmed", verdicts["ORD002"].summary
     for case in verdicts["ORD001"].cases:
         assert case.deterministic_torch
+    # Its launches and its reversed run agreed: the control (the candidate as written, in a worker
+    # of its own) could not change the verdict, and did not run (Gate.unneeded).
+    assert [c["case"] for c in run.environment.get("not_needed", [])] == ["ORD001/control"], run.environment

@@ -229,3 +229,41 @@ def test_a_case_whose_gate_reads_no_float64_gets_no_float64_reference() -> None:
     assert shared.case.input_key == value.case.input_key and shared.expected64 and value.expected64
     assert REFERENCES.get(harness, "cpu", own.case.input_key, False) is None
     assert REFERENCES.get(harness, "cpu", own.case.input_key, False, float64=False) is not None
+
+
+def _with_a_variant(unneeded) -> tuple[list, dict]:
+    """The baseline, a case of the candidate as written and one of a variant of it (its source
+    unchanged: ORD001's control), through real workers; `unneeded` is the session's question."""
+    from kanalyze.dynamic.cases import Run
+
+    session = Session(find_harness(str(GOOD), reference=str(PROBLEM)), "cpu", Limits(),
+                      variants={"control": GOOD.read_text()})
+    session.unneeded = unneeded
+    sizes = {"batch_size": 32, "in_features": 64, "out_features": 64}
+    cases = _cases()[:1] + [Case("ORD001/runs", "ORD001", sizes, seed=5, runs=[Run(), Run()], model_seed=0),
+                            Case("ORD001/control", "ORD001", sizes, seed=5, variant="control", model_seed=0)]
+    try:
+        return session.execute(cases), session.environment
+    finally:
+        session.close()
+
+
+def test_a_variant_case_its_gate_calls_unneeded_is_not_run() -> None:
+    """Gate.unneeded, asked before a variant's case runs (ORD001's control once the reversed order
+    agreed): the case is left unrun, which is no case lost to kanalyze, and the run says why."""
+    asked = []
+
+    def unneeded(results, i):
+        asked.append(results[i].case.id)
+        ran = results[i - 1]   # the case of the candidate as written ran first, and is in hand
+        return "decided without it" if ran.candidate_ok else None
+
+    (_, original, control), environment = _with_a_variant(unneeded)
+    assert asked == ["ORD001/control"]                    # asked of variants' cases only
+    assert original.candidate_ok and control.candidate is None and control.kanalyze_failure() is None
+    assert environment["not_needed"] == [{"gate": "ORD001", "case": "ORD001/control", "why": "decided without it"}]
+    assert all(c["variant"] == "original" for c in environment["case_seconds"])
+
+    (_, original, control), environment = _with_a_variant(lambda results, i: None)
+    assert original.candidate_ok and control.candidate_ok and "not_needed" not in environment
+    assert [c["variant"] for c in environment["case_seconds"]].count("control") == 1

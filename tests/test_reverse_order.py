@@ -294,3 +294,35 @@ def test_on_a_gpu_bits_that_change_with_one_poison_too_are_not_fresh_memorys() -
     verdict = RepeatedRuns().judge(GateContext(None, {"N": 4}, "cuda"), [
         _gpu_result("ORD002/poisoned-runs", varying), _gpu_result("ORD002/same-poison", varying)])
     assert verdict.status == "unconfirmed" and "runs with one poison for all differ as well" in verdict.summary
+
+
+def _unrun(case_id: str, variant: str):
+    """A case that has not run (yet, or at all): no candidate outcome."""
+    result = _gpu_result(case_id, SAME[:1], variant)
+    result.candidate = None
+    return result
+
+
+def test_on_a_gpu_the_control_runs_only_where_the_reversed_run_differs() -> None:
+    """The control tells the order's bits from a new process's; where the reversed run agreed with
+    the launches (the common case: refuted), or the launches differed already, its worker's case is
+    not run, and the verdict without it is the one the gate gives."""
+    from kanalyze.dynamic.gates.base import GateContext
+    from kanalyze.dynamic.gates.ord001_permuted_order import PermutedOrder
+
+    gate, ctx = PermutedOrder(), GateContext(None, {"N": 4}, "cuda", reversal=REVERSAL)
+    launches, control = _gpu_result("ORD001/runs", SAME), _unrun("ORD001/control", "control")
+    agreed = [launches, _gpu_result("ORD001/reversed", SAME[:1], "reversed"), control]
+    assert "refuted without it" in gate.unneeded(ctx, control.case, agreed)
+    assert _ord001(agreed).status == "refuted"                 # the final verdict, the control unrun
+    differed = [_gpu_result("ORD001/runs", SAME[:5] + OTHER_BITS * 5), _gpu_result("ORD001/reversed", SAME[:1],
+                                                                                   "reversed"), control]
+    assert "confirmed without it" in gate.unneeded(ctx, control.case, differed)
+    # Where the reversed run differs, only the control can say whether the order did it.
+    reversed_other = [launches, _gpu_result("ORD001/reversed", OTHER_BITS, "reversed"), control]
+    assert gate.unneeded(ctx, control.case, reversed_other) is None
+    # Before the launches and the reversed run have both run, nothing is decided: it runs.
+    assert gate.unneeded(ctx, control.case, [launches, _unrun("ORD001/reversed", "reversed"), control]) is None
+    assert gate.unneeded(ctx, control.case, [launches, control]) is None
+    # Every other case runs.
+    assert gate.unneeded(ctx, launches.case, agreed) is None

@@ -128,6 +128,7 @@ def run_gates(harness: Harness, codes: list[str], flags: dict[str, list[dict]] |
             sizes = plan.sizes
         contexts = {code: GateContext(harness, sizes, mode, flags.get(code, []), options.seed, promotion,
                                       None, cuda_cpp, reversal, plan) for code in codes}
+        session.unneeded = _unneeded(gates, contexts)
 
         def planned(code: str) -> list[Case]:
             return [c for c in gates[code].plan(contexts[code]) if c.variant == "original" or c.variant in variants]
@@ -302,6 +303,7 @@ def _later_session(harness: Harness, mode: str, limits: Limits, variants: dict[s
     codes = list(plan)
     wanted = {c.variant for cases in plan.values() for c in cases}
     session = Session(harness, mode, limits, {name: source for name, source in variants.items() if name in wanted})
+    session.unneeded = _unneeded(gates, contexts)
     try:
         results = session.execute([baseline] + [c for cases in plan.values() for c in cases])
         judging = time.perf_counter()
@@ -313,11 +315,23 @@ def _later_session(harness: Harness, mode: str, limits: Limits, variants: dict[s
         for step, value in seconds.items():
             environment["seconds"][step] = round(environment["seconds"].get(step, 0.0) + value, 3)
         environment["case_seconds"] = environment.get("case_seconds", []) + session.environment.get("case_seconds", [])
+        if session.environment.get("not_needed"):
+            environment["not_needed"] = environment.get("not_needed", []) + session.environment["not_needed"]
         for key, value in session.judges.account().items():
             account[key] = merge_account(key, account.get(key, 0), value)
     finally:
         session.close()
     return verdicts
+
+
+def _unneeded(gates: dict, contexts: dict):
+    """Session.unneeded: asks the gate of a case whether, from the results so far, it need not run."""
+    def unneeded(results: list[Result], i: int) -> str | None:
+        case = results[i].case
+        if case.gate not in gates or case.gate not in contexts:
+            return None
+        return gates[case.gate].unneeded(contexts[case.gate], case, results)
+    return unneeded
 
 
 def out_of_time(sessions: int, expected: float, left: float) -> str:

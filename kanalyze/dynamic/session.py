@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 
 from kanalyze.dynamic.accounts import describe_ready, durations
 from kanalyze.dynamic.ahead import SecondReference
@@ -106,6 +107,9 @@ class Session:
         # (a zygote's own start included); each worker's start in detail is `<role>_start_seconds`.
         self.seconds: dict[str, float] = {"start": round(time.perf_counter() - created, 3)}
         self.case_seconds: list[dict] = []   # each candidate case's own account: gate, case, seconds
+        # Asked of a variant's case before it runs: why it need not (its gate's `unneeded`), or None.
+        self.unneeded: Callable[[list[Result], int], str | None] | None = None
+        self.not_needed: list[dict] = []     # the cases that did not run for that reason
         zygote = zygote_client.started_since(mode, since)   # started for this session: its share of `start`
         for step, value in (zygote or {}).items():
             self.seconds[f"zygote.{step}"] = value
@@ -201,6 +205,8 @@ class Session:
                 self.seconds[f"{role}_ready"] = ready
         self.environment["seconds"] = dict(self.seconds)
         self.environment["case_seconds"] = list(self.case_seconds)
+        if self.not_needed:
+            self.environment["not_needed"] = list(self.not_needed)
         return results
 
     def _add_references(self, cases: list[Case], reference_cases: dict[str, dict], by_key: dict,
@@ -340,7 +346,8 @@ class Session:
         for variant, worker in list(self.candidates.items()):
             spec = self._specs.setdefault(variant, worker.spec if worker is not None else {})
             runnable = [(i, sealed(results[i], results)) for i in indices
-                        if results[i].case.variant == variant and results[i].reference_ok]
+                        if results[i].case.variant == variant and results[i].reference_ok
+                        and not self._not_needed(results, i)]
             if not runnable:
                 continue
 
@@ -367,6 +374,17 @@ class Session:
                                           "variant": variant, "seconds": round(sum(steps.values()), 3),
                                           "steps": steps})
         return time.perf_counter() - started - (reader.seconds - read_before)
+
+    def _not_needed(self, results: list[Result], i: int) -> bool:
+        """Whether the gate of a variant's case `i` says, from the results so far, that it need not
+        run (Gate.unneeded: ORD001's control once the reversed order agreed); said in the
+        environment's `not_needed`.  The candidate as written runs every case."""
+        if self.unneeded is None or results[i].case.variant == "original":
+            return False
+        why = self.unneeded(results, i)
+        if why:
+            self.not_needed.append({"gate": results[i].case.gate, "case": results[i].case.id, "why": why})
+        return bool(why)
 
     def _add_steps(self, role: str, outcome: Outcome) -> dict[str, float]:
         """A worker's own account of a case's steps (`seconds` in its result), summed per step as

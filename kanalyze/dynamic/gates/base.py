@@ -114,6 +114,12 @@ class Gate:
     def judge(self, ctx: GateContext, results: list[Result]) -> Verdict:
         raise NotImplementedError
 
+    def unneeded(self, ctx: GateContext, case: Case, results: list[Result]) -> str | None:
+        """Why `case` need not run, the session's results so far in hand (a case whose only use
+        is one that the cases already run have decided without it), or None: it runs.  A case
+        left unrun this way is no case lost: the gate's judge never asks for it."""
+        return None
+
     # ------------------------------------------------------------ helpers for judges
 
     def verdict(self, status: str, summary: str, cases=(), **details) -> Verdict:

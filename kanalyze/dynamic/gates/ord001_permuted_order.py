@@ -14,7 +14,9 @@ for reasons of its own (the algorithm cuDNN or cuBLAS picks follows the memory
 free there).  So a difference is the order's doing only where the reversed run
 launched one of the candidate's kernels (a Triton launch, a call into its CUDA
 C++ extension: extensions.py counts them) and a control, the candidate as
-written in a worker of its own, gave the launch order's bits.
+written in a worker of its own, gave the launch order's bits.  The control runs
+only where it can matter, once the reversed run's bits differ (`unneeded`):
+where the reversed order agreed, its case is left unrun.
 
 Power: a float sum's order shows only where at least three programs add to
 one address (0+a+b equals 0+b+a).  The interpreter counts them; where float
@@ -182,6 +184,26 @@ class PermutedOrder(Gate):
         power = f"; up to {most} programs add to one address" if most else "; no float atomics ran"
         return self.verdict(REFUTED, same + power, cases, atomic_programs=most)
 
+    def unneeded(self, ctx: GateContext, case, results: list[Result]) -> str | None:
+        """The control (the candidate as written, in a worker of its own) tells apart bits that the
+        reversed order changed from bits a new process changes; it needs to run only where the
+        reversed run's bits differ from the launch order's.  Where the launches and the reversed
+        run have run and the gate's verdict does not rest on it (they agreed: refuted; the
+        launches differed among themselves: confirmed; the reversed run failed or chose other
+        configs), it is not run: on a GPU its worker's case costs seconds a pair."""
+        if case.variant != "control":
+            return None
+        mine = [r for r in results if r.case.gate == self.code and r.case.variant in ("original", "reversed")]
+        if not any(r.case.variant == "reversed" for r in mine) or any(r.candidate is None for r in mine):
+            return None   # what it would be held to has not all run yet
+        try:
+            verdict = self.judge(ctx, mine)
+        except Exception:   # (a comparison the judge cannot make yet: it runs, as before)
+            return None
+        if verdict.details.get("control_needed"):
+            return None
+        return f"the gate's verdict does not rest on it: {verdict.status} without it"
+
     def _against_reversed(self, ctx: GateContext, original: Result, reversed_run: Result | None, same: str,
                           control: Result | None = None):
         """On a GPU, once the launches agreed: the verdict of the run in reverse program order."""
@@ -216,8 +238,11 @@ class PermutedOrder(Gate):
         said = f"return {found}" if isinstance(found, str) else _said(found)
         elsewhere = _not_the_order(first, theirs, control)
         if elsewhere:
+            # (without a control that ran, `unneeded` learns here that the control is needed)
+            unrun = control is None or control.candidate is None
             return self.verdict(UNCONFIRMED, f"the candidate's programs run in reverse order ({how}) and in launch "
-                                f"order {said}, but {elsewhere}", cases, reversal=ctx.reversal)
+                                f"order {said}, but {elsewhere}", cases, reversal=ctx.reversal,
+                                **({"control_needed": True} if unrun else {}))
         arrays = {f"run{first.index + 1}_output{i}": leaf.array for i, leaf in enumerate(first.outputs)}
         arrays.update({f"reversed_output{i}": leaf.array for i, leaf in enumerate(theirs.outputs)})
         arrays.update({f"input{i}": leaf.array for i, leaf in enumerate(original.inputs)})
