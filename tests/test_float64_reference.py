@@ -19,7 +19,7 @@ class OutOfMemoryOnce(torch.nn.Module):
     """Runs out of the device's memory on its first float64 call, as a real-size problem beside
     the judge's held arrays does."""
 
-    calls = [0]   # the class's: each try runs on a float64 copy of the model
+    calls = [0]   # the class's: counted across tries
 
     def forward(self, x):
         self.calls[0] += 1
@@ -136,3 +136,75 @@ def test_a_reference_forward_out_of_device_memory_runs_once_more_after_the_held_
     else:
         assert result["status"] == "ok" and result["output"]["dtypes"] == ["float32"], result
         assert result["output64"]["dtypes"] == ["float64"]
+
+
+class Mixed(torch.nn.Module):
+    """Parameters and buffers of several dtypes, as real models have (a half-precision layer, a
+    batch norm's float32 statistics and its integer count)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = torch.nn.Linear(64, 64)
+        self.offset = torch.nn.Parameter(torch.randn(64).half())
+        self.norm = torch.nn.BatchNorm1d(64)
+
+    def forward(self, x):
+        return self.norm(self.linear(x)) + self.offset.to(x.dtype)
+
+
+def _state(model) -> dict:
+    return {name: (tensor.dtype, tensor.detach().clone()) for name, tensor in model.state_dict().items()}
+
+
+def test_the_model_itself_runs_in_float64_and_gets_its_own_dtypes_and_values_back() -> None:
+    """No copy of the model: its floating parameters and buffers are float64 for the run and their
+    own dtypes after it, bit for bit (a running mean the float64 run moved excepted: the reference
+    worker restores state before each case), the same Parameter objects, no gradient left."""
+    model = Mixed().eval()
+    before, parameters = _state(model), [id(p) for p in model.parameters()]
+    x = torch.randn(8, 64)
+    result, arrays = {}, {}
+    float64_reference(model, [x], "cpu", None, result, arrays, "output64", "o_")
+    assert result["output64"]["dtypes"] == ["float64"], result
+    with torch.no_grad():   # the float64 computation, written out
+        expected = torch.nn.functional.batch_norm(
+            x.double() @ before["linear.weight"][1].double().T + before["linear.bias"][1].double(),
+            before["norm.running_mean"][1].double(), before["norm.running_var"][1].double(),
+            before["norm.weight"][1].double(), before["norm.bias"][1].double(), False, 0.1, 1e-5) \
+            + before["offset"][1].double()
+    got = torch.as_tensor(arrays["o_0"])
+    assert torch.allclose(got, expected, rtol=1e-12, atol=1e-12)   # float64's agreement, not float32's
+    with torch.no_grad():
+        assert not torch.allclose(model(x).double(), expected, rtol=1e-12, atol=1e-12)   # (float32 is further off)
+    after = _state(model)
+    assert {k: d for k, (d, _) in after.items()} == {k: d for k, (d, _) in before.items()}
+    assert all(torch.equal(after[k][1], before[k][1]) for k in before)
+    assert [id(p) for p in model.parameters()] == parameters and all(p.grad is None for p in model.parameters())
+
+
+def test_a_float64_run_that_fails_still_gives_the_model_its_dtypes_back() -> None:
+    class Failing(Mixed):
+        def forward(self, x):
+            assert self.linear.weight.dtype == torch.float64   # (it did run upcast)
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 12.00 GiB.")
+
+    model = Failing()
+    before = _state(model)
+    result = {}
+    float64_reference(model, [torch.randn(2, 64)], "cpu", None, result, {}, "output64", "o_")
+    assert "does not fit" in result["output64_error"]
+    assert {k: d for k, (d, _) in _state(model).items()} == {k: d for k, (d, _) in before.items()}
+
+
+def test_the_float64_gradients_leave_the_model_as_it_was() -> None:
+    from kanalyze.dynamic.gradients import reference_gradients
+
+    model = Mixed().train()
+    dtypes = {k: d for k, (d, _) in _state(model).items()}
+    result, arrays = {}, {}
+    reference_gradients(model, [torch.randn(8, 64)], 3, result, arrays)
+    assert "gradients64" in result and "parameter_gradients64" in result, result
+    assert set(result["parameter_gradients64"]["dtypes"]) == {"float64"}
+    assert {k: d for k, (d, _) in _state(model).items()} == dtypes
+    assert all(p.grad is None for p in model.parameters())

@@ -15,11 +15,10 @@ never reached one).  A candidate whose outputs carry no gradient
 
 from __future__ import annotations
 
-import copy
-
 import torch
 
 from kanalyze.dynamic.sandbox.device_share import put
+from kanalyze.dynamic.sandbox.float64 import upcast
 from kanalyze.dynamic.sandbox.transport import dtype_name
 
 
@@ -94,14 +93,15 @@ def reference_gradients(model, values: list, seed: int, result: dict, arrays: di
     finally:
         _parameters(model)   # no gradient left on the cached model for the next case
     try:
-        model64 = copy.deepcopy(model).to(torch.float64) if isinstance(model, torch.nn.Module) else model
-        parameters64 = _parameters(model64)
-        inputs64 = _differentiable(values, torch.float64)
-        with torch.enable_grad():
-            outputs64 = _floating_outputs(model64(*inputs64))
-            torch.autograd.backward(outputs64, [u.to(torch.float64) for u in upstream])
-        result["gradients64"] = _keep(_input_gradients(inputs64), "grad64_", arrays)
-        result["parameter_gradients64"] = _keep(_input_gradients([p for _, p in parameters64]), "pgrad64_", arrays)
+        with upcast(model) as model64:   # (the model itself in float64: no copy of it, sandbox/float64.py)
+            parameters64 = _parameters(model64)
+            inputs64 = _differentiable(values, torch.float64)
+            with torch.enable_grad():
+                outputs64 = _floating_outputs(model64(*inputs64))
+                torch.autograd.backward(outputs64, [u.to(torch.float64) for u in upstream])
+            result["gradients64"] = _keep(_input_gradients(inputs64), "grad64_", arrays)
+            result["parameter_gradients64"] = _keep(_input_gradients([p for _, p in parameters64]), "pgrad64_",
+                                                    arrays)
     except BaseException as exc:  # no float64 backward: the working-dtype reference stands alone
         result["gradients64_error"] = f"{type(exc).__name__}: {exc}"
 
