@@ -41,7 +41,7 @@ from kanalyze.dynamic import inputs as input_values
 from kanalyze.dynamic.cases import model_key, model_seed
 from kanalyze.dynamic.loading import Problem
 from kanalyze.dynamic.reductions import ReductionRecorder
-from kanalyze.dynamic.sandbox import delivery, held
+from kanalyze.dynamic.sandbox import delivery, held, model_state
 from kanalyze.dynamic.sandbox.dependence import ThroughZero
 from kanalyze.dynamic.sandbox.device_share import DeviceArrays
 from kanalyze.dynamic.sandbox.encoding import encode_list, encode_output
@@ -82,7 +82,7 @@ class ReferenceSide:
     def model(self, problem: Problem, case: dict):
         """(model on the device, init inputs, its key) for the case's sizes, dtype and seed; built
         once per key (cases.model_key: per init inputs where the problem's model reads its sizes
-        only through them), its initial parameters and buffers restored for every later case."""
+        only through them), given every later case as it was built (model_state.py)."""
         seed_all(model_seed(case))
         init_inputs = problem.init_inputs()
         key = model_key(case, None if problem.sized_model else init_inputs)
@@ -97,14 +97,13 @@ class ReferenceSide:
             model = timed_build(self.device, lambda: problem.model(init_inputs),
                                 lambda: seed_all(model_seed(case)), self.build_seconds)
             since = time.perf_counter()
-            state = ({k: v.detach().clone() for k, v in model.state_dict().items()}
-                     if isinstance(model, torch.nn.Module) else None)
+            self._models[key] = (model, init_inputs, model_state.initial(model))
             synchronize(self.device)
             lap(self.build_seconds, "model_clone", since)
-            self._models[key] = (model, init_inputs, state)
-        model, init_inputs, state = self._models[key]
-        if state:
-            model.load_state_dict(state)
+        model, init_inputs, kept = self._models[key]
+        if not model_state.restore(model, kept):
+            del self._models[key]   # its forward wrote into its own weights: built again, seeded alike
+            return self.model(problem, case)
         return model, init_inputs, key
 
     def inputs(self, problem: Problem, case: dict, seed: int) -> list:
@@ -316,7 +315,7 @@ class ReferenceSide:
             drawn: dict = {}
             if any(key.startswith("state") for key in wanted):   # the model's initial state
                 _, _, built = self.model(problem, case)
-                drawn.update((f"state{i}", v) for i, v in enumerate(self._models[built][2].values()))
+                drawn.update((f"state{i}", v) for i, v in enumerate(self._models[built][0].state_dict().values()))
             if any(key.startswith("in") for key in wanted):
                 drawn.update((f"in{i}", v) for i, v in enumerate(self._first_values(problem, case)))
             if any(key.startswith("second_") for key in wanted):
