@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from kanalyze.dynamic.sandbox.device_share import put
-from kanalyze.dynamic.sandbox.float64 import upcast
+from kanalyze.dynamic.sandbox.model_state import upcast
 from kanalyze.dynamic.sandbox.transport import dtype_name
 
 
@@ -93,7 +93,7 @@ def reference_gradients(model, values: list, seed: int, result: dict, arrays: di
     finally:
         _parameters(model)   # no gradient left on the cached model for the next case
     try:
-        with upcast(model) as model64:   # (the model itself in float64: no copy of it, sandbox/float64.py)
+        with upcast(model) as model64:   # (the model itself in float64: no copy of it, sandbox/model_state.py)
             parameters64 = _parameters(model64)
             inputs64 = _differentiable(values, torch.float64)
             with torch.enable_grad():

@@ -14,7 +14,7 @@
   worker.py         the worker's main loop: import the problem and candidate, serve cases
   execute.py        one case in a worker: the candidate side, and what both sides share
   reference_side.py ... the reference side: model, inputs, float64 reference, withheld outputs
-  model_state.py    ... a built model given to every case as built (its buffers; no copy of its weights)
+  model_state.py    ... a built model given to every case as built, and upcast for a float64 run (no copies)
   float64.py        ... the float64 run, on the model itself upcast
   encoding.py       ... a case's values described and rebuilt across the two sides
   device_share.py   a candidate's device tensors to the reference worker through CUDA IPC

@@ -10,12 +10,11 @@ no float64 reference, and the gates that need one say why.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
 from kanalyze.dynamic.sandbox.encoding import encode_output
 from kanalyze.dynamic.sandbox.execute import describe_error, synchronize
+from kanalyze.dynamic.sandbox.model_state import upcast
 from kanalyze.dynamic.sandbox.store import with_room
 
 
@@ -32,35 +31,6 @@ def float64_reference(model, values: list, device: str, store, result: dict, arr
                                    f"({describe_error(exc)[:200]})")
     except BaseException as exc:
         result[f"{name}_error"] = describe_error(exc)
-
-
-@contextlib.contextmanager
-def upcast(model):
-    """The model itself with its floating parameters and buffers in float64, for the block; each
-    back to its own dtype after it.  No copy of the model is made: a copy to convert held one more
-    model's worth of the device beside the working one (a 32768 x 65536 `nn.Linear` at a size
-    CMP003 tries: 8 GiB more, past what an H100 had left).  The way back is exact (float64 holds
-    every float32, float16 and bfloat16 value), so the working model's values are its own again.
-    A buffer the float64 run changed (a running mean in training mode) keeps that change: the
-    reference worker restores the model's state before each case (reference_side.py)."""
-    if not isinstance(model, torch.nn.Module):
-        yield model
-        return
-    owned = [(module, name, tensor.dtype) for module in model.modules()
-             for table in (module._parameters, module._buffers) for name, tensor in table.items()
-             if tensor is not None and tensor.is_floating_point()]
-    try:
-        model.to(torch.float64)
-        yield model
-    finally:
-        with torch.no_grad():
-            for module, name, dtype in owned:
-                if name in module._parameters:
-                    parameter = module._parameters[name]
-                    parameter.grad = None   # (a float64 backward's, gradients.py: never the working model's)
-                    parameter.data = parameter.data.to(dtype)
-                else:
-                    module._buffers[name] = module._buffers[name].to(dtype)
 
 
 def _run(model, values: list, device: str, arrays: dict, prefix: str) -> dict:

@@ -1,5 +1,6 @@
-"""What the reference worker keeps of a built model to give every case the model as it was built
-(reference_side.py; imports torch).
+"""A reference model's state across a case (worker side; imports torch): what the reference worker
+keeps of a built model to give every case the model as it was built (reference_side.py), and the
+model itself in float64 for a float64 run (`upcast`: float64.py, gradients.py).
 
 A forward may change a model's buffers (a batch norm's running statistics in training mode);
 it does not change its parameters, which only an optimizer or an in-place write of the
@@ -11,6 +12,8 @@ built again.  A copy of the parameters was one more model's worth of the device 
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -35,3 +38,32 @@ def restore(model, kept: tuple[dict, dict] | None) -> bool:
         return False
     model.load_state_dict(buffers, strict=False)
     return True
+
+
+@contextlib.contextmanager
+def upcast(model):
+    """The model itself with its floating parameters and buffers in float64, for the block; each
+    back to its own dtype after it.  No copy of the model is made: a copy to convert held one more
+    model's worth of the device beside the working one (a 32768 x 65536 `nn.Linear` at a size
+    CMP003 tries: 8 GiB more, past what an H100 had left).  The way back is exact (float64 holds
+    every float32, float16 and bfloat16 value), so the working model's values are its own again.
+    A buffer the float64 run changed (a running mean in training mode) keeps that change: the
+    reference worker restores the model's state before each case (reference_side.py)."""
+    if not isinstance(model, torch.nn.Module):
+        yield model
+        return
+    owned = [(module, name, tensor.dtype) for module in model.modules()
+             for table in (module._parameters, module._buffers) for name, tensor in table.items()
+             if tensor is not None and tensor.is_floating_point()]
+    try:
+        model.to(torch.float64)
+        yield model
+    finally:
+        with torch.no_grad():
+            for module, name, dtype in owned:
+                if name in module._parameters:
+                    parameter = module._parameters[name]
+                    parameter.grad = None   # (a float64 backward's, gradients.py: never the working model's)
+                    parameter.data = parameter.data.to(dtype)
+                else:
+                    module._buffers[name] = module._buffers[name].to(dtype)
