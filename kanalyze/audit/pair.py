@@ -85,9 +85,10 @@ def gate_codes(gates, static: list[dict]) -> list[str]:
 
 def run_gates_of(spec: dict, static: list[dict], codes: list[str], seconds: float | None = None,
                  cut: float | None = None) -> tuple[dict[str, dict], dict | None, dict, list]:
-    """The verdicts by code, the baseline's outcome, where the time went ({"steps", "by_gate"}), and the protections
-    the candidate's workers ran without.  `seconds`: the time the gates have (runner.Options
-    `deadline`), or None; `cut`: the time after which no case runs on (runner.Options `until`)."""
+    """The verdicts by code, the baseline's outcome, where the time went ({"steps", "by_gate",
+    "slowest"}), and the protections the candidate's workers ran without.  `seconds`: the time
+    the gates have (runner.Options `deadline`), or None; `cut`: the time after which no case
+    runs on (runner.Options `until`)."""
     from kanalyze.dynamic import witness as witnesses
     from kanalyze.dynamic.containment import gaps
     from kanalyze.dynamic.harness import NoHarness, find_harness
