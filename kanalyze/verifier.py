@@ -166,7 +166,7 @@ class Verifier:
         allclose = Allclose(raw["allclose"]["verdict"], raw["allclose"]["detail"])
         outcome, reason = _outcome(clauses, allclose, raw.get("baseline"))
         seconds = {"check": round(checked, 3),
-                   **{k: v for k, v in raw["seconds"].items() if k not in ("steps", "by_gate", "slowest")},
+                   **{k: v for k, v in raw["seconds"].items() if isinstance(v, (int, float))},   # (not the accounts)
                    "total": round(time.monotonic() - started, 3)}
         contained = tuple(dict.fromkeys([*(raw.get("contained") or []), *(raw["allclose"].get("contained") or [])]))
         return VerifyResult(outcome == PASSED, outcome, reason, clauses, allclose, seconds, references, path,

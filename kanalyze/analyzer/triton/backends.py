@@ -56,7 +56,6 @@ class Backend:
     """A module's accelerator other than an NVIDIA GPU, and what its default fp32 `tl.dot` is."""
     accelerator: str   # "an Ascend NPU", "a Kunlunxin XPU"
     dot_fp32: str      # "ieee" (no TF32 unless asked) or "unknown" (the vendor's Triton decides)
-    why: str           # "it lives in the backend folder `_kunlunxin/`"
 
 
 def ascend_module(model: TritonModule) -> str | None:
@@ -76,18 +75,16 @@ def ascend_module(model: TritonModule) -> str | None:
 def module_backend(model: TritonModule) -> Backend | None:
     """The accelerator other than an NVIDIA GPU this module is written for, or None (NVIDIA's,
     or nothing in the module says)."""
-    ascend = ascend_module(model)
-    if ascend is not None:
-        return Backend("an Ascend NPU", "ieee", ascend)
+    if ascend_module(model) is not None:
+        return Backend("an Ascend NPU", "ieee")
     folders = PurePath(model.path.replace("\\", "/")).parts[:-1]
     calls = [site.qualname or "" for site in model.calls]
     for accelerator, dot_fp32, words, extension, device in _VENDORS:
         for parent, folder in zip(("",) + folders, folders):
             name = folder.lower()
             if name.lstrip("_") in words and (name.startswith("_") or parent.lower() in _BACKEND_FOLDERS):
-                return Backend(accelerator, dot_fp32, f"it lives in the backend folder `{folder}/`")
-        if extension and any(q.split(".")[0] == extension for q in model.imports.aliases.values()):
-            return Backend(accelerator, dot_fp32, f"it imports `{extension}`")
-        if device and any(q.startswith(device) for q in calls):
-            return Backend(accelerator, dot_fp32, f"it calls `{device[:-1]}`")
+                return Backend(accelerator, dot_fp32)
+        if (extension and any(q.split(".")[0] == extension for q in model.imports.aliases.values())) \
+                or (device and any(q.startswith(device) for q in calls)):
+            return Backend(accelerator, dot_fp32)
     return None
