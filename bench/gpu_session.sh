@@ -20,7 +20,8 @@
 #                               running at the limit are written, not lost; PAIR_TIMEOUT=SECONDS
 #                               (default 240) is each pair's limit, JOBS=N (default 4) the pairs at once;
 #                               a journal folder with no journal yet starts from SEED (default the
-#                               repository's bench/corpus/gpu-journal/results.jsonl; SEED= for none)
+#                               repository's bench/corpus/gpu-journal/results.jsonl; SEED= for none);
+#                               AUDIT_GATES=all|targeted|CODES (default all) the gates each pair runs
 #   pair:MANIFEST[:300]         bench/gpu_pair.py over MANIFEST's pairs, one at a time in one process,
 #                               each step of the session said as it happens (GATES=CMP001,... default CMP001):
 #                               for a pair the audit reported oddly (a worker that ended, a job unanswered)
@@ -82,7 +83,7 @@ for step in "$@"; do
         # No pair starts in its last PAIR_TIMEOUT + 10 s: the running ones end and are written before the limit.
         limit=${seconds:-300} pair=${PAIR_TIMEOUT:-240}
         timeout "$limit" python3 -m kanalyze audit --manifest "$manifest" --output "$journal" \
-            --device cuda --jobs "${JOBS:-4}" --pair-timeout "$pair" --stop-after $(( limit > pair + 60 ? limit - pair - 10 : 50 )) -q \
+            --device cuda --gates "${AUDIT_GATES:-all}" --jobs "${JOBS:-4}" --pair-timeout "$pair" --stop-after $(( limit > pair + 60 ? limit - pair - 10 : 50 )) -q \
             > "$OUT/audit.log" 2>&1
         cp "$journal/results.jsonl" "$OUT/results.jsonl" 2>/dev/null
         tail -30 "$OUT/audit.log" ;;
