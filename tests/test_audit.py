@@ -119,10 +119,16 @@ def test_audit_over_a_manifest_gives_the_expected_verdicts(uninterrupted) -> Non
         # inputs, which they share), and their seconds
         by_gate = record["seconds"]["by_gate"]
         assert set(by_gate) <= {"baseline", *GATES.split(",")} and "baseline" in by_gate, by_gate
-        assert all(cases >= 1 and seconds >= 0 for cases, seconds in by_gate.values()), by_gate
+        assert all(cases >= 1 and seconds >= 0 for cases, seconds, _ in by_gate.values()), by_gate
+        # from kanalyze's side a case takes at least what its worker says it took (clocks apart)
+        assert all(wall >= seconds - 0.05 for _, seconds, wall in by_gate.values()), by_gate
         slowest = record["seconds"]["slowest"]   # the slowest cases, each with its worker's steps
         assert slowest and {c["gate"] or "baseline" for c in slowest} <= set(by_gate), slowest
         assert all(c["seconds"] == pytest.approx(sum(c["steps"].values()), abs=0.01) for c in slowest), slowest
+        # slowest first from kanalyze's side (None: a case that never answered, as a worker that died)
+        walls = [c["seconds"] if c["wall"] is None else c["wall"] for c in slowest]
+        assert walls == sorted(walls, reverse=True), slowest
+        assert any(isinstance(c["wall"], float) for r in records for c in r.get("seconds", {}).get("slowest", []))
     plant = next(r for r in records if r["candidate"].endswith(CONTROLS["MEM002"]["plant"]))
     assert plant["verdicts"]["MEM002"]["static_flag"] is True       # the static pass flagged it first
     assert Path(plant["verdicts"]["MEM002"]["witness"]).is_file()

@@ -403,3 +403,23 @@ def test_what_a_candidate_printed_reaches_the_terminal_escaped() -> None:
     text = render_text(summarize(records))
     assert "\x1b" not in text and "\u202e" not in text
     assert "\\x1b[2J" in text and "\\u202e" in text
+
+
+def test_kanalyze_s_time_over_the_check_s_is_a_median_of_pair_ratios() -> None:
+    def timed(identifier, gates, check, language, verdicts, allclose="PASS"):
+        return _pair(identifier, verdicts, allclose, metadata={"language": language},
+                     seconds={"static": 1.0, "gates": gates, "allclose": check})
+    crashed = {"CMP001": _verdict("confirmed"), "ORD001": _verdict("unconfirmed")}   # the baseline failed: skipped
+    ran = {"CMP001": _verdict("refuted"), "ORD001": _verdict("refuted")}
+    records = [timed("a", 1.0, 2.0, "triton", crashed),     # 1.0×
+               timed("b", 9.0, 2.0, "triton", ran),         # 5.0×
+               timed("c", 29.0, 3.0, "cuda", ran),          # 10.0×
+               timed("d", 99.0, 1.0, "cuda", ran, allclose="TIMEOUT"),   # no check verdict: left out
+               timed("e", 3.0, 0.0, "triton", ran)]         # a check of no time: left out
+    against = summarize(records)["against_check"]
+    assert against == {"pairs": 3, "median": 5.0, "gates_ran": {"pairs": 2, "median": 7.5},
+                       "by_language": {"cuda": {"pairs": 1, "median": 10.0}, "triton": {"pairs": 2, "median": 3.0}}}
+    text = render_text(summarize(records))
+    assert "pair by pair: median 5.00× (3 pairs)" in text and "7.50× where the gates ran" in text
+    assert "cuda 10.00× (1), triton 3.00× (2)" in text and all(len(line) <= WIDTH for line in text.splitlines())
+    assert "over KernelBench's check" not in render_text(summarize([]))   # nothing to say without pairs

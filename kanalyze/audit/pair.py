@@ -18,9 +18,10 @@ static pass's selection), "ir" (the compiled code too)}.  The result (plain JSON
     contained  the protections the gates' candidate workers ran without (containment.gaps;
                empty when every one held, or no candidate worker ran)
     seconds    {"static", "gates", "allclose", "steps": where the gates' time went (runner.py),
-               "by_gate": {code: [cases, seconds]}: the candidate's cases of each gate and their time,
+               "by_gate": {code: [cases, seconds, wall]}: the candidate's cases of each gate and their
+               time, by their workers' account and from kanalyze's side (by_gate),
                "slowest": the candidate's slowest cases, each {"gate", "case", "variant", "seconds",
-               "steps": its worker's own account, step by step}}
+               "wall", "steps": its worker's own account, step by step}}
 
 `run_pair` is also kanalyze.verifier's per-candidate call (in that process, with
 `"overlap_allclose": True`): one code path for the audit and the Verifier.
@@ -136,20 +137,29 @@ def run_gates_of(spec: dict, static: list[dict], codes: list[str], seconds: floa
                                       else None}
     cases = gate_run.environment.get("case_seconds", [])
     timing = {"steps": gate_run.environment.get("seconds", {}), "by_gate": by_gate(cases),
-              "slowest": sorted(cases, key=lambda c: -c["seconds"])[:SLOWEST]}
+              "slowest": sorted(cases, key=lambda c: -_wall(c))[:SLOWEST]}
     return verdicts, gate_run.baseline, timing, gaps(gate_run.environment.get("candidate_confinement"))
 
 
 def by_gate(case_seconds: list[dict]) -> dict[str, list]:
-    """The candidate's cases of each gate, counted, with the seconds they took: {code: [cases, seconds]}
-    (a gate's variants, as the reversed programs of ORD001, count in its cases; the problem's own
-    inputs, which every gate shares, are "baseline")."""
+    """The candidate's cases of each gate, counted, with the seconds they took by their workers'
+    account and from kanalyze's side: {code: [cases, seconds, wall]} (a gate's variants, as the
+    reversed programs of ORD001, count in its cases; the problem's own inputs, which every gate
+    shares, are "baseline").  `wall` holds what `seconds` leaves out: a worker's start before its
+    first case (a CUDA C++ build at import), the hand-over around each case."""
     totals: dict[str, list] = {}
     for case in case_seconds:
-        total = totals.setdefault(case["gate"] or "baseline", [0, 0.0])
+        total = totals.setdefault(case["gate"] or "baseline", [0, 0.0, 0.0])
         total[0] += 1
         total[1] = round(total[1] + case["seconds"], 3)
+        total[2] = round(total[2] + _wall(case), 3)
     return totals
+
+
+def _wall(case: dict) -> float:
+    """A case's seconds from kanalyze's side, or its worker's own where that side has none."""
+    wall = case.get("wall")
+    return wall if isinstance(wall, (int, float)) else case["seconds"]
 
 
 def allclose_of(spec: dict, seconds: float) -> dict:

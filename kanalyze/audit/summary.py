@@ -19,6 +19,7 @@ summary") documents every key; in short:
     static                      per clause and in all: the static pass's flags against the
                                 gates' verdicts (predicted, missed, false alarms, recall, precision)
     seconds_per_pair            the pairs' wall time (median, p90, max) and its phases
+    against_check               kanalyze's time over KernelBench's check's, pair by pair (medians)
     kanalyze_failed / _failures pairs kanalyze itself failed on, with why
 """
 
@@ -197,6 +198,30 @@ def _seconds(pairs: list[dict]) -> dict:
     return {"pairs": len(wall), **_spread(wall), "total": round(sum(wall), 3), "phases": phases}
 
 
+def _against_check(pairs: list[dict]) -> dict:
+    """Pair by pair, the static pass and the gates' seconds over KernelBench's check's (the check
+    gave a verdict), as medians: over every such pair; over those whose gates ran past the problem's
+    own inputs (a verdict decided besides CMP001: a candidate that fails there skips the rest, at
+    little cost); and per language (a CUDA C++ candidate's check loads the extension its gates built)."""
+    rows = []
+    for record in pairs:
+        seconds = record.get("seconds") if isinstance(record.get("seconds"), dict) else {}
+        if _allclose(record) not in (ACCEPTED, *REJECTED) or not all(
+                _number(seconds.get(phase)) for phase in PHASES) or seconds["allclose"] <= 0:
+            continue
+        ran = any(v.get("status") in ("confirmed", "refuted") for code, v in record.get("verdicts", {}).items()
+                  if code != "CMP001")
+        language = (record.get("metadata") or {}).get("language") or "unknown"
+        rows.append(((seconds["static"] + seconds["gates"]) / seconds["allclose"], ran, str(language)))
+
+    def median(ratios: list[float]) -> dict:
+        return {"pairs": len(ratios), "median": round(statistics.median(ratios), 2) if ratios else None}
+
+    return {**median([r for r, _, _ in rows]), "gates_ran": median([r for r, ran, _ in rows if ran]),
+            "by_language": {lang: median([r for r, _, other in rows if other == lang])
+                            for lang in sorted({lang for _, _, lang in rows})}}
+
+
 def _baselines(pairs: list[dict]) -> dict:
     """How many pairs' candidates passed, failed or left undecided the problem's own inputs
     (the baseline every gate run starts with; pair.py), and how many never got there."""
@@ -258,6 +283,7 @@ def summarize(records: list[dict]) -> dict:
         "differential": _differential(pairs),
         "static": _static(pairs),
         "seconds_per_pair": _seconds(pairs),
+        "against_check": _against_check(pairs),
         "retried_alone": sum("retried" in r for r in pairs),   # ran short beside others (executor.py)
         "out_of_time": _out_of_time(pairs),
         "containment": _containment(pairs),

@@ -123,6 +123,21 @@ def _time(time: dict) -> list[str]:
     return lines
 
 
+def _against_check(against: dict) -> list[str]:
+    """kanalyze's time over the check's, where any pair has both."""
+    if not against["pairs"]:
+        return []
+    ran = against["gates_ran"]
+    languages = ", ".join(f"{lang} {_times(m['median'])} ({m['pairs']})" for lang, m in against["by_language"].items())
+    return [f"kanalyze's time over KernelBench's check's, pair by pair: median {_times(against['median'])} "
+            f"({against['pairs']} pairs)",
+            f"  {_times(ran['median'])} where the gates ran past the baseline ({ran['pairs']}); {languages}"]
+
+
+def _times(ratio) -> str:
+    return "n/a" if ratio is None else f"{ratio:.2f}×"
+
+
 def _containment(containment: dict) -> list[str]:
     """Said only where a candidate ran with less than the full cage, and then once per gap."""
     if not containment["pairs"]:
@@ -138,7 +153,7 @@ def render_text(summary: dict) -> str:
     lines += _differential(summary["differential"])
     if summary["static"]["clauses"]:
         lines += ["", *_static_table(summary["static"])]
-    lines += ["", *_time(summary["seconds_per_pair"])]
+    lines += ["", *_time(summary["seconds_per_pair"]), *_against_check(summary["against_check"])]
     if summary["retried_alone"]:
         lines.append(f"{summary['retried_alone']} pairs ran short of memory, disk or time beside others and ran again alone")
     late = summary.get("out_of_time") or {}

@@ -256,7 +256,7 @@ def _run_account(environment: dict) -> dict:
     if environment.get("sessions"):
         account["sessions"] = environment["sessions"]
     if environment.get("case_seconds"):
-        account["case_seconds"] = sorted(environment["case_seconds"], key=lambda c: -c["seconds"])[:12]
+        account["case_seconds"] = sorted(environment["case_seconds"], key=lambda c: -(c.get("wall") or c["seconds"]))[:12]
     if environment.get("judge"):
         account["judge"] = environment["judge"]
     return account

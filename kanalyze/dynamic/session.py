@@ -106,7 +106,9 @@ class Session:
         # Where the run's time went (the environment's `seconds`): `start` is the workers' launch
         # (a zygote's own start included); each worker's start in detail is `<role>_start_seconds`.
         self.seconds: dict[str, float] = {"start": round(time.perf_counter() - created, 3)}
-        self.case_seconds: list[dict] = []   # each candidate case's own account: gate, case, seconds
+        # Each candidate case's account: gate, case, variant, `seconds` (its worker's own steps), `wall`
+        # (this side's, from the case before it or the run's start: a worker's start included).
+        self.case_seconds: list[dict] = []
         # Asked of a variant's case before it runs: why it need not (its gate's `unneeded`), or None.
         self.unneeded: Callable[[list[Result], int], str | None] | None = None
         self.not_needed: list[dict] = []     # the cases that did not run for that reason
@@ -356,9 +358,15 @@ class Session:
                 return {"references": {str(i): {"meta": results[i].reference.meta,
                                                 "arrays": results[i].reference.inputs} for i in chosen}}
 
-            def ended(i, outcome, results=results, variant=variant):
+            clock, walls = {"since": time.perf_counter()}, {}   # (None: a case cut, or that never answered)
+
+            def ended(i, outcome, results=results, variant=variant, clock=clock, walls=walls):
                 PROGRESS.info("the candidate's case %s (%s) ended", results[i].case.id, variant)
-                return reader.read(i, outcome)
+                walls[i] = round(time.perf_counter() - clock["since"], 3)
+                try:
+                    return reader.read(i, outcome)
+                finally:
+                    clock["since"] = time.perf_counter()
 
             outcomes, ready, worker = run_cases("candidate", self.mode, spec, runnable, self.limits, self.root,
                                                 job_extra=references, first_worker=worker, keep=True,
@@ -372,7 +380,7 @@ class Session:
                 steps = self._add_steps("candidate", outcome)
                 self.case_seconds.append({"gate": results[i].case.gate, "case": results[i].case.id,
                                           "variant": variant, "seconds": round(sum(steps.values()), 3),
-                                          "steps": steps})
+                                          "wall": walls.get(i), "steps": steps})
         return time.perf_counter() - started - (reader.seconds - read_before)
 
     def _not_needed(self, results: list[Result], i: int) -> bool:
