@@ -134,3 +134,22 @@ def test_a_real_candidate_worker_still_importing_when_the_time_comes_is_stopped(
         assert time.perf_counter() - started < 20
     finally:
         remove_scratch_root(scratch)
+
+
+def test_each_case_s_wall_is_its_own_the_reading_of_the_case_before_left_out(monkeypatch) -> None:
+    """`walls`: from the end of the case before (its reading by `on_case` done) to the case's own end,
+    also for a case cut at its time limit; the session's account of where a pair's time went."""
+    _Worker.started, _Worker.waits = [], []
+    monkeypatch.setattr(dispatch, "Worker", _Worker)
+    monkeypatch.setattr(dispatch, "_read_case", lambda scratch, index, now: Outcome("done", meta={"status": "ok"}))
+    walls: dict = {}
+
+    def slow_reading(index, outcome):
+        time.sleep(0.4)
+        return outcome
+
+    outcomes, _, _ = dispatch.run_cases("candidate", "cpu", {}, [(0, {}), (1, {})], Limits(case_seconds=0.2), "/tmp",
+                                        on_case=slow_reading, walls=walls)
+    assert outcomes[1].status == "timeout" and set(walls) == {0, 1}
+    assert walls[0] < 0.1                       # answered at once; its reading (0.4 s) is no one's wall
+    assert 0.2 <= walls[1] < 0.35, walls        # its own wait for an answer, cut at its 0.2 s

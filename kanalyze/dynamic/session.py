@@ -347,6 +347,7 @@ class Session:
         started, read_before = time.perf_counter(), reader.seconds
         for variant, worker in list(self.candidates.items()):
             spec = self._specs.setdefault(variant, worker.spec if worker is not None else {})
+            walls: dict[int, float] = {}   # (none for a case never started: the time limit's)
             runnable = [(i, sealed(results[i], results)) for i in indices
                         if results[i].case.variant == variant and results[i].reference_ok
                         and not self._not_needed(results, i)]
@@ -358,19 +359,13 @@ class Session:
                 return {"references": {str(i): {"meta": results[i].reference.meta,
                                                 "arrays": results[i].reference.inputs} for i in chosen}}
 
-            clock, walls = {"since": time.perf_counter()}, {}   # (None: a case cut, or that never answered)
-
-            def ended(i, outcome, results=results, variant=variant, clock=clock, walls=walls):
+            def ended(i, outcome, results=results, variant=variant):
                 PROGRESS.info("the candidate's case %s (%s) ended", results[i].case.id, variant)
-                walls[i] = round(time.perf_counter() - clock["since"], 3)
-                try:
-                    return reader.read(i, outcome)
-                finally:
-                    clock["since"] = time.perf_counter()
+                return reader.read(i, outcome)
 
             outcomes, ready, worker = run_cases("candidate", self.mode, spec, runnable, self.limits, self.root,
                                                 job_extra=references, first_worker=worker, keep=True,
-                                                on_case=ended, on_inputs=lambda i, what, handles, results=results:
+                                                walls=walls, on_case=ended, on_inputs=lambda i, what, handles, results=results:
                                                 reader.deliver(i, results[i].reference.meta, what, handles))
             self.candidates[variant] = worker   # None where it ended: the next call starts another
             if variant == "original" and ready:

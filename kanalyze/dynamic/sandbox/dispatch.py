@@ -33,7 +33,7 @@ TIME_LIMIT = "not run: the time limit"
 def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], limits: Limits,
               scratch_root: str, job_extra=None, first_worker: Worker | None = None,
               keep: bool = False, on_case=None, on_inputs=None,
-              stop=None) -> tuple[dict[int, Outcome], dict, Worker | None]:
+              stop=None, walls: dict | None = None) -> tuple[dict[int, Outcome], dict, Worker | None]:
     """Run every case through workers of `role`; one `Outcome` per case index.
 
     `job_extra(indices)` adds fields to the job (the candidate side's references).
@@ -43,7 +43,9 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
     `on_inputs(index, what, handles)` answers a candidate's worker that asks for a case's
     inputs or its model's state (delivery.py), with the reply to send it.
     `stop` (a threading.Event, for a caller on another thread: ahead.py) ends the run before
-    its next worker: the cases left are `not-started`.
+    its next worker: the cases left are `not-started`.  `walls`, where given, gets each case's
+    seconds from this side: from the end of the case before it (or the call) to its own end, a
+    worker's start included, `on_case`'s reading left out.
     Returns the outcomes, the first worker's `ready` message (versions,
     confinement), and with `keep` the last worker if it is still alive (the
     caller closes it), else None.
@@ -54,6 +56,12 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
     ready: dict = {}
     worker = first_worker
     done_here: list[int] = []   # the cases the current worker ran: what it withheld ends with it
+    clock = [time.perf_counter()]
+    walls = {} if walls is None else walls
+
+    def ended(index: int) -> None:   # (its wall: the next case's begins now)
+        now = time.perf_counter()
+        walls[index], clock[0] = round(now - clock[0], 3), now
     while pending:
         if stop is not None and stop.is_set():
             if worker is not None:
@@ -103,6 +111,7 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
                     return _out_of_time(outcomes, pending), ready, None
                 if event is None:
                     index = pending.pop(0)
+                    ended(index)
                     blame, at = worker.phase, stacks.where(worker)   # (where a reference worker was)
                     worker.kill()
                     # (which reference: cases of several gates may share one)
@@ -119,9 +128,11 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
                     index = event.get("index")
                     if index not in pending:
                         raise ProtocolViolation(f"a result for case {index!r}, which was not asked for")
+                    ended(index)
                     outcomes[index] = _read_case(worker.scratch, index, now=role == "candidate")
                     if on_case is not None:
                         outcomes[index] = on_case(index, outcomes[index])
+                    clock[0] = time.perf_counter()
                     pending.remove(index)
                     done_here.append(index)
                     if stop is not None and stop.is_set() and pending:   # the caller is gone
@@ -152,10 +163,12 @@ def run_cases(role: str, mode: str, spec: dict, cases: list[tuple[int, dict]], l
                 worker.close()
                 return _fill(outcomes, pending), ready, None
             index = pending.pop(0)
+            ended(index)
             outcomes[index] = Outcome("crashed", detail=str(exc), output=worker.output(), blame=worker.phase)
             restart = True
         except ProtocolViolation as exc:
             index = pending.pop(0)
+            ended(index)
             worker.kill()
             lose_what_it_held(outcomes, done_here, role, f"it was stopped: {exc}")
             outcomes[index] = Outcome("violation", detail=str(exc), output=worker.output(), blame="candidate")
