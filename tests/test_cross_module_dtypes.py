@@ -11,7 +11,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from test_project_index import by_row, config_for, tree_expectations
+from test_project_index import by_row, check_tree, config_for
 
 from kanalyze.analyzer.project_index import ProjectIndex
 from kanalyze.check import run_static
@@ -21,15 +21,7 @@ PACKAGE = ROOT / "fixtures" / "triton" / "cross_module_dtypes"
 
 
 def test_the_package_checked_as_a_tree_meets_its_tree_expectations() -> None:
-    result = run_static([str(PACKAGE)], config_for(PACKAGE), use_cache=False, jobs=1)
-    checked = 0
-    for path in sorted(PACKAGE.rglob("*.py")):
-        expected, forbidden = tree_expectations(path.read_text(encoding="utf-8"))
-        found = by_row(result.findings, path)
-        assert not expected - found.keys(), f"{path.name}: expected, did not fire: {sorted(expected - found.keys())}"
-        assert not forbidden & found.keys(), f"{path.name}: fired: {[(k, found[k]) for k in forbidden & found.keys()]}"
-        assert not found.keys() - expected, f"{path.name}: unexpected: {[(k, found[k]) for k in found.keys() - expected]}"
-        checked += len(expected | forbidden)
+    result, checked = check_tree(PACKAGE)
     assert checked >= 2
 
 
@@ -113,6 +105,7 @@ def test_a_check_that_does_not_select_prc001_skips_the_callers_step(monkeypatch)
         raise AssertionError("the callers' step ran for a check that does not select PRC001")
 
     monkeypatch.setattr(project_index, "passed_to_launchers", refuse)
+    monkeypatch.setattr(project_index, "passed_to_kernels", refuse)  # the kernels' launches: the same
     config = load_config([str(PACKAGE)], isolated=True, select=["ORD001", "RES001"])
     result = run_static([str(PACKAGE)], config, use_cache=False, jobs=1)
     assert not [f for f in result.findings if f.code.startswith("KAN")], result.findings

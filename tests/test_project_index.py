@@ -53,18 +53,25 @@ def config_for(path: Path):
     return load_config([str(path)], isolated=True, select=["ALL"])
 
 
-# --------------------------------------------------------------- the fixture package
-
-def test_the_package_checked_as_a_tree_meets_its_tree_expectations() -> None:
-    result = run_static([str(PACKAGE)], config_for(PACKAGE), use_cache=False, jobs=1)
+def check_tree(package: Path):
+    """The package checked as a tree, each file's findings held to its tree expectations (every
+    expected one fires, no other does); (the result, how many expectations were checked)."""
+    result = run_static([str(package)], config_for(package), use_cache=False, jobs=1)
     checked = 0
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(package.rglob("*.py")):
         expected, forbidden = tree_expectations(path.read_text(encoding="utf-8"))
         found = by_row(result.findings, path)
         assert not expected - found.keys(), f"{path.name}: expected, did not fire: {sorted(expected - found.keys())}"
         assert not forbidden & found.keys(), f"{path.name}: fired: {[(k, found[k]) for k in forbidden & found.keys()]}"
         assert not found.keys() - expected, f"{path.name}: unexpected: {[(k, found[k]) for k in found.keys() - expected]}"
         checked += len(expected | forbidden)
+    return result, checked
+
+
+# --------------------------------------------------------------- the fixture package
+
+def test_the_package_checked_as_a_tree_meets_its_tree_expectations() -> None:
+    result, checked = check_tree(PACKAGE)
     assert checked >= 8
 
 

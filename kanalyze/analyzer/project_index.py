@@ -34,11 +34,15 @@ model as `model.settings["linked"]` (`linked_of`) and keys its cache entry by it
 
 A `Linked` also carries, for a module that launches kernels from top-level host
 functions that other checked modules call (`from .kernels import fwd; fwd(q, k)`),
-the dtypes those calls pass per parameter (`passed`, cross_callers.py): the
-callers' dtype checks reach the kernel's operands (PRC001, through host_dtypes.py).
-That step reads each calling file's dtype evidence with LibCST, and costs more: on
-fla's whole tree (40 calling files) the index takes about 7.7 s instead of 0.44 s,
-once per check (a pre-commit run links only the files it is given).
+the dtypes those calls pass per parameter (`passed`, cross_callers.py), and for a
+module whose kernels other checked modules launch themselves (`from .kernels import
+k; k[grid](q, ...)`), what those launches pass per kernel parameter (cross_launches.py):
+the callers' dtype checks reach the kernel's operands (PRC001, through host_dtypes.py
+and dtype_flow.py).  That step reads each calling file's dtype evidence with LibCST,
+and costs more: on fla's whole tree (40 calling files) the index takes about 7.7 s
+instead of 0.44 s (3.7 s on a faster machine), once per check (a pre-commit run links
+only the files it is given); the kernels' launches add about 0.2 s of that (one more
+calling file to read).
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from kanalyze.analyzer.module_imports import KERNEL_DECORATOR_WORDS, Binding, Mo
 from kanalyze.analyzer.sources import may_contain_triton
 from kanalyze.analyzer.spelling import folded_text
 from kanalyze.analyzer.triton.cross_callers import passed_to_launchers
+from kanalyze.analyzer.triton.cross_launches import passed_to_kernels
 
 if TYPE_CHECKING:
     from kanalyze.analyzer.triton.model import TritonModule
@@ -74,16 +79,17 @@ class Linked:
     with their paths, sorted."""
 
     users: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    # each of its kernel launchers that other checked modules call: per parameter, the dtypes
-    # they pass (cross_callers.py), sorted
+    # each of its kernel launchers that other checked modules call (cross_callers.py), and each
+    # of its kernels they launch directly (cross_launches.py): per parameter, the dtypes they
+    # pass, sorted
     passed: tuple[tuple[str, tuple[tuple[str, tuple[str, ...]], ...]], ...] = ()
 
     def users_of(self, kernel: str) -> tuple[str, ...]:
         return next((paths for name, paths in self.users if name == kernel), ())
 
     def passed_to(self, function: str, param: str) -> frozenset[str] | None:
-        """The dtypes other checked modules pass as `param` of top-level `function`; None
-        when none calls it."""
+        """The dtypes other checked modules pass as `param` of top-level `function` (a launcher
+        they call, or a kernel they launch); None when none calls it."""
         params = next((params for name, params in self.passed if name == function), None)
         if params is None:
             return None
@@ -134,7 +140,11 @@ class ProjectIndex:
             for module, kernel in linker.uses(path):
                 if module != path:
                     users.setdefault(module, {}).setdefault(kernel, set()).add(path)
-        return cls(users, set(python), passed_to_launchers(linker, folded) if callers else {})
+        passed = {}
+        if callers:
+            passed = passed_to_launchers(linker, folded)
+            passed_to_kernels(linker, folded, defined, passed)
+        return cls(users, set(python), passed)
 
     def linked(self, path: str) -> Linked | None:
         """What the index says about `path`: None when it is not a Python file of a check of

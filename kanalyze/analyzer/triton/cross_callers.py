@@ -24,6 +24,7 @@ host dtype evidence (dtype_flow.py: creations, casts, the caller's asserts and
 raises, the callers of the caller in its file); a caller's own cross-module callers
 are not followed.  Calls the imports do not show (`getattr`, a callable passed
 around) are not seen.  Nothing is imported or run: the callers' files are parsed.
+A kernel that another module launches itself, with no launcher between: cross_launches.py.
 """
 
 from __future__ import annotations
@@ -169,16 +170,24 @@ def _in_module(linker: _Linker, full: tuple[str, ...], launchers, steps: int):
     return None
 
 
+def caller_flow(linker: _Linker, path: str):
+    """(model, DtypeFlow) of a calling file (this step and cross_launches.py); raises what the
+    parse raises.  Not kept: holding every caller's tree slows the garbage collector more than
+    the few files both steps read would save."""
+    from kanalyze.analyzer.triton.dtype_flow import DtypeFlow
+    from kanalyze.analyzer.triton.model import TritonModule
+
+    model = TritonModule.from_source(path, linker.files[path])
+    return model, DtypeFlow(model)
+
+
 def _callers_in(linker: _Linker, path: str, launchers, passed: Passed) -> None:
     """Add what the calls in `path` of other modules' launchers pass."""
     from kanalyze.analyzer.names import dotted
     from kanalyze.analyzer.triton.calls import bind_call_args
-    from kanalyze.analyzer.triton.dtype_flow import DtypeFlow
-    from kanalyze.analyzer.triton.model import TritonModule
 
     try:
-        model = TritonModule.from_source(path, linker.files[path])
-        flow = DtypeFlow(model)
+        model, flow = caller_flow(linker, path)
         for site in model.calls:
             name = dotted(site.node.func)
             target = _resolve(linker, path, name, launchers) if name else None
@@ -197,9 +206,15 @@ def _callers_in(linker: _Linker, path: str, launchers, passed: Passed) -> None:
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException:  # a file the index cannot read: its calls, if any, pass what nobody knows
-        for file, found in launchers.items():
-            for name, (params, _) in found.items():
-                if file != path and _mentions(linker.folded[path], name):
-                    into = passed.setdefault(file, {}).setdefault(name, {})
-                    for param in params:
-                        into.setdefault(param, set()).add(UNKNOWN)
+        unknown_from(linker, path, launchers, passed)
+
+
+def unknown_from(linker: _Linker, path: str, targets, passed: Passed) -> None:
+    """Every parameter of each of `targets` (file → name → Launcher) of another module that
+    `path` names is passed what nobody knows: the file could not be read."""
+    for file, found in targets.items():
+        for name, (params, _) in found.items():
+            if file != path and _mentions(linker.folded[path], name):
+                into = passed.setdefault(file, {}).setdefault(name, {})
+                for param in params:
+                    into.setdefault(param, set()).add(UNKNOWN)

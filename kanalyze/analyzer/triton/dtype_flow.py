@@ -20,7 +20,7 @@ from kanalyze.analyzer.triton.dtype_promotion import (INT_RANK, METHOD_SAME, SCA
                                                       TL_SAME, is_number_literal, promote)
 from kanalyze.analyzer.triton.entities import Function, JitFunction
 from kanalyze.analyzer.triton.host_checks import branch_dtypes
-from kanalyze.analyzer.triton.host_dtypes import host_tensor_dtypes
+from kanalyze.analyzer.triton.host_dtypes import host_tensor_dtypes, launched_elsewhere
 from kanalyze.analyzer.triton.model import TritonModule
 
 
@@ -251,8 +251,8 @@ class DtypeFlow:
                 continue
             if kernel.called_from and not kernel.launches:
                 continue  # a helper's parameter: its callers' arguments are among the bases
-            if not kernel.launches:
-                found.add(UNKNOWN)
+            if not kernel.launches:  # launched from another checked module, or unknown
+                found |= launched_elsewhere(self.model, kernel_name, param)
             for launch in kernel.launches:
                 arg = launch.args.get(param)
                 found |= self.host_tensor(launch.wrapper, arg, depth - 1) if arg is not None and \

@@ -7,11 +7,13 @@ forward saved (host_attributes.py), `.half()` and
 `.to(torch.bfloat16)` their target; `.to("cuda")` keeps the dtype.  A parameter
 takes what the function's callers in this file pass (host_callers.py) and, checked with
 the rest of its project, what the other checked modules' calls of it pass
-(cross_callers.py); UNKNOWN when nobody calls it, and under `@custom_fwd(cast_inputs=X)` X as well (the cast
-happens only under autocast), narrowed by the function's dtype checks and the
-branch tests around a read (`assert q.dtype in (torch.float16, torch.bfloat16)`,
-host_checks.py).  Used through `DtypeFlow.host_tensor`
-(dtype_flow.py), which also follows a kernel pointer to the tensor a launch passes.
+(cross_callers.py); UNKNOWN when nobody calls it, and under `@custom_fwd(cast_inputs=X)`
+X as well (the cast happens only under autocast), narrowed by the function's dtype
+checks and the branch tests around a read (`assert q.dtype in (torch.float16,
+torch.bfloat16)`, host_checks.py).  Used through `DtypeFlow.host_tensor` (dtype_flow.py),
+which also follows a kernel pointer to the tensor a launch passes: a launch in this file,
+or, for a kernel this file never launches, the launches in the other checked modules
+(`launched_elsewhere`, cross_launches.py).
 """
 
 from __future__ import annotations
@@ -151,6 +153,15 @@ def _passed_elsewhere(model, func: Function, name: str) -> frozenset[str] | None
     if not getattr(linked, "passed", None) or func.class_name is not None or model.function_of(func.node):
         return None
     return linked.passed_to(func.name, name)
+
+
+def launched_elsewhere(model, kernel: str, param: str) -> frozenset[str]:
+    """What the other checked modules' launches of `kernel` (a kernel its file never launches)
+    pass as its parameter `param` (the project index, cross_launches.py); UNKNOWN when the file
+    is checked alone or none of them shows it."""
+    linked = model.settings.get("linked")  # project_index.Linked, as in `_passed_elsewhere`
+    found = linked.passed_to(kernel, param) if getattr(linked, "passed", None) else None
+    return found or frozenset({UNKNOWN})
 
 
 def _passed(flow: DtypeFlow, func: Function, name: str, depth: int) -> set[str]:
