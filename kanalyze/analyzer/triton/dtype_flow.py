@@ -19,6 +19,7 @@ from kanalyze.analyzer.triton.dtype_names import UNKNOWN, cast_target, literal_d
 from kanalyze.analyzer.triton.dtype_promotion import (INT_RANK, METHOD_SAME, SCALAR, TL, TL_FLOAT, TL_INT, TL_JOIN,
                                                       TL_SAME, is_number_literal, promote)
 from kanalyze.analyzer.triton.entities import Function, JitFunction
+from kanalyze.analyzer.triton.helper_returns import helper_returns, unpacked_at
 from kanalyze.analyzer.triton.host_checks import branch_dtypes
 from kanalyze.analyzer.triton.host_dtypes import host_tensor_dtypes, launched_elsewhere
 from kanalyze.analyzer.triton.model import TritonModule
@@ -27,8 +28,9 @@ from kanalyze.analyzer.triton.model import TritonModule
 class DtypeFlow:
     """The dtypes a value can have, read from the source: in a kernel (`tl.load` of
     a pointer takes the element type of the tensor the wrapper passes, a cast takes
-    its target, `x.to(y.dtype)` takes y's dtype, `x.to(P.dtype.element_ty)` P's
-    element type), and on the host (`torch.zeros(..., dtype=torch.int32)`, `.half()`,
+    its target, `x.to(y.dtype)` takes y's dtype, `x.to(P.dtype.element_ty)` and
+    `x.to(P.type.element_ty)` P's element type, a jit helper's call what it returns:
+    helper_returns.py), and on the host (`torch.zeros(..., dtype=torch.int32)`, `.half()`,
     `torch.empty(n)` is the default float32, a parameter what the file's callers pass).
     Each answer is a set of dtype names; `UNKNOWN` in it means some value whose dtype
     the source does not show.  Nothing is guessed: a tensor handed in by a caller
@@ -122,7 +124,7 @@ class DtypeFlow:
                     return set(self.value(func, expr.value, depth - 1))
                 return set(self.host_tensor(func, expr.value, depth - 1))
             if expr.attr.value == "element_ty" and isinstance(expr.value, cst.Attribute) \
-                    and expr.value.attr.value == "dtype" and self._jit(func) is not None:
+                    and expr.value.attr.value in ("dtype", "type") and self._jit(func) is not None:
                 return set(self.pointer_element(func, expr.value.value, depth - 1))
             return {UNKNOWN}
         if isinstance(expr, cst.Call):
@@ -360,6 +362,8 @@ class DtypeFlow:
             return set(self._raw(func, d.value, depth - 1))
         if d.value is not None and (value := self.unpacked(d, d.value)) is not None:
             return set(self._raw(func, value, depth - 1))
+        if isinstance(d.value, cst.Call) and (at := unpacked_at(d.node, d.name)) is not None:   # `a, b = f(...)`
+            return helper_returns(self.model, d.value, lambda f, value: self._raw(f, value, depth - 1), at)
         return {UNKNOWN}
 
     def _call_value(self, func: Function, call: cst.Call, depth: int) -> set[str]:
@@ -409,11 +413,4 @@ class DtypeFlow:
             return self._binary(func, args[1], args[2], depth)
         if leaf is None and isinstance(call.func, cst.Attribute) and call.func.attr.value in METHOD_SAME:
             return set(self._raw(func, call.func.value, depth - 1))
-        if isinstance(call.func, cst.Name) and call.func.value in model.jit:
-            helper = model.jit[call.func.value].function
-            returns = [n.value for n in walk(helper.node.body) if isinstance(n, cst.Return) and n.value is not None]
-            found = set()
-            for r in returns:
-                found |= {UNKNOWN} if isinstance(r, cst.Tuple) else self._raw(helper, r, depth - 1)
-            return found or {UNKNOWN}
-        return {UNKNOWN}
+        return helper_returns(model, call, lambda helper, value: self._raw(helper, value, depth - 1))

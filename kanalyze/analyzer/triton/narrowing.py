@@ -298,13 +298,15 @@ def bitcast(call: cst.Call) -> bool:
 
 
 def follows_tensor_dtype(model: TritonModule, function, expr: cst.BaseExpression | None, depth: int = 6) -> bool:
-    """Is a cast's target read from a tensor's dtype (`y.dtype`, `P.dtype.element_ty`, a constexpr
-    the wrapper sets to `tl.float16 if x.dtype == torch.float16 else tl.bfloat16`, a helper's
-    mapping of an input's dtype: `get_triton_type(elem_type)` with `elem_type` a wrapper's
-    parameter its caller in the file passes `mat1.dtype`)?"""
+    """Is a cast's target read from a tensor's dtype (`y.dtype`, `P.dtype.element_ty`, a pointer's
+    `P.type.element_ty`, a constexpr the wrapper sets to `tl.float16 if x.dtype == torch.float16
+    else tl.bfloat16`, a helper's mapping of an input's dtype: `get_triton_type(elem_type)` with
+    `elem_type` a wrapper's parameter its caller in the file passes `mat1.dtype`)?"""
     if expr is None or depth < 0:
         return False
-    if any(isinstance(n, cst.Attribute) and n.attr.value == "dtype" for n in walk(expr)):
+    if any(isinstance(n, cst.Attribute) and (n.attr.value == "dtype" or n.attr.value == "element_ty"
+                                             and isinstance(n.value, cst.Attribute) and n.value.attr.value == "type")
+           for n in walk(expr)):
         return True
     if not isinstance(expr, cst.Name):
         return any(follows_tensor_dtype(model, function, n, depth) for n in walk(expr)
