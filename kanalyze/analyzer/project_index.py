@@ -43,6 +43,10 @@ and costs more: on fla's whole tree (40 calling files) the index takes about 7.7
 instead of 0.44 s (3.7 s on a faster machine), once per check (a pre-commit run links
 only the files it is given); the kernels' launches add about 0.2 s of that (one more
 calling file to read).
+
+A `Linked` also names a module's kernels that only never-run code launches (`never_run`:
+a layer whose `__init__` always raises, a private name only it uses; never_run.py): the
+file's check drops the findings inside them (check/dead_kernels.py).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from typing import TYPE_CHECKING, Iterator, Mapping
 
 from kanalyze.analyzer.discovery import PYTHON_SUFFIXES
 from kanalyze.analyzer.module_imports import KERNEL_DECORATOR_WORDS, Binding, ModuleSummary, summarize
+from kanalyze.analyzer.never_run import never_run_kernels
 from kanalyze.analyzer.sources import may_contain_triton
 from kanalyze.analyzer.spelling import folded_text
 from kanalyze.analyzer.triton.cross_callers import passed_to_launchers
@@ -83,6 +88,8 @@ class Linked:
     # of its kernels they launch directly (cross_launches.py): per parameter, the dtypes they
     # pass, sorted
     passed: tuple[tuple[str, tuple[tuple[str, tuple[str, ...]], ...]], ...] = ()
+    # its kernels that only never-run code of the checked modules launches (never_run.py), sorted
+    never_run: tuple[str, ...] = ()
 
     def users_of(self, kernel: str) -> tuple[str, ...]:
         return next((paths for name, paths in self.users if name == kernel), ())
@@ -97,7 +104,9 @@ class Linked:
 
     def key(self) -> str:
         """A stable text of everything the index contributed: part of the file's cache key."""
-        return json.dumps([self.users, self.passed] if self.passed else self.users, separators=(",", ":"))
+        parts = [self.users, self.passed, self.never_run] if self.never_run else \
+            [self.users, self.passed] if self.passed else self.users
+        return json.dumps(parts, separators=(",", ":"))
 
 
 def linked_of(model: TritonModule) -> Linked | None:
@@ -111,10 +120,12 @@ class ProjectIndex:
     """The index of one check: `ProjectIndex.build({path: text})`, then `linked(path)`."""
 
     def __init__(self, users: dict[str, dict[str, set[str]]], paths: set[str],
-                 passed: dict[str, dict[str, dict[str, set[str]]]] | None = None) -> None:
+                 passed: dict[str, dict[str, dict[str, set[str]]]] | None = None,
+                 never_run: dict[str, set[str]] | None = None) -> None:
         self._users = users
         self._paths = paths
         self._passed = passed or {}
+        self._never_run = never_run or {}
 
     @classmethod
     def build(cls, files: Mapping[str, str], callers: bool = True) -> "ProjectIndex":
@@ -144,7 +155,7 @@ class ProjectIndex:
         if callers:
             passed = passed_to_launchers(linker, folded)
             passed_to_kernels(linker, folded, defined, passed)
-        return cls(users, set(python), passed)
+        return cls(users, set(python), passed, never_run_kernels(linker, folded))
 
     def linked(self, path: str) -> Linked | None:
         """What the index says about `path`: None when it is not a Python file of a check of
@@ -155,7 +166,8 @@ class ProjectIndex:
         passed = self._passed.get(path, {})
         return Linked(tuple((name, tuple(sorted(found[name]))) for name in sorted(found)),
                       tuple((name, tuple((param, tuple(sorted(passed[name][param])))
-                                         for param in sorted(passed[name]))) for name in sorted(passed)))
+                                         for param in sorted(passed[name]))) for name in sorted(passed)),
+                      tuple(sorted(self._never_run.get(path, ()))))
 
 
 def _launched_in(text: str, name: str) -> bool:

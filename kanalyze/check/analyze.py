@@ -89,7 +89,8 @@ def _analyze(path: str, text: str, proofs: dict) -> tuple[list[Finding], int]:
         return findings, 0
     enter_stage("placing the findings")
     try:
-        placed, suppressed = _place(path, text, model, without_dead_kernels(reports))
+        never_run = getattr(proofs.get("linked"), "never_run", ())  # the project index's (never_run.py)
+        placed, suppressed = _place(path, text, model, without_dead_kernels(reports, never_run))
     except Exception as exc:  # a RecursionError, say: LibCST's code generation recurses once per level
         return findings + [error_finding(path, f"placing the findings failed: {type(exc).__name__}: {exc}",
                                          code=INTERNAL_ERROR)], 0
