@@ -45,7 +45,9 @@ class PrecisionDowngrade(Rule):
 
     The dtype of an operand is read from the source: a cast's target (a
     constexpr is followed to the wrapper's launch value, a helper's table of
-    dtypes to its values), `x.to(y.dtype)`, a descriptor load's dtype, and for
+    dtypes to its values), `x.to(y.dtype)`, `x.to(p.type.element_ty)`, a
+    jit helper's returns (`bk, bv = load_pair(...)`: each its element), a
+    descriptor load's dtype, and for
     `tl.load` the element type of the tensor the wrapper passes
     (`torch.zeros(..., dtype=torch.int8)`, `.half()`, `torch.empty(n)` is
     float32, `self.w` what the class's methods assign or append to it,
@@ -53,7 +55,10 @@ class PrecisionDowngrade(Rule):
     (a test that feeds fp16, `Function.apply`) and, when the file is checked
     with the rest of its project, what every call of it in the other checked
     modules passes (`from .kernels import fwd`, imports followed within the
-    checked tree; one caller whose dtype is not shown keeps it unknown),
+    checked tree; one caller whose dtype is not shown keeps it unknown), and a
+    kernel that another checked module launches itself takes what those launches
+    pass (`k[grid](q, ...)`, `kernel = k[grid]; kernel(...)`, a params object whose
+    `__slots__` unpack at the launch: `kernel(*params.args())`),
     narrowed by the wrapper's own
     checks (`assert q.dtype in (torch.float16, torch.bfloat16)`, `if ...: raise`,
     also as `a or b`, an `elif` chain of raises, inside a `with`, in a loop or an
@@ -71,7 +76,9 @@ class PrecisionDowngrade(Rule):
     in IEEE unless asked; other vendors' Triton forks choose their own), nor
     kernels that never run (nothing launches, calls or names them, in a
     `ModelNew` file, or in a module that launches its other kernels and that no
-    other checked module takes this one from).  Where no operand's dtype is
+    other checked module takes this one from; or, checked with the rest of the
+    project, only code that never runs launches them: a class whose `__init__`
+    raises first and the private names only it uses).  Where no operand's dtype is
     visible (both come from tensors handed in from outside the file) the
     message says so and the finding's evidence carries `"dtype_known": false`.
     A narrowing whose target follows an input's dtype (`x.to(y.dtype)`, a

@@ -15,6 +15,9 @@
   host_checks.py    what a host function's own dtype checks (asserts, raises, branches) say of its tensors
   host_callers.py   who calls a host function within its file, and which argument each parameter gets
   cross_callers.py  what other checked modules pass to a module's kernel launchers (the project index)
+  cross_launches.py what other checked modules pass to a module's kernels they launch themselves
+  slot_args.py      what a launch unpacks from a params object (`kernel(*params.args())`)
+  helper_returns.py what a jit helper's call returns, a pair unpacked element by element
   backends.py       which accelerator a module's kernels are written for (Ascend: IEEE dots by default)
   dot_partners.py   what one tl.dot's known operand says of the data another dot loads from the same pointer
   narrowing.py      when a cast to fp16/bf16/fp8 is a precision downgrade (PRC001)
