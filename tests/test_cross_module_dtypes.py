@@ -8,12 +8,10 @@ reported.  Its `# tree ok:` / `# tree expect:` lines say what the tree check giv
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
-from test_project_index import by_row, check_tree, config_for
+from test_project_index import by_row, check_tree, config_for, linked_in
 
-from kanalyze.analyzer.project_index import ProjectIndex
 from kanalyze.check import run_static
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,12 +30,7 @@ def test_checked_alone_both_dots_are_reported() -> None:
 
 
 def passed(files: dict[str, str], tmp_path: Path, module: str = "pkg/kern.py") -> tuple:
-    for name, text in files.items():
-        path = tmp_path / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    index = ProjectIndex.build({str(tmp_path / n): (tmp_path / n).read_text() for n in files})
-    return index.linked(str(tmp_path / module)).passed
+    return linked_in(files, tmp_path, module).passed
 
 
 KERN = """\

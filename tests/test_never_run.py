@@ -8,10 +8,9 @@ conservative rule: where unsure, the kernel may run and its findings stay.
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
-from test_project_index import by_row, check_tree, config_for
+from test_project_index import by_row, check_tree, config_for, linked_in
 
 from kanalyze.analyzer.project_index import Linked, ProjectIndex
 from kanalyze.check import run_static
@@ -86,12 +85,7 @@ RAISES = 'raise RuntimeError("deprecated")'
 
 def never_run(files: dict[str, str], tmp_path: Path, module: str = "pkg/kern.py") -> tuple[str, ...]:
     """What the index hands `module` as its never-run kernels."""
-    for name, text in files.items():
-        path = tmp_path / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    index = ProjectIndex.build({str(tmp_path / n): (tmp_path / n).read_text() for n in files})
-    return index.linked(str(tmp_path / module)).never_run
+    return linked_in(files, tmp_path, module).never_run
 
 
 def package(init: str = RAISES, kernels: str = KERNELS, **more: str) -> dict[str, str]:

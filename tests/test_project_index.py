@@ -53,6 +53,17 @@ def config_for(path: Path):
     return load_config([str(path)], isolated=True, select=["ALL"])
 
 
+def linked_in(files: dict[str, str], tmp_path: Path, module: str = "pkg/kern.py"):
+    """`files` (path under tmp_path → source, dedented) written and indexed as one check: what
+    the index hands `module` (its `Linked`)."""
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    index = ProjectIndex.build({str(tmp_path / n): (tmp_path / n).read_text() for n in files})
+    return index.linked(str(tmp_path / module))
+
+
 def check_tree(package: Path):
     """The package checked as a tree, each file's findings held to its tree expectations (every
     expected one fires, no other does); (the result, how many expectations were checked)."""

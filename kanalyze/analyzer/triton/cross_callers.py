@@ -54,18 +54,22 @@ def passed_to_launchers(linker: _Linker, folded: Mapping[str, str]) -> Passed:
             if found:
                 launchers[path] = found
     passed: Passed = {}
-    if not launchers:
-        return passed
-    names = {name for found in launchers.values() for name in found}
-    for path, text in folded.items():
-        mentioned = {name for name in names if _mentions(text, name)}
-        if not mentioned:
-            continue
-        summary = linker.summary(path)
-        if summary is None or not _may_call(linker, path, summary, launchers, mentioned):
-            continue
+    for path in calling_files(linker, folded, launchers):
         _callers_in(linker, path, launchers, passed)
     return passed
+
+
+def calling_files(linker: _Linker, folded: Mapping[str, str], targets) -> list[str]:
+    """The checked files that name one of `targets` (file → name → Launcher) and import it, or
+    a module whose attribute they name as one (a text scan, then `ast` only)."""
+    names = {name for found in targets.values() for name in found}
+    found: list[str] = []
+    for path, text in folded.items() if names else ():
+        mentioned = {name for name in names if _mentions(text, name)}
+        summary = linker.summary(path) if mentioned else None
+        if summary is not None and _may_call(linker, path, summary, targets, mentioned):
+            found.append(path)
+    return found
 
 
 def _mentions(text: str, name: str) -> bool:

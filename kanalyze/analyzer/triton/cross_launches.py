@@ -36,8 +36,8 @@ import libcst as cst
 
 from kanalyze.analyzer.cstwalk import walk
 from kanalyze.analyzer.names import dotted
-from kanalyze.analyzer.triton.cross_callers import (UNKNOWN, Launcher, Passed, _Linker, _may_call, _mentions,
-                                                     _resolve, caller_flow, unknown_from)
+from kanalyze.analyzer.triton.cross_callers import (UNKNOWN, Launcher, Passed, _Linker, _resolve, caller_flow,
+                                                     calling_files, unknown_from)
 
 if TYPE_CHECKING:  # the triton analyzer is imported only when a calling file is read, as in cross_callers.py
     from kanalyze.analyzer.triton.dtype_flow import DtypeFlow
@@ -56,16 +56,8 @@ def passed_to_kernels(linker: _Linker, folded: Mapping[str, str], unlaunched: Ma
         for path in files:
             if "dot(" in folded[path] and (params := _parameters(linker, path, name)) is not None:
                 kernels.setdefault(path, {})[name] = params
-    if not kernels:
-        return
-    names = {name for found in kernels.values() for name in found}
-    for path, text in folded.items():
-        mentioned = {name for name in names if _mentions(text, name)}
-        if not mentioned:
-            continue
-        summary = linker.summary(path)
-        if summary is not None and _may_call(linker, path, summary, kernels, mentioned):
-            _launches_in(linker, path, kernels, passed)
+    for path in calling_files(linker, folded, kernels):
+        _launches_in(linker, path, kernels, passed)
 
 
 def _parameters(linker: _Linker, path: str, name: str) -> Launcher | None:
