@@ -44,10 +44,9 @@ from __future__ import annotations
 import ast
 import os
 import re
-from dataclasses import dataclass, field
 from typing import Mapping
 
-from kanalyze.analyzer.module_imports import _is_kernel_decorator, dotted_name
+from kanalyze.analyzer.module_uses import Chain, ModuleUses, NameLoad, read_uses
 from kanalyze.analyzer.triton.cross_callers import _mentions
 
 # The project index's `_Linker` (project_index.py imports this module: no import back):
@@ -61,31 +60,6 @@ RAISES_FIRST = re.compile(r"[ \t]*(?:->[^:\n]*)?:(?:\s|#[^\n]*)*(?:[rRuU]?(?:\"\
 SIGNATURE_CHARS = 20_000  # past this, a signature is not looked at (then: may run)
 ROUNDS = 8                # steps 2 and 3 repeated at most this often
 ALTERNATIVE_CONSTRUCTION = {"__new__", "__init_subclass__", "__class_getitem__", "classmethod", "staticmethod"}
-Chain = tuple  # ((kind, name), ...): the defs and classes around a load, outermost first
-
-
-@dataclass(frozen=True)
-class _Load:
-    name: str           # the identifier: a Name's id, an Attribute's attr
-    chain: Chain        # where it runs: inside the bodies of these defs and classes
-    context: str        # "call" (the callee), "isinstance", "base" (a class's bases), "value";
-    # "own base": a top-level class's base named like it (`class C(nn.C)`), bound before it
-    base: str | None    # for an attribute, the dotted name it is read from (`K` in `K._k`)
-
-
-@dataclass
-class _File:
-    tree: ast.Module
-    bound: dict[str, int] = field(default_factory=dict)          # top-level name → how often bound
-    defined: dict[str, ast.stmt] = field(default_factory=dict)   # top-level def / class / jit alias
-    kernels: set[str] = field(default_factory=set)               # top-level jit functions and aliases
-    functions: dict[str, int] = field(default_factory=dict)      # every def's name → how many
-    imports: dict[str, list[tuple[int, str, str | None]]] = field(default_factory=dict)  # local → bindings
-    exported: set[str] = field(default_factory=set)              # `__all__`'s strings
-    stars: bool = False
-    loads: list[_Load] = field(default_factory=list)
-
-
 def never_run_kernels(linker: _Linker, folded: Mapping[str, str]) -> dict[str, set[str]]:
     """Each checked module's kernels (top-level jit functions) that only never-run code uses."""
     seeds = [path for path, text in folded.items() if "__init__" in text and _may_raise_first(text)]
@@ -131,7 +105,7 @@ class _Search:
     def __init__(self, linker: _Linker, folded: Mapping[str, str]) -> None:
         self.linker = linker
         self.folded = folded
-        self._files: dict[str, _File | None] = {}
+        self._files: dict[str, ModuleUses | None] = {}
         self._mentioning: dict[str, list[str]] = {}
         self.dead: dict[tuple[str, str], str] = {}  # (file, name) → "raising" (step 1) or "unused"
 
@@ -162,9 +136,9 @@ class _Search:
 
     # -- the files ------------------------------------------------------------
 
-    def file(self, path: str) -> _File | None:
+    def file(self, path: str) -> ModuleUses | None:
         if path not in self._files:
-            self._files[path] = _read(path, self.linker.files[path])
+            self._files[path] = read_uses(path, self.linker.files[path])
         return self._files[path]
 
     def mentioning(self, name: str) -> list[str]:
@@ -254,7 +228,7 @@ class _Search:
                 found |= self._targets(path, file, load)
         return found
 
-    def _targets(self, path: str, file: _File, load: _Load) -> set[tuple[str, str]]:
+    def _targets(self, path: str, file: ModuleUses, load: NameLoad) -> set[tuple[str, str]]:
         """(file, name) of the checked top-level definitions that a load refers to, through the
         imports of its file (`_p`, `kern._p`, `pkg.kern._p`) or as the file's own."""
         if load.base is None:
@@ -306,115 +280,3 @@ def _cannot_construct(node: ast.ClassDef) -> bool:
             and isinstance(body[0].value.value, str) and len(body) > 1:
         body = body[1:]  # the docstring
     return bool(body) and isinstance(body[0], ast.Raise)
-
-
-def _read(path: str, text: str) -> _File | None:
-    try:
-        tree = ast.parse(text)
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except BaseException:  # not this index's to report: the file's own analysis does
-        return None
-    file = _File(tree)
-    try:
-        _top_level(tree.body, file)
-        _walk(tree, file)
-    except RecursionError:
-        return None
-    return file
-
-
-def _top_level(body: list[ast.stmt], file: _File) -> None:
-    """What the module's statements bind at its top, also under `if`, `try`, `with`, loops."""
-    for node in body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            file.bound[node.name] = file.bound.get(node.name, 0) + 1
-            file.defined[node.name] = node
-            if not isinstance(node, ast.ClassDef) and any(_is_kernel_decorator(d) for d in node.decorator_list):
-                file.kernels.add(node.name)
-            continue
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            for alias in node.names:
-                if alias.name == "*":
-                    file.stars = True
-                    continue
-                local = alias.asname or alias.name.split(".")[0]
-                file.bound[local] = file.bound.get(local, 0) + 1
-            continue
-        header = [v for name, value in ast.iter_fields(node) if name not in _BODIES
-                  for v in (value if isinstance(value, list) else [value]) if isinstance(v, ast.AST)]
-        for inner in (n for part in header for n in ast.walk(part)):
-            if isinstance(inner, ast.Name) and not isinstance(inner.ctx, ast.Load):
-                file.bound[inner.id] = file.bound.get(inner.id, 0) + 1  # a target (`global`: in `_walk`)
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            target = node.targets[0].id
-            if isinstance(node.value, ast.Call) and (dotted_name(node.value.func) or "").split(".")[-1] == "jit":
-                file.kernels.add(target)
-                file.defined[target] = node
-            elif target == "__all__" and isinstance(node.value, (ast.List, ast.Tuple)):
-                file.exported |= {e.value for e in node.value.elts
-                                  if isinstance(e, ast.Constant) and isinstance(e.value, str)}
-        for name in ("body", "orelse", "finalbody"):
-            _top_level(getattr(node, name, None) or [], file)
-        for handler in getattr(node, "handlers", ()):
-            if handler.name:
-                file.bound[handler.name] = file.bound.get(handler.name, 0) + 1
-            _top_level(handler.body, file)
-        for case in getattr(node, "cases", ()):
-            _top_level(case.body, file)
-
-
-_BODIES = frozenset({"body", "orelse", "finalbody", "handlers", "cases"})
-
-
-def _walk(tree: ast.Module, file: _File) -> None:
-    """Every load of a name or an attribute, where it runs; the imports at any depth; `global`."""
-    stack: list[tuple[ast.AST, Chain, str]] = [(tree, (), "value")]
-    while stack:
-        node, chain, context = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            file.functions[node.name] = file.functions.get(node.name, 0) + 1
-            header = [*node.decorator_list, *_defaults_and_annotations(node)]
-            stack.extend((n, chain, "value") for n in header)
-            stack.extend((n, chain + (("def", node.name),), "value") for n in node.body)
-            continue
-        if isinstance(node, ast.ClassDef):
-            stack.extend((n, chain, "value") for n in node.decorator_list)
-            stack.extend((n, chain, "own base" if not chain and (dotted_name(n) or ".").split(".")[-1] == node.name
-                          else "base") for n in [*node.bases, *(k.value for k in node.keywords)])
-            stack.extend((n, chain + (("class", node.name),), "value") for n in node.body)
-            continue
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            for alias in node.names:
-                if alias.name != "*":
-                    level, module = (node.level, node.module or "") if isinstance(node, ast.ImportFrom) else (0, "")
-                    binding = (level, module, alias.name) if isinstance(node, ast.ImportFrom) else \
-                        (0, alias.name if alias.asname else alias.name.split(".")[0], None)
-                    file.imports.setdefault(alias.asname or alias.name.split(".")[0], []).append(binding)
-            continue
-        if isinstance(node, ast.Global):
-            for name in node.names:
-                file.bound[name] = file.bound.get(name, 0) + 2  # rebound from inside a function
-            continue
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-            file.loads.append(_Load(node.id, chain, context, None))
-            continue
-        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
-            file.loads.append(_Load(node.attr, chain, context, dotted_name(node.value)))
-            stack.append((node.value, chain, "base" if "base" in context else "value"))
-            continue
-        if isinstance(node, ast.Call):
-            stack.append((node.func, chain, "call" if "base" not in context else "base"))
-            checks = isinstance(node.func, ast.Name) and node.func.id in ("isinstance", "issubclass")
-            inner = "base" if "base" in context else "isinstance" if checks else "value"
-            stack.extend((n, chain, inner) for n in [*node.args, *(k.value for k in node.keywords)])
-            continue
-        stack.extend((n, chain, "base" if "base" in context else "value") for n in ast.iter_child_nodes(node))
-
-
-def _defaults_and_annotations(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.AST]:
-    args = node.args
-    found: list[ast.AST] = [*args.defaults, *(d for d in args.kw_defaults if d is not None)]
-    every = [*args.posonlyargs, *args.args, *args.kwonlyargs, *(a for a in (args.vararg, args.kwarg) if a)]
-    found += [a.annotation for a in every if a.annotation is not None]
-    return found + ([node.returns] if node.returns is not None else [])
