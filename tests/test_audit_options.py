@@ -59,3 +59,28 @@ def test_ir_adds_the_compiled_codes_evidence_to_the_static_pass(tmp_path) -> Non
     assert "IR: compiles to" in message["ir"] and "tf32" in message["ir"], message
     assert "IR:" not in message["source"]
     assert compiled[0]["id"] != source[0]["id"]
+
+
+def test_a_pair_whose_file_does_not_exist_is_said_and_the_others_run(tmp_path, capsys) -> None:
+    """A manifest line naming a missing file (a path written relative to the wrong folder) is
+    not a pair that ran to the end with nothing found: it is named on stderr, left out of the
+    journal, and makes the exit code 1; when every pair's file is missing, nothing runs (exit 2)."""
+    manifest = tmp_path / "pairs.jsonl"
+    lines = [{"candidate": str(CLEAN), "problem": str(PROBLEM)},
+             {"candidate": "corpus/level1_problem6_gone.py", "problem": str(PROBLEM)}]
+    manifest.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "out"
+    code = main(["audit", "--manifest", str(manifest), "--output", str(out), "--device", "cpu", "-q",
+                 "--gates", "MEM002"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "1 of 2 pairs name a file that does not exist" in err and "level1_problem6_gone.py" in err
+    assert f"relative to its folder, {tmp_path}" in err
+    records, _, _ = read_records(str(out / "results.jsonl"))
+    assert [Path(r["candidate"]).name for r in records] == [CLEAN.name]
+
+    manifest.write_text(json.dumps(lines[1]) + "\n")
+    assert main(["audit", "--manifest", str(manifest), "--output", str(tmp_path / "none"), "--device", "cpu",
+                 "-q"]) == 2
+    assert "no pairs to audit: 1 of 1 pairs name a file that does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "none" / "results.jsonl").exists()

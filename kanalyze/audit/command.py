@@ -100,6 +100,7 @@ def run_audit_command(args, usage_error) -> int:
         raise usage_error(str(exc)) from exc
     if not pairs:
         raise usage_error("no pairs to audit: the manifest is empty or the folders hold no .py file")
+    pairs, missing = _drop_missing(pairs, args, usage_error)
     if args.executor == "local":
         _check_pairs_can_run(usage_error)
     options = AuditOptions(output=args.output, gates=args.gates, device=args.device, jobs=args.jobs,
@@ -117,7 +118,22 @@ def run_audit_command(args, usage_error) -> int:
         sys.stderr.write(f"{left} pair{'s' if left != 1 else ''} not started within --stop-after "
                          f"{args.stop_after:g} s: the same command resumes them\n")
     _report(args, args.output, usage_error)
-    return _exit_code(summary)
+    return max(_exit_code(summary), int(bool(missing)))
+
+
+def _drop_missing(pairs: list[sources.Pair], args, usage_error) -> tuple[list[sources.Pair], list[str]]:
+    """The pairs whose files exist, and the paths of those that do not, said on stderr (as a
+    linter reports a file it cannot open, and checks the others); a usage error when none exists."""
+    missing = [path for path in map(sources.missing_file, pairs) if path is not None]
+    if not missing:
+        return pairs, []
+    where = (f" (a manifest's paths are relative to its folder, {os.path.dirname(os.path.abspath(args.manifest))})"
+             if args.manifest else "")
+    said = f"{len(missing)} of {len(pairs)} pairs name a file that does not exist{where}, first {missing[0]}"
+    if len(missing) == len(pairs):
+        raise usage_error(f"no pairs to audit: {said}")
+    sys.stderr.write(f"{said}: not audited; the other pairs are\n")
+    return [pair for pair in pairs if sources.missing_file(pair) is None], missing
 
 
 def _audit_with_progress(pairs: list[sources.Pair], options: AuditOptions) -> dict:

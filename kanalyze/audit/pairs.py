@@ -63,6 +63,14 @@ def from_manifest(manifest: str) -> list[Pair]:
     return pairs
 
 
+def missing_file(pair: Pair) -> str | None:
+    """The first of the pair's files that does not exist (its candidate, then its problem), or None."""
+    for path in (pair.candidate, pair.problem):
+        if path is not None and not os.path.exists(path):
+            return path
+    return None
+
+
 def candidate_files(paths: list[str]) -> list[str]:
     """The .py files named, or found (sorted) under the folders named."""
     files = []
