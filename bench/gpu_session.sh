@@ -20,7 +20,8 @@
 #                               running at the limit are written, not lost; PAIR_TIMEOUT=SECONDS
 #                               (default 240) is each pair's limit, JOBS=N (default 4) the pairs at once;
 #                               a journal folder with no journal yet starts from SEED (default the
-#                               repository's bench/corpus/gpu-journal/results.jsonl; SEED= for none);
+#                               repository's journal of those gates: bench/corpus/gpu-journal/results.jsonl,
+#                               with AUDIT_GATES=targeted gpu-journal-targeted/; SEED= for none);
 #                               AUDIT_GATES=all|targeted|CODES (default all) the gates each pair runs
 #   pair:MANIFEST[:300]         bench/gpu_pair.py over MANIFEST's pairs, one at a time in one process,
 #                               each step of the session said as it happens (GATES=CMP001,... default CMP001):
@@ -76,7 +77,12 @@ for step in "$@"; do
     audit)
         journal=${AUDIT:-$(dirname "$manifest")/audit-$(basename "$manifest" .jsonl)}
         mkdir -p "$journal"
-        seed=${SEED-bench/corpus/gpu-journal/results.jsonl}
+        # (a record's id includes its gates: a journal of other gates would only be carried along)
+        case ${AUDIT_GATES:-all} in
+        all) seed=${SEED-bench/corpus/gpu-journal/results.jsonl} ;;
+        targeted) seed=${SEED-bench/corpus/gpu-journal-targeted/results.jsonl} ;;
+        *) seed=${SEED-} ;;
+        esac
         if [ ! -s "$journal/results.jsonl" ] && [ -n "$seed" ] && [ -s "$seed" ]; then
             cp "$seed" "$journal/results.jsonl" && echo "resuming the journal of $seed"
         fi
