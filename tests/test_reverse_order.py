@@ -164,6 +164,44 @@ def test_a_pinned_autotuner_keeps_the_config_the_candidate_chose(tmp_path) -> No
     assert json.loads(_interpreted(script)) == {"False": [32, 64], "True": [64]}
 
 
+def test_the_launch_recorder_keeps_each_kernels_grids_as_triton_computes_them(tmp_path) -> None:
+    """A tuple grid, a callable one reading a keyword and a default constexpr (as Triton binds
+    them), and one of one dimension, each kept as (x, y, z); an autotuned kernel's grid reads the
+    config it runs with.  Under the interpreter, whose launches go through the same hook."""
+    pytest.importorskip("triton")
+    kernel = tmp_path / "grids.py"
+    kernel.write_text(textwrap.dedent("""\
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def rows(x_ptr, n, BLOCK: tl.constexpr = 16):
+            offsets = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n) + 1, mask=offsets < n)
+
+        @triton.autotune(configs=[triton.Config({"BLOCK": 64})], key=["n"])
+        @triton.jit
+        def tuned(x_ptr, n, BLOCK: tl.constexpr):
+            offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n) + 1, mask=offsets < n)
+        """))
+    script = textwrap.dedent(f"""\
+        import importlib.util, json, torch, triton
+        from kanalyze.dynamic.recording import LaunchCounter
+        counter = LaunchCounter()
+        spec = importlib.util.spec_from_file_location("grids", {str(kernel)!r})
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        x = torch.zeros(100)
+        module.rows[(2, 7)](x, 100)
+        module.rows[lambda meta: (1, triton.cdiv(meta["n"], meta["BLOCK"]))](x, n=100)
+        module.rows[(3,)](x, 100, BLOCK=32)
+        module.tuned[lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),)](x, 100)
+        print(json.dumps({{name: sorted(grids) for name, grids in counter.grids.items()}}))
+        """)
+    assert json.loads(_interpreted(script)) == {"rows": [[1, 7, 1], [2, 7, 1], [3, 1, 1]], "tuned": [[2, 1, 1]]}
+
+
 # ------------------------------------------------------------------ the judges on a GPU's results
 # What the workers would return on a GPU, written out: the judges see the same views (results.py).
 
@@ -195,11 +233,11 @@ REVERSAL = [{"row": 13, "from": "tl.program_id(0)", "to": "(tl.num_programs(0) -
 SAME = [[1.0, 2.0, 3.0, 4.0]] * 10
 
 
-def _ord001(results, reversal=REVERSAL):
+def _ord001(results, reversal=REVERSAL, flags=()):
     from kanalyze.dynamic.gates.base import GateContext
     from kanalyze.dynamic.gates.ord001_permuted_order import PermutedOrder
 
-    return PermutedOrder().judge(GateContext(None, {"N": 4}, "cuda", reversal=reversal), results)
+    return PermutedOrder().judge(GateContext(None, {"N": 4}, "cuda", list(flags), reversal=reversal), results)
 
 
 OTHER_BITS = [[1.0, 2.0, 3.0000002, 4.0]]
@@ -222,6 +260,35 @@ def test_on_a_gpu_agreeing_launches_refute_only_once_the_reversed_order_agrees()
     reversed_cuda = _gpu_result("ORD001/reversed", OTHER_BITS, "reversed", launches={})
     reversed_cuda.candidate.meta["runs"][0]["extension_calls"] = {"fused.fused_cuda": 1}
     assert _ord001([launches, reversed_cuda, control]).status == "confirmed"
+
+
+@pytest.mark.parametrize("grids,flag,status,said", [
+    # A row sum over column blocks: the 8 programs along axis 1 add to each row's one address.
+    ([[4, 8, 1]], {"shared_axes": [1, 2]}, "refuted",
+     "8 programs add to each address of the flagged atomic add in `k` (line 9) at the problem's sizes (grid 4×8×1; "
+     "its address does not read the program id along axis 1)"),
+    # Scaled or small, a row keeps two blocks: 0+a+b is 0+b+a, so agreeing runs prove nothing.
+    ([[4, 2, 1]], {"shared_axes": [1, 2]}, "unconfirmed", "kanalyze can show only 2 programs adding to each address"),
+    # Every program has addresses of its own, as far as the source shows: nothing counted shares one.
+    ([[64, 1, 1]], {"shared_axes": [1, 2]}, "unconfirmed", "its address reads the program id of every axis"),
+    # Of several grids the kernel ran with, one where enough programs share an address could show the order.
+    ([[1, 2, 1], [1, 16, 1]], {"shared_axes": [0, 1, 2]}, "refuted", "16 programs add to each address"),
+    # Nothing to count with (a flag of older code, an axis the source does not show): the refutation
+    # stands, and says what was not counted.
+    ([[4, 8, 1]], {}, "refuted", "how many programs add to each address was not counted"),
+    (None, {"shared_axes": [1, 2]}, "refuted", "how many programs add to each address was not counted"),
+])
+def test_on_a_gpu_a_refutation_says_how_many_programs_add_to_each_address(grids, flag, status, said) -> None:
+    """Power on a GPU: the grids the flagged kernel ran with (the launch recorder's), along the axes
+    its atomic's address does not read (the static pass's `shared_axes`)."""
+    launches = _gpu_result("ORD001/runs", SAME)
+    for run in launches.candidate.meta["runs"]:
+        if grids is not None:
+            run["grids"] = {"k": grids}
+    verdict = _ord001([launches, _gpu_result("ORD001/reversed", SAME[:1], "reversed")],
+                      flags=[{"row": 9, "kernel": "k", **flag}])
+    assert verdict.status == status and said in verdict.summary, verdict.summary
+    assert "and so did a run with the candidate's programs in reverse order" in verdict.summary
 
 
 @pytest.mark.parametrize("why,reversed_run,control,said", [

@@ -7,7 +7,8 @@ spec: {"candidate", "problem" (or None with "problem_error"), "gates" ("all",
 "seconds" (the pair's time limit), "witness_dir", "extend_select" (codes added to the
 static pass's selection), "ir" (the compiled code too)}.  The result (plain JSON):
 
-    static     the candidate's static findings: [{"code", "row", "message"}]
+    static     the candidate's static findings: [{"code", "row", "message", "kernel"}, and what of its
+               evidence a gate reads (gates/base.py FLAG_EVIDENCE)]
     verdicts   {code: {"status", "summary", "static_flag", "witness", "failure"}}: one per gate run
                ("failure": how a confirmed run failed, where the gate says: CMP003's crashed,
                out_of_bounds or wrong; else null)
@@ -59,6 +60,7 @@ def static_pass(candidate: str, extend_select: list[str] | None = None, ir: bool
     and `extend_select`, the compiled code's with `ir` (`KAN000` when unreadable)."""
     from kanalyze.check import run_static
     from kanalyze.config import load_config
+    from kanalyze.dynamic.gates.base import flag_evidence
 
     config = load_config([candidate], isolated=True, extend_select=extend_select or ())
     result = run_static([candidate], config, use_cache=False, jobs=1)
@@ -67,7 +69,7 @@ def static_pass(candidate: str, extend_select: list[str] | None = None, ir: bool
 
         result = run_ir([candidate], config, result, use_cache=False, jobs=1)
     return [{"code": f.code, "row": f.location.row, "message": f.message, "kernel": f.kernel,
-             **({"counterexample": f.evidence["counterexample"]} if "counterexample" in (f.evidence or {}) else {})}
+             **flag_evidence(f.evidence)}
             for f in result.findings if config.selects(f.code, f.location.file)]
 
 
@@ -92,6 +94,7 @@ def run_gates_of(spec: dict, static: list[dict], codes: list[str], seconds: floa
     runs on (runner.Options `until`)."""
     from kanalyze.dynamic import witness as witnesses
     from kanalyze.dynamic.containment import gaps
+    from kanalyze.dynamic.gates.base import flag_evidence
     from kanalyze.dynamic.harness import NoHarness, find_harness
     from kanalyze.dynamic.runner import Options, run_gates
     from kanalyze.dynamic.sandbox.process import Limits
@@ -111,7 +114,7 @@ def run_gates_of(spec: dict, static: list[dict], codes: list[str], seconds: floa
     if spec.get("case_timeout"):
         limits.case_seconds = spec["case_timeout"]
     flags = {code: [{"row": f["row"], "kernel": f["kernel"], "message": f["message"],
-                     **({"counterexample": f["counterexample"]} if "counterexample" in f else {})}
+                     **flag_evidence(f)}
                     for f in static if f["code"] == code] for code in codes}
     try:
         now = time.perf_counter()

@@ -31,6 +31,7 @@ from typing import Callable
 from kanalyze.dynamic import containment
 from kanalyze.dynamic import witness as witnesses
 from kanalyze.dynamic.gates import gates_by_code
+from kanalyze.dynamic.gates.base import flag_evidence
 from kanalyze.dynamic.harness import Harness, NoHarness, find_harness, kernel_harness
 from kanalyze.dynamic.runner import GateRun, Options, resolve_mode, run_gates
 from kanalyze.dynamic.sandbox import mounts
@@ -127,7 +128,7 @@ def confirm(findings: list[Finding], files: list[str], options: DynamicOptions,
     def run(plan):
         path, harness, codes = plan
         flags = {c: [{"row": f.location.row, "kernel": f.kernel, "message": f.message,
-                      **({"counterexample": f.evidence["counterexample"]} if "counterexample" in f.evidence else {})}
+                      **flag_evidence(f.evidence)}
                      for f in by_file.get(path, []) if f.code == c] for c in codes}
         own = run_options if not options.seconds else replace(run_options,
                                                                 deadline=time.perf_counter() + options.seconds)

@@ -175,6 +175,7 @@ class Environment:
         out = {"launches": dict(self.launches.launches), "replaced": self.watch.replaced(),
                "launch_settings": {name: [dict(s) for s in sorted(settings, key=repr)]
                                    for name, settings in self.launches.settings.items()},
+               "grids": {name: sorted(grids) for name, grids in self.launches.grids.items()},
                "extension_calls": extensions.calls(),   # its CUDA C++ entry points, 0 for those not called
                "threads_left": self.watch.threads_left(), "snooped": self.watch.snooped(),
                "torch_alerts": list(self._alerts)}   # torch's ops that have no deterministic implementation

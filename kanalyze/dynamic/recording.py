@@ -41,6 +41,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import inspect
 import threading
 
 import torch
@@ -76,6 +77,25 @@ def kernel_name(fn) -> str:
     return getattr(fn, "__name__", "kernel")
 
 
+def launch_grid(fn, args: tuple, kwargs: dict) -> tuple[int, int, int] | None:
+    """The grid a launch ran, (x, y, z): its `grid`, or what a callable grid gives for the launch's
+    arguments by name (defaults included), as Triton computes it; None where it cannot be had."""
+    grid = kwargs.get("grid")
+    try:
+        if callable(grid):
+            signature = getattr(fn, "signature", None) or inspect.signature(fn.fn)   # (the interpreter's has none)
+            parameters = signature.parameters
+            bound = signature.bind_partial(*args, **{k: v for k, v in kwargs.items() if k in parameters})
+            bound.apply_defaults()
+            grid = grid(dict(bound.arguments))
+        sizes = [int(g) for g in grid][:3]
+    except Exception:   # (a grid that only Triton's own binding can compute: not counted)
+        return None
+    if not sizes:
+        return None
+    return tuple(sizes + [1] * (3 - len(sizes)))
+
+
 class LaunchCounter:
     SETTINGS_PER_KERNEL = 16   # distinct launch settings kept per kernel and run
 
@@ -84,6 +104,9 @@ class LaunchCounter:
         # Per kernel, the scalar keyword arguments of its launches (an autotuned kernel's chosen
         # config among them): a variant of the candidate must launch the same (ORD001, autotune_pin.py).
         self.settings: dict[str, set] = collections.defaultdict(set)
+        # Per kernel, the grids its launches ran, as (x, y, z): how many programs of a launch share
+        # an address (ORD001 on a GPU, where nothing counts the programs each address gets).
+        self.grids: dict[str, set] = collections.defaultdict(set)
         self._inside = threading.local()   # per thread: > 0 while a launch (or kanalyze's own work) runs
         self.installed: dict[type, tuple] = {}   # class -> (our run, its code)
         # On the CPU, told when a launch starts and ends (True, False): the parent then knows
@@ -132,6 +155,11 @@ class LaunchCounter:
                 if len(counter.settings[name]) < counter.SETTINGS_PER_KERNEL:
                     counter.settings[name].add(tuple(sorted(
                         (k, v) for k, v in kwargs.items() if k != "warmup" and type(v) in SCALARS)))
+                if len(counter.grids[name]) < counter.SETTINGS_PER_KERNEL:
+                    with counter.looking_away():
+                        grid = launch_grid(fn, args, kwargs)
+                    if grid is not None:
+                        counter.grids[name].add(grid)
             return launched
 
         cls.run = run

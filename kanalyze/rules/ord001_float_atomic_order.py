@@ -14,7 +14,7 @@ from kanalyze.analyzer.triton.dtypes import UNKNOWN as UNKNOWN_DTYPE
 from kanalyze.analyzer.triton.entities import JitFunction
 from kanalyze.analyzer.triton.model import TritonModule
 from kanalyze.analyzer.triton.program_slices import programs_own_disjoint_addresses
-from kanalyze.analyzer.triton.store_races import racing_stores
+from kanalyze.analyzer.triton.store_races import racing_stores, shared_axes
 from kanalyze.analyzer.triton.whole_numbers import holds_whole_numbers
 from kanalyze.analyzer.triton.value_kinds import FLOAT, KIND_NAMES, LOADED, ValueKinds
 from kanalyze.rules.base import Report, Rule, expr_text, source
@@ -236,7 +236,9 @@ class FloatAtomicOrder(Rule):
             if not target & LOW_PRECISION_FLOATS and holds_whole_numbers(model, jit.function, value):
                 continue  # a float32 count (`tl.sum(tl.where(mask, 1.0, 0.0))`): exact, so any order
             into = describe(target) if UNKNOWN_DTYPE not in target else None
-            yield self._report(model, jit, site.node, value, kind, why, into)
+            mask = keyword(site.node, "mask", 2 if pointer is not None and site.qualname == ATOMIC_ADD else 1)
+            shared = shared_axes(model, jit, site.node, pointer, mask) if pointer is not None else None
+            yield self._report(model, jit, site.node, value, kind, why, into, shared)
         for jit in model.jit.values():
             if jit.name == jit.function.name:
                 for call, racing in racing_stores(model, jit):
@@ -257,7 +259,7 @@ class FloatAtomicOrder(Rule):
         )
 
     def _report(self, model: TritonModule, jit: JitFunction, call: cst.Call, value: cst.BaseExpression,
-                kind: int, why: str, into: str | None = None) -> Report:
+                kind: int, why: str, into: str | None = None, shared: list[int] | None = None) -> Report:
         text = expr_text(model, call)
         if kind == FLOAT:
             what = f"float values (from `{why}`)"
@@ -273,6 +275,8 @@ class FloatAtomicOrder(Rule):
         sem = keyword(call, "sem")
         if isinstance(sem, cst.SimpleString):
             evidence["sem"] = string_literal(sem) or sem.value
+        if shared is not None:   # the grid axes whose programs all add to the same addresses (the gate's power)
+            evidence["shared_axes"] = shared
         if jit.called_from:
             evidence["called_from"] = sorted({caller.name for caller, _ in jit.called_from})
         return self.report(

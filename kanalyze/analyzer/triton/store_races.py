@@ -59,6 +59,25 @@ def racing_stores(model: TritonModule, jit: JitFunction) -> Iterator[tuple[cst.C
             yield call, racing
 
 
+def shared_axes(model: TritonModule, jit: JitFunction, call: cst.Call, pointer: cst.BaseExpression,
+                mask: cst.BaseExpression | None) -> list[int] | None:
+    """The grid axes (0, 1, 2) whose id neither the address of `call` nor its mask reads, nor the
+    test of an `if` or `while` around it, nor an early return's: every program along them reaches
+    it with the same addresses.  None where the source cannot tell (a computed axis, a helper's reads)."""
+    read = _axes(model, jit, pointer) | (_axes(model, jit, mask) if mask is not None else set())
+    for node in model.ancestors(call):
+        if node is jit.node:
+            break
+        if isinstance(node, (cst.If, cst.While)):
+            read |= _axes(model, jit, node.test)
+    for node in walk(jit.node):
+        if isinstance(node, cst.If) and any(isinstance(n, cst.Return) for n in walk(node.body)):
+            read |= _axes(model, jit, node.test)
+    if ANY in read:
+        return None
+    return [axis for axis in (0, 1, 2) if axis not in read]
+
+
 def _program_ids(model: TritonModule, jit: JitFunction) -> dict[int, str]:
     """The grid axes whose id the kernel reads, each with the name it gives it (`pid_k`)."""
     found: dict[int, str] = {}

@@ -33,6 +33,17 @@ RANDOM_REFERENCE = ("the reference draws random numbers (its forward moved torch
                     "neither the candidate's values nor its bits can be held to it")
 
 
+# What of a static finding's evidence a gate reads, besides its row, kernel and message: MEM004's
+# counterexample (the sizes to run), ORD001's shared axes (the grid axes whose programs all add to
+# the same addresses: how many contributions each address gets at the sizes run).
+FLAG_EVIDENCE = ("counterexample", "shared_axes")
+
+
+def flag_evidence(evidence: dict | None) -> dict:
+    """The keys of FLAG_EVIDENCE that `evidence` holds."""
+    return {key: evidence[key] for key in FLAG_EVIDENCE if key in (evidence or {})}
+
+
 @dataclass
 class GateContext:
     harness: Harness

@@ -22,8 +22,11 @@ Power: a float sum's order shows only where at least three programs add to
 one address (0+a+b equals 0+b+a).  The interpreter counts them; where float
 atomics ran but no address got three, the gate could not have seen the
 violation at these sizes and says so (`unconfirmed`), never `refuted`.  On a
-GPU, where nothing counts them, the problem's own sizes run, and the gate
-refutes only once the reversed order agreed too.
+GPU the problem's own sizes run, and the gate refutes only once the reversed
+order agreed too; it says how many programs add to each address where it can
+tell (`contributions`: the grid each flagged kernel ran with, along the axes its
+atomic's address does not read), and where that is fewer than three it says
+`unconfirmed` instead.
 """
 
 from __future__ import annotations
@@ -233,8 +236,19 @@ class PermutedOrder(Gate):
                                 f"launch, no call into a CUDA C++ extension of its own): no order was reversed",
                                 cases, reversal=ctx.reversal)
         if found is None:
-            return self.verdict(REFUTED, f"{same}, and so did a run with the candidate's programs in reverse order "
-                                f"({how})", cases, launches=len(original.runs), reversal=ctx.reversal)
+            agreed = f"{same}, and so did a run with the candidate's programs in reverse order ({how})"
+            count, where = contributions(ctx.flags, first)
+            if count is None:
+                return self.verdict(REFUTED, f"{agreed}; {where}", cases, launches=len(original.runs),
+                                    reversal=ctx.reversal)
+            if count < MIN_CONTRIBUTIONS:
+                return self.verdict(UNCONFIRMED, f"{agreed}, but kanalyze can show only {count} program"
+                                    f"{'s' * (count != 1)} adding to each address {where}: a float sum of fewer "
+                                    f"than {MIN_CONTRIBUTIONS} terms does not depend on their order, so these runs "
+                                    f"may not show the violation", cases, launches=len(original.runs),
+                                    reversal=ctx.reversal, contributions=count)
+            return self.verdict(REFUTED, f"{agreed}; {count} programs add to each address {where}", cases,
+                                launches=len(original.runs), reversal=ctx.reversal, contributions=count)
         said = f"return {found}" if isinstance(found, str) else _said(found)
         elsewhere = _not_the_order(first, theirs, control)
         if elsewhere:
@@ -252,6 +266,41 @@ class PermutedOrder(Gate):
                             f"with the candidate as written in a worker of its own",
                             cases, arrays=arrays, runs=[first.index + 1, "reversed"], reversal=ctx.reversal,
                             **details)
+
+
+def contributions(flags: list[dict], run: RunView) -> tuple[int | None, str]:
+    """On a GPU, how many programs add to each address a flagged float atomic touches, at least,
+    and where: the product of the grid's sizes along the axes that its address, its mask and the
+    tests around it do not read (the static pass's `shared_axes`), for the grids its kernel ran
+    with (the launch recorder's); the largest over its launches and the flagged atomics (one launch
+    where enough programs share an address is one where the order could show).  Programs along the axes
+    the address reads may share addresses too (`pid // 4`): those are not counted.  (None, why)
+    where nothing could be counted."""
+    best: tuple[int, str] | None = None
+    for flag in flags:
+        axes, kernel = flag.get("shared_axes"), flag.get("kernel")
+        grids = (run.meta.get("grids") or {}).get(kernel) if axes is not None and kernel else None
+        if not grids:
+            continue
+        count, grid = max((_product(grid, axes), tuple(grid)) for grid in grids)   # the launch that shares most
+        shared = [a for a in axes if a < len(grid) and grid[a] > 1]
+        detail = (f"its address does not read the program id along axis {' or '.join(map(str, shared))}" if shared
+                  else "its address reads the program id of every axis with more than one program")
+        where = (f"of the flagged atomic add in `{kernel}` (line {flag.get('row')}) at the problem's sizes (grid "
+                 f"{'×'.join(str(g) for g in grid)}; {detail})")
+        if best is None or count > best[0]:
+            best = (count, where)
+    if best is not None:
+        return best
+    return None, ("how many programs add to each address was not counted (no flagged Triton atomic add whose "
+                  "launch grid kanalyze recorded)")
+
+
+def _product(grid, axes: list[int]) -> int:
+    product = 1
+    for axis in axes:
+        product *= int(grid[axis]) if axis < len(grid) else 1
+    return product
 
 
 def _launched_own(run: RunView) -> bool:

@@ -1,0 +1,59 @@
+"""ORD001's float atomic findings say along which grid axes every program adds to the same
+addresses (`shared_axes`): the gate on a GPU multiplies the grid's sizes along them to say how
+many programs add to each address (gates/ord001_permuted_order.py `contributions`)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from kanalyze.check import analyze_text
+
+KERNELS = textwrap.dedent("""\
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def row_blocks(x_ptr, out_ptr, N, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * N + cols, mask=cols < N, other=0.0)
+        tl.atomic_add(out_ptr + row, tl.sum(x))
+
+    @triton.jit
+    def first_column_block(x_ptr, out_ptr, N, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs, mask=offs < N, other=0.0)
+        if tl.program_id(1) == 0:
+            tl.atomic_add(out_ptr, tl.sum(x))
+
+    @triton.jit
+    def masked_by_row(x_ptr, out_ptr, N, BLOCK: tl.constexpr):
+        offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs, mask=offs < N, other=0.0)
+        out_ptr.atomic_add(tl.sum(x), tl.program_id(0) < 4)
+
+    @triton.jit
+    def helper_index(x_ptr, out_ptr, N, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs, mask=offs < N, other=0.0)
+        tl.atomic_add(out_ptr + slot(), tl.sum(x))
+
+    @triton.jit
+    def slot():
+        return tl.program_id(2)
+    """)
+
+
+@pytest.mark.parametrize("kernel,axes", [
+    ("row_blocks", [1, 2]),              # the row's column blocks all add to its one address
+    ("first_column_block", [0, 2]),      # only axis 1's first program reaches the add
+    ("masked_by_row", [1, 2]),           # the mask reads axis 0 as the address would
+    ("helper_index", None),              # a helper may read any axis: nothing said
+])
+def test_a_float_atomic_says_which_axes_share_its_addresses(kernel, axes) -> None:
+    findings, _ = analyze_text("kernels.py", KERNELS)
+    found = [f for f in findings if f.code == "ORD001" and f.kernel == kernel]
+    assert len(found) == 1, [(f.code, f.kernel) for f in findings]
+    assert found[0].evidence.get("shared_axes") == axes, found[0].evidence
