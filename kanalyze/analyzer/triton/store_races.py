@@ -13,6 +13,10 @@ read by the test of an early `return`; axes that every launch of the kernel
 gives one program (`grid = (n, 1)`, or a grid of fewer dimensions); and a value
 or an address that passes through a call to another jit function, whose reads
 are not followed (it may read the program id itself).
+
+`shared_axes` answers the same question for an atomic add (ORD001's float atomics): the
+axes whose programs all reach it with the same addresses, which the gate on a GPU turns
+into how many programs add to each address.
 """
 
 from __future__ import annotations
