@@ -57,3 +57,16 @@ def test_a_float_atomic_says_which_axes_share_its_addresses(kernel, axes) -> Non
     found = [f for f in findings if f.code == "ORD001" and f.kernel == kernel]
     assert len(found) == 1, [(f.code, f.kernel) for f in findings]
     assert found[0].evidence.get("shared_axes") == axes, found[0].evidence
+
+
+def test_the_audit_hands_the_shared_axes_to_the_gate() -> None:
+    """The audit's static pass keeps what the gate reads of a finding's evidence (FLAG_EVIDENCE):
+    the power plant's row sum over column blocks shares axis 1 (its grid is (rows, blocks))."""
+    from pathlib import Path
+
+    from kanalyze.audit.pair import static_pass
+
+    plant = Path(__file__).resolve().parent.parent / "fixtures" / "kernelbench" / "candidates" / \
+        "level1_problem11_row_sum_atomic_blocks.py"
+    flags = [f for f in static_pass(str(plant)) if f["code"] == "ORD001"]
+    assert [(f["kernel"], f.get("shared_axes")) for f in flags] == [("row_sum_kernel", [1, 2])]
