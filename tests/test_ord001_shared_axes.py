@@ -70,3 +70,27 @@ def test_the_audit_hands_the_shared_axes_to_the_gate() -> None:
         "level1_problem11_row_sum_atomic_blocks.py"
     flags = [f for f in static_pass(str(plant)) if f["code"] == "ORD001"]
     assert [(f["kernel"], f.get("shared_axes")) for f in flags] == [("row_sum_kernel", [1, 2])]
+
+
+def test_each_run_records_the_grids_of_its_own_launches() -> None:
+    """The grids in a run's account are that run's (cleared before each, as the launch counts
+    are): two cases at other sizes give each its own grid, (rows, column blocks)."""
+    from pathlib import Path
+
+    from kanalyze.dynamic.cases import Case
+    from kanalyze.dynamic.harness import find_harness
+    from kanalyze.dynamic.sandbox.process import Limits
+    from kanalyze.dynamic.session import BASELINE, Session
+
+    kb = Path(__file__).resolve().parent.parent / "fixtures" / "kernelbench"
+    harness = find_harness(str(kb / "candidates" / "level1_problem11_row_sum_atomic_blocks.py"),
+                           reference=str(kb / "level1" / "11_row_sum.py"))
+    session = Session(harness, "cpu", Limits())
+    try:
+        results = session.execute([Case(BASELINE, "", {"batch_size": 2, "dim": 3000}, seed=0, model_seed=0),
+                                   Case("ORD001/runs", "ORD001", {"batch_size": 3, "dim": 1024}, seed=1,
+                                        model_seed=0)])
+    finally:
+        session.close()
+    grids = [[run.meta.get("grids") for run in result.runs] for result in results]
+    assert grids == [[{"row_sum_kernel": [[2, 3, 1]]}], [{"row_sum_kernel": [[3, 1, 1]]}]], grids

@@ -106,6 +106,7 @@ class Environment:
         self.poison = run.get("poison")
         self.launches.launches.clear()
         self.launches.settings.clear()
+        self.launches.grids.clear()
         extensions.CALLS.clear()
         if self.pin is not None:
             self.pin(case.get("pin_launches"))
