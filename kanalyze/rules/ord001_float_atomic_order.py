@@ -236,8 +236,8 @@ class FloatAtomicOrder(Rule):
             if not target & LOW_PRECISION_FLOATS and holds_whole_numbers(model, jit.function, value):
                 continue  # a float32 count (`tl.sum(tl.where(mask, 1.0, 0.0))`): exact, so any order
             into = describe(target) if UNKNOWN_DTYPE not in target else None
-            mask = keyword(site.node, "mask", 2 if pointer is not None and site.qualname == ATOMIC_ADD else 1)
-            shared = shared_axes(model, jit, site.node, pointer, mask) if pointer is not None else None
+            shared = None if pointer is None else shared_axes(
+                model, jit, site.node, pointer, keyword(site.node, "mask", 2 if site.qualname == ATOMIC_ADD else 1))
             yield self._report(model, jit, site.node, value, kind, why, into, shared)
         for jit in model.jit.values():
             if jit.name == jit.function.name:

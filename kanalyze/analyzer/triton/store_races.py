@@ -42,10 +42,7 @@ def racing_stores(model: TritonModule, jit: JitFunction) -> Iterator[tuple[cst.C
     axes = {axis: name for axis, name in _program_ids(model, jit).items() if several is None or axis in several}
     if not axes:
         return
-    returns = set()   # axes an early return reads: its programs may not all reach the stores
-    for node in walk(jit.node):
-        if isinstance(node, cst.If) and any(isinstance(n, cst.Return) for n in walk(node.body)):
-            returns |= _axes(model, jit, node.test)
+    returns = _early_return_axes(model, jit)   # its programs may not all reach the stores
     if ANY in returns:
         return
     for call, name in calls_within(model, jit.node):
@@ -74,12 +71,19 @@ def shared_axes(model: TritonModule, jit: JitFunction, call: cst.Call, pointer: 
             break
         if isinstance(node, (cst.If, cst.While)):
             read |= _axes(model, jit, node.test)
-    for node in walk(jit.node):
-        if isinstance(node, cst.If) and any(isinstance(n, cst.Return) for n in walk(node.body)):
-            read |= _axes(model, jit, node.test)
+    read |= _early_return_axes(model, jit)
     if ANY in read:
         return None
     return [axis for axis in (0, 1, 2) if axis not in read]
+
+
+def _early_return_axes(model: TritonModule, jit: JitFunction) -> set:
+    """The program axes the test of an early `return` reads (ANY where the source cannot tell)."""
+    found: set = set()
+    for node in walk(jit.node):
+        if isinstance(node, cst.If) and any(isinstance(n, cst.Return) for n in walk(node.body)):
+            found |= _axes(model, jit, node.test)
+    return found
 
 
 def _program_ids(model: TritonModule, jit: JitFunction) -> dict[int, str]:

@@ -31,6 +31,8 @@ atomic's address does not read), and where that is fewer than three it says
 
 from __future__ import annotations
 
+import math
+
 from kanalyze.dynamic.cases import keeping_whole, scaled_knobs
 from kanalyze.dynamic.compare import bitwise_differences, fmt
 from kanalyze.dynamic.gates.base import CONFIRMED, REFUTED, UNCONFIRMED, Gate, GateContext, Run, run_problem
@@ -282,7 +284,8 @@ def contributions(flags: list[dict], run: RunView) -> tuple[int | None, str]:
         grids = (run.meta.get("grids") or {}).get(kernel) if axes is not None and kernel else None
         if not grids:
             continue
-        count, grid = max((_product(grid, axes), tuple(grid)) for grid in grids)   # the launch that shares most
+        count, grid = max((math.prod(int(grid[a]) if a < len(grid) else 1 for a in axes), tuple(grid))
+                          for grid in grids)   # the launch that shares most
         shared = [a for a in axes if a < len(grid) and grid[a] > 1]
         detail = (f"its address does not read the program id along axis {' or '.join(map(str, shared))}" if shared
                   else "its address reads the program id of every axis with more than one program")
@@ -294,13 +297,6 @@ def contributions(flags: list[dict], run: RunView) -> tuple[int | None, str]:
         return best
     return None, ("how many programs add to each address was not counted (no flagged Triton atomic add whose "
                   "launch grid kanalyze recorded)")
-
-
-def _product(grid, axes: list[int]) -> int:
-    product = 1
-    for axis in axes:
-        product *= int(grid[axis]) if axis < len(grid) else 1
-    return product
 
 
 def _launched_own(run: RunView) -> bool:
