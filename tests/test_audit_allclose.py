@@ -207,6 +207,28 @@ def test_the_check_builds_an_extension_where_the_gates_workers_build_it(tmp_path
     assert list(Path(caches["TORCH_EXTENSIONS_DIR"]).glob("custom_op*")), "not built in torch's folder"
 
 
+def test_the_check_compiles_kernels_in_jit_caches_of_its_own(tmp_path) -> None:
+    """KernelBench's fresh process compiles the candidate's kernels; run after the gates, the check
+    must not load what they compiled (its time would be a cache hit's, not KernelBench's).  Its
+    Triton and CUDA driver caches are the candidate's but apart from its workers'; the build
+    folders stay shared (the test above)."""
+    from kanalyze.dynamic.sandbox.cage import JIT
+    from kanalyze.dynamic.sandbox.process import candidate_caches
+
+    candidate = tmp_path / "level1_problem6_reports_its_caches.py"
+    candidate.write_text("import json, os\nwith open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "
+                         "'observed', 'caches'), 'w') as f:\n    json.dump({k: os.path.realpath(os.environ[k]) for k in "
+                         "('TRITON_CACHE_DIR', 'CUDA_CACHE_PATH', 'TORCH_EXTENSIONS_DIR')}, f)\n"
+                         + (KB / "candidates" / "level1_problem6_leaky_relu.py").read_text())
+    observed = observed_for(candidate)
+    assert allclose.check(PROBLEM, str(candidate), "cpu", 60.0)["verdict"] == "PASS"
+    seen = json.loads((observed / "caches").read_text())
+    check, workers = candidate_caches({}, str(candidate), JIT), candidate_caches({}, str(candidate))
+    for jit in ("TRITON_CACHE_DIR", "CUDA_CACHE_PATH"):
+        assert seen[jit] == os.path.realpath(check[jit]) != os.path.realpath(workers[jit]), (jit, seen)
+    assert seen["TORCH_EXTENSIONS_DIR"] == os.path.realpath(workers["TORCH_EXTENSIONS_DIR"]), seen
+
+
 def test_a_problem_the_check_cannot_run_is_unavailable_never_the_candidates_error(tmp_path) -> None:
     """The device or the problem fails before the candidate is imported (here: a cuda check on a
     machine without CUDA; on an H200 a CUDA driver that would not start gave the same): the

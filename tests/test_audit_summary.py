@@ -417,9 +417,12 @@ def test_kanalyze_s_time_over_the_check_s_is_a_median_of_pair_ratios() -> None:
                timed("d", 99.0, 1.0, "cuda", ran, allclose="TIMEOUT"),   # no check verdict: left out
                timed("e", 3.0, 0.0, "triton", ran)]         # a check of no time: left out
     against = summarize(records)["against_check"]
-    assert against == {"pairs": 3, "median": 5.0, "gates_ran": {"pairs": 2, "median": 7.5},
-                       "by_language": {"cuda": {"pairs": 1, "median": 10.0}, "triton": {"pairs": 2, "median": 3.0}}}
+    # the medians' ratio beside: kanalyze's seconds 2, 10, 30 over the check's 2, 2, 3 -> 10 / 2
+    assert against == {"pairs": 3, "median": 5.0, "of_medians": 5.0,
+                       "gates_ran": {"pairs": 2, "median": 7.5, "of_medians": 8.0},
+                       "by_language": {"cuda": {"pairs": 1, "median": 10.0, "of_medians": 10.0},
+                                       "triton": {"pairs": 2, "median": 3.0, "of_medians": 3.0}}}
     text = render_text(summarize(records))
-    assert "pair by pair: median 5.00× (3 pairs)" in text and "7.50× where the gates ran" in text
+    assert "pair by pair: median 5.00× (3 pairs)\n  the medians' ratio 5.00×" in text and "7.50× where the gates ran" in text
     assert "cuda 10.00× (1), triton 3.00× (2)" in text and all(len(line) <= WIDTH for line in text.splitlines())
     assert "over KernelBench's check" not in render_text(summarize([]))   # nothing to say without pairs

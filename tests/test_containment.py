@@ -417,6 +417,8 @@ def test_each_candidate_compiles_into_caches_of_its_own(tmp_path) -> None:
     assert set(first) == {"TRITON_CACHE_DIR", "KANALYZE_EXTENSIONS_DIR", "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH"}
     assert all(first[k] != second[k] for k in first)     # another source: other folders
     assert first == again                                # the same source finds its builds again
+    check = candidate_caches({}, str(one), "check")      # JIT caches apart (KernelBench's check), builds shared
+    assert {k for k in first if check[k] != first[k]} == {"TRITON_CACHE_DIR", "CUDA_CACHE_PATH"}
 
 
 # --- what held, said once per run ---------------------------------------------------

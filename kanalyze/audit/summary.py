@@ -19,7 +19,7 @@ summary") documents every key; in short:
     static                      per clause and in all: the static pass's flags against the
                                 gates' verdicts (predicted, missed, false alarms, recall, precision)
     seconds_per_pair            the pairs' wall time (median, p90, max) and its phases
-    against_check               kanalyze's time over KernelBench's check's, pair by pair (medians)
+    against_check               kanalyze's time over KernelBench's check's (the pairs' ratios' median, the medians' ratio)
     kanalyze_failed / _failures pairs kanalyze itself failed on, with why
 """
 
@@ -199,10 +199,12 @@ def _seconds(pairs: list[dict]) -> dict:
 
 
 def _against_check(pairs: list[dict]) -> dict:
-    """Pair by pair, the static pass and the gates' seconds over KernelBench's check's (the check
-    gave a verdict), as medians: over every such pair; over those whose gates ran past the problem's
-    own inputs (a verdict decided besides CMP001: a candidate that fails there skips the rest, at
-    little cost); and per language (a CUDA C++ candidate's check loads the extension its gates built)."""
+    """The static pass and the gates' seconds over KernelBench's check's (the check gave a
+    verdict): the median of the pairs' ratios, and the ratio of the two medians (`of_medians`,
+    what bench/bench_corpus.py prints); over every such pair; over those whose gates ran past the
+    problem's own inputs (a verdict decided besides CMP001: a candidate that fails there skips the
+    rest, at little cost); and per language (a CUDA C++ candidate's check loads the extension its
+    gates built)."""
     rows = []
     for record in pairs:
         seconds = record.get("seconds") if isinstance(record.get("seconds"), dict) else {}
@@ -212,14 +214,18 @@ def _against_check(pairs: list[dict]) -> dict:
         ran = any(v.get("status") in ("confirmed", "refuted") for code, v in record.get("verdicts", {}).items()
                   if code != "CMP001")
         language = (record.get("metadata") or {}).get("language") or "unknown"
-        rows.append(((seconds["static"] + seconds["gates"]) / seconds["allclose"], ran, str(language)))
+        rows.append((seconds["static"] + seconds["gates"], seconds["allclose"], ran, str(language)))
 
-    def median(ratios: list[float]) -> dict:
-        return {"pairs": len(ratios), "median": round(statistics.median(ratios), 2) if ratios else None}
+    def median(chosen: list[tuple]) -> dict:
+        if not chosen:
+            return {"pairs": 0, "median": None, "of_medians": None}
+        ratio = statistics.median(k / c for k, c, _, _ in chosen)
+        medians = statistics.median(k for k, _, _, _ in chosen) / statistics.median(c for _, c, _, _ in chosen)
+        return {"pairs": len(chosen), "median": round(ratio, 2), "of_medians": round(medians, 2)}
 
-    return {**median([r for r, _, _ in rows]), "gates_ran": median([r for r, ran, _ in rows if ran]),
-            "by_language": {lang: median([r for r, _, other in rows if other == lang])
-                            for lang in sorted({lang for _, _, lang in rows})}}
+    return {**median(rows), "gates_ran": median([row for row in rows if row[2]]),
+            "by_language": {lang: median([row for row in rows if row[3] == lang])
+                            for lang in sorted({row[3] for row in rows})}}
 
 
 def _baselines(pairs: list[dict]) -> dict:

@@ -131,6 +131,7 @@ def _against_check(against: dict) -> list[str]:
     languages = ", ".join(f"{lang} {_times(m['median'])} ({m['pairs']})" for lang, m in against["by_language"].items())
     return [f"kanalyze's time over KernelBench's check's, pair by pair: median {_times(against['median'])} "
             f"({against['pairs']} pairs)",
+            f"  the medians' ratio {_times(against['of_medians'])} (kanalyze's median seconds over the check's)",
             f"  {_times(ran['median'])} where the gates ran past the baseline ({ran['pairs']}); {languages}"]
 
 

@@ -19,6 +19,8 @@ memory bound is the machine's (`cgroups.memory_limit` for a GPU) on either devic
 check runs the problem's own sizes, never scaled.  A CUDA C++ candidate's extension is
 built where the gates' workers build it (`extensions_root`, that candidate's own folder of
 kanalyze's build cache: extensions.py): one compile for the gates and the check, not two.
+Its JIT caches (Triton's, the CUDA driver's) are the check's own (`JIT`): its kernels compile
+as in KernelBench's fresh process, whether or not the gates ran them first.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from dataclasses import dataclass
 
 from kanalyze.dynamic.sandbox import cgroups, extensions, mounts, namespaces, rundir
 from kanalyze.dynamic.sandbox.confine import AFTER_DEVICE, NOW
+
+JIT = "check"   # the label of the check's JIT caches (process.candidate_caches)
 
 
 @dataclass
@@ -45,7 +49,7 @@ class Cage:
 
         namespaces.protect_this_process()   # kanalyze's /proc files closed to it
         scratch = tempfile.mkdtemp(dir=rundir.run_directory())
-        env, caches = candidate_environment(scratch, mode, candidate)   # the gates' caches: their JIT builds
+        env, caches = candidate_environment(scratch, mode, candidate, jit=JIT)
         limits = Limits()
         cgroup = cgroups.create(os.path.basename(scratch), cgroups.memory_limit("cuda", None),
                                 limits.process_margin)

@@ -129,21 +129,23 @@ class _Drain(threading.Thread):
         return data.decode("utf-8", "replace")
 
 
-def candidate_caches(env: dict[str, str], candidate: str | None) -> dict[str, str]:
+def candidate_caches(env: dict[str, str], candidate: str | None, jit: str = "") -> dict[str, str]:
     """A candidate's own compile caches (Triton's kernel cache, kanalyze's and torch's CUDA C++
     build caches, the CUDA driver's JIT cache) in folders keyed by the candidate's source, so
     that what one candidate writes there (a cubin, a shared library) is never loaded by another,
-    and the same source finds its builds again."""
+    and the same source finds its builds again.  `jit` names JIT caches (Triton's, the driver's)
+    apart: KernelBench's check compiles in its own, never loading what the gates compiled."""
     try:
         with open(candidate or "", "rb") as handle:
             key = hashlib.sha256(handle.read()).hexdigest()[:24]
     except OSError:
         key = "unreadable"
+    jit_key = f"{key}-{jit}" if jit else key
     caches = os.path.dirname(extensions.cache_root())          # ~/.cache/kanalyze
-    return {"TRITON_CACHE_DIR": os.path.join(caches, "triton", key),
+    return {"TRITON_CACHE_DIR": os.path.join(caches, "triton", jit_key),
             extensions.ROOT_VARIABLE: os.path.join(extensions.cache_root(), key),
             "TORCH_EXTENSIONS_DIR": os.path.join(caches, "torch_extensions_default", key),
-            "CUDA_CACHE_PATH": os.path.join(caches, "cuda_compute_cache", key)}
+            "CUDA_CACHE_PATH": os.path.join(caches, "cuda_compute_cache", jit_key)}
 
 
 def scrubbed_environment(scratch: str, mode: str) -> dict[str, str]:
@@ -162,13 +164,13 @@ def scrubbed_environment(scratch: str, mode: str) -> dict[str, str]:
     return env
 
 
-def candidate_environment(scratch: str, mode: str, candidate: str | None) -> tuple[dict[str, str], dict[str, str]]:
+def candidate_environment(scratch: str, mode: str, candidate: str | None, jit: str = "") -> tuple[dict, dict]:
     """A candidate's process environment (a worker's, or the allclose check's cage) and its
     caches' real folders: the compile caches shown through a link in its scratch folder
     (disguise.py), no variable named after kanalyze (the extension builds' folder, which
     only kanalyze's builder reads, is handed over apart)."""
     env = scrubbed_environment(scratch, mode)
-    caches = candidate_caches(env, candidate)
+    caches = candidate_caches(env, candidate, jit)
     env.update(disguise.cache_view(scratch, {k: v for k, v in caches.items() if k != extensions.ROOT_VARIABLE}))
     return env, caches
 
