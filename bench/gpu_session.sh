@@ -28,7 +28,7 @@
 #                               for a pair the audit reported oddly (a worker that ended, a job unanswered)
 #   replay:AUDIT_DIR[:120]      bench/replay_witnesses.py over the witnesses the audit in AUDIT_DIR wrote
 #                               on this machine: does each confirmation's witness show its claim?
-#                               (REPLAY_JOBS=N replays at once, default 4; REPLAY_TIMEOUT=SECONDS each,
+#                               (REPLAY_JOBS=N replay processes at once, one a pair, default 4; REPLAY_TIMEOUT=SECONDS a witness,
 #                               default 150: a confirmation for a case that did not finish in 120 s needs more)
 #
 # Everything a step prints also goes to $OUT/<step>.log (default ./gpu-out); the bench's

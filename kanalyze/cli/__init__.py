@@ -24,8 +24,9 @@ from typing import Sequence
 
 from kanalyze import __version__
 from kanalyze.cli.check import _cmd_check
-from kanalyze.cli.commands import _cmd_audit, _cmd_explain, _cmd_lsp, _cmd_replay, _cmd_rules, rule_metadata
+from kanalyze.cli.commands import _cmd_audit, _cmd_explain, _cmd_lsp, _cmd_rules, rule_metadata
 from kanalyze.cli.parser import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, SUBCOMMANDS, UsageError, build_parser
+from kanalyze.cli.replay import cmd_replay
 
 _rule_metadata = rule_metadata  # SARIF's rule table; tests compare formats with it
 
@@ -54,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.write(f"kanalyze {__version__}\n")
             return EXIT_CLEAN
         handler = {"check": _cmd_check, "rules": _cmd_rules, "explain": _cmd_explain, "lsp": _cmd_lsp,
-                   "replay": _cmd_replay, "audit": _cmd_audit}[args.command]
+                   "replay": cmd_replay, "audit": _cmd_audit}[args.command]
         return handler(args)
     except UsageError as exc:
         sys.stderr.write(f"kanalyze: error: {exc}\n")

@@ -1,11 +1,11 @@
-"""The small subcommands: `rules`, `explain`, `lsp`, `replay`, `audit`."""
+"""The small subcommands: `rules`, `explain`, `lsp`, `audit` (`replay`: replay.py)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from kanalyze.cli.parser import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, UsageError
+from kanalyze.cli.parser import EXIT_CLEAN, EXIT_ERROR, UsageError
 
 
 def rule_metadata() -> list[dict]:
@@ -17,25 +17,6 @@ def rule_metadata() -> list[dict]:
         # static detectors in Triton source, in CUDA C++, or both
         "has_detectors": r.has_detectors or bool(cuda_detector_classes(r.code)),
     } for r in all_rules()]
-
-
-def _cmd_replay(args: argparse.Namespace) -> int:
-    """Exit 1 while the witness still fails, 0 once fixed; 2 (never 0) for a witness
-    that cannot be replayed, among them one changed after it was written."""
-    from kanalyze.dynamic.runner import Options
-    from kanalyze.dynamic.witness import WitnessError, replay
-
-    if args.trust:
-        sys.stderr.write(f"kanalyze: warning: --trust: replaying {args.witness} without checking its signature; "
-                         "its verdict is only as trustworthy as where the file came from\n")
-    try:
-        verdict = replay(args.witness, Options(mode=args.device), trust=args.trust)
-    except WitnessError as exc:
-        raise UsageError(str(exc)) from exc
-    sys.stdout.write(f"{verdict.code} {verdict.status}: {verdict.summary}\n")
-    if verdict.status == "confirmed":
-        return EXIT_FINDINGS
-    return EXIT_CLEAN if verdict.status == "refuted" else EXIT_ERROR
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:

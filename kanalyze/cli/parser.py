@@ -169,9 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("version", help="print the version")
 
-    replay = sub.add_parser("replay", help="re-run a witness: exit 1 while it still fails, 0 once fixed")
-    replay.add_argument("witness", metavar="WITNESS.json")
+    replay = sub.add_parser("replay", help="re-run witnesses: exit 1 while one still fails, 0 once all are fixed")
+    replay.add_argument("witness", metavar="WITNESS.json|DIR", nargs="+",
+                        help="witness files, or folders of them (their *.json), replayed in one process")
     replay.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    replay.add_argument("--output-format", choices=("text", "json"), default="text")
     replay.add_argument("--trust", action="store_true",
                         help="replay without checking the witness's signature (one written on another machine "
                              "or by another user): only for a file whose origin you trust")
