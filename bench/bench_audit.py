@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""`kanalyze audit` throughput on the CPU: the local executor with 1, 2 and 4 jobs, and Ray on the same cores.
+"""`kanalyze audit` throughput on the CPU: the local executor with 1, 2 and 4 jobs (and with one job
+without spares: `--no-spares`), and Ray on the same cores.
 
     python bench/bench_audit.py [--pairs 6] [--problems 5,6,7] [--gates MEM002,CMP001] [--ray-cpus N]
 
@@ -89,7 +90,7 @@ def stop_cluster(head: subprocess.Popen) -> None:
 def row(name: str, seconds: float, records: list[dict]) -> dict:
     inside = [r["wall_seconds"] for r in records if "wall_seconds" in r]
     statuses = sorted({r["status"] for r in records})
-    print(f"{name:<22} {seconds:>8.1f} {len(records) / seconds * 60:>10.2f} {statistics.mean(inside):>10.2f}   "
+    print(f"{name:<26} {seconds:>8.1f} {len(records) / seconds * 60:>10.2f} {statistics.mean(inside):>10.2f}   "
           f"{','.join(statuses)}", flush=True)
     return {"seconds": seconds, "pairs": len(records), "verdicts": _verdicts(records)}
 
@@ -110,13 +111,17 @@ def main(argv: list[str] | None = None) -> int:
 
     files = candidates(args.pairs, args.problems.split(","))
     print(f"{len(files)} pairs (fixtures/kernelbench), gates {args.gates}, device cpu, {os.cpu_count()} cores")
-    print(f"{'executor':<22} {'wall s':>8} {'pairs/min':>10} {'pair s':>10}   statuses")
+    print(f"{'executor':<26} {'wall s':>8} {'pairs/min':>10} {'pair s':>10}   statuses")
     results = {}
     work = tempfile.mkdtemp(prefix="kbench-", dir="/tmp")      # short: Ray's socket paths live below it
     try:
         for jobs in (1, 2, 4):
             seconds, records = audit(files, os.path.join(work, f"local{jobs}"), args.gates, "--jobs", str(jobs))
             results[f"local{jobs}"] = row(f"local --jobs {jobs}", seconds, records)
+        seconds, records = audit(files, os.path.join(work, "cold1"), args.gates, "--jobs", "1", "--no-spares")
+        results["cold1"] = row("local --jobs 1 --no-spares", seconds, records)
+        print(f"spares: {results['local1']['seconds'] / seconds:.2f}x the wall time of --no-spares with one job; "
+              f"verdicts {'the same' if results['cold1']['verdicts'] == results['local1']['verdicts'] else 'DIFFER'}")
         if args.no_ray:
             return 0
         try:

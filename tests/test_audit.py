@@ -129,6 +129,9 @@ def test_audit_over_a_manifest_gives_the_expected_verdicts(uninterrupted) -> Non
         walls = [c["seconds"] if c["wall"] is None else c["wall"] for c in slowest]
         assert walls == sorted(walls, reverse=True), slowest
         assert any(isinstance(c["wall"], float) for r in records for c in r.get("seconds", {}).get("slowest", []))
+    # the later pairs' processes were started while the first two ran, and stood by (executor.py's spares)
+    stood = [r["standby_seconds"] for r in records if "standby_seconds" in r]
+    assert stood and all(seconds >= 0 for seconds in stood), stood
     plant = next(r for r in records if r["candidate"].endswith(CONTROLS["MEM002"]["plant"]))
     assert plant["verdicts"]["MEM002"]["static_flag"] is True       # the static pass flagged it first
     assert Path(plant["verdicts"]["MEM002"]["witness"]).is_file()
@@ -227,6 +230,40 @@ def test_a_pair_that_hangs_or_kills_its_worker_gets_its_line_and_the_others_comp
     assert "segfault in the pair worker" in records["level1_problem6_hard_exit.py"]["reason"]
     assert records["level1_problem6_leaky_relu.py"]["status"] == "done"
     assert summary["kanalyze_failed"] == 2 and summary["pairs"] == 3 and summary["done"] == 1
+
+
+SPARE_STAND_IN = (
+    "import json, os, sys, time\n"
+    "args, how = sys.argv[1:], 'fresh'\n"
+    "open(os.path.join(os.path.dirname(__file__), 'pids', str(os.getpid())), 'w').close()\n"
+    "if args[0] == '--standby':\n"
+    "    if os.path.exists(os.path.join(os.path.dirname(__file__), 'spares-die')): os._exit(3)\n"
+    "    line = sys.stdin.readline()\n"
+    "    if not line.strip(): sys.exit(0)\n"
+    "    args, how = json.loads(line), 'spare'\n"
+    "spec = json.load(open(args[0]))\n"
+    "time.sleep(0.3)\n"
+    "json.dump({'static': [], 'verdicts': {}, 'how': how, 'device': spec['device']}, open(args[1], 'w'))\n")
+
+
+@pytest.mark.parametrize("spares_die", [False, True])
+def test_later_pairs_start_in_spares_and_none_outlives_the_run(tmp_path, spares_die) -> None:
+    """While pairs run, the next pairs' processes start and stand by (pair.py --standby); each
+    pair is handed to one, or to a fresh process where the spare ended before its turn; every
+    process, spares never used included, has ended when the run returns."""
+    command = _stand_in(tmp_path, SPARE_STAND_IN)
+    (tmp_path / "pids").mkdir()
+    if spares_die:
+        (tmp_path / "spares-die").touch()
+    executor = LocalExecutor(jobs=1, seconds=30, command=command, spares=True)
+    results = [result for _, result in executor.run([(str(n), {"candidate": f"c{n}", "device": "cpu"})
+                                                     for n in range(4)])]
+    assert [r["status"] for r in results] == ["done"] * 4, results
+    assert [r["how"] for r in results] == ["fresh"] + ["fresh" if spares_die else "spare"] * 3, results
+    pids = [int(name) for name in os.listdir(tmp_path / "pids")]
+    assert len(pids) >= 4 + (3 if spares_die else 0)       # (a spare that died did not run its pair)
+    alive = [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+    assert not alive, alive
 
 
 def test_a_real_hanging_candidate_is_cut_before_the_pair_s_limit_and_not_blamed(tmp_path, capsys) -> None:

@@ -1,5 +1,6 @@
 """`kanalyze audit`'s static pass as `check` runs it: `--extend-select` (the z3 proofs), `--ir`,
-and targeted gates that still run a candidate nothing flagged."""
+and targeted gates that still run a candidate nothing flagged; pairs naming missing files;
+`--no-spares`."""
 
 from __future__ import annotations
 
@@ -84,3 +85,19 @@ def test_a_pair_whose_file_does_not_exist_is_said_and_the_others_run(tmp_path, c
                  "-q"]) == 2
     assert "no pairs to audit: 1 of 1 pairs name a file that does not exist" in capsys.readouterr().err
     assert not (tmp_path / "none" / "results.jsonl").exists()
+
+
+def test_no_spares_starts_each_pair_s_process_at_its_turn(tmp_path) -> None:
+    """By default the second pair's process stands by while the first runs (tests/test_audit.py);
+    with `--no-spares` none does: no line says it stood by."""
+    manifest = tmp_path / "pairs.jsonl"
+    twin = tmp_path / "level1_problem6_leaky_relu_again.py"
+    twin.write_text(CLEAN.read_text() + "\n# another file, another pair\n")
+    manifest.write_text("".join(json.dumps({"candidate": str(c), "problem": str(PROBLEM)}) + "\n"
+                                for c in (CLEAN, twin)))
+    out = tmp_path / "out"
+    assert main(["audit", "--manifest", str(manifest), "--output", str(out), "--device", "cpu", "-q",
+                 "--gates", "MEM002", "--no-spares"]) in (0, 1)
+    records, _, _ = read_records(str(out / "results.jsonl"))
+    assert len(records) == 2 and all(r["status"] == "done" for r in records), records
+    assert not any("standby_seconds" in r for r in records)

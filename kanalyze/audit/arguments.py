@@ -45,6 +45,9 @@ def add_audit_parser(sub, gates_type, selectors_type) -> None:
     audit.add_argument("--stop-after", type=float, metavar="SECONDS",
                        help="start no pair after this many seconds; the running ones end and are written, and a "
                             "rerun resumes the rest (the local executor)")
+    audit.add_argument("--no-spares", dest="spares", action="store_false",
+                       help="start each pair's process at its turn, none standing by while others run (less "
+                            "memory; a pair's time then includes its imports; the local executor)")
     audit.add_argument("--output-format", choices=("text", "json"), default="text", help="of the summary")
     audit.add_argument("--html", metavar="PATH",
                        help="where the HTML report goes (default: DIR/report.html, beside the journal)")

@@ -31,8 +31,12 @@ Pairs run side by side share the device, the memory and the disk.
   running ones end and are written, a held-back one runs again, and the same command
   resumes the rest.  A run on borrowed time keeps what it ran, where a kill loses the pairs
   in flight.
+* Spares: while pairs run, as many processes as will start next start now (`pair.py
+  --standby`: their zygotes import torch and triton, they import kanalyze) and wait; a pair
+  is handed to one (SPEC and OUT on its stdin), or to a fresh process where none stands by or
+  it ended meanwhile.  Those left when the run ends are killed.
 
-ray_executor.py runs the same `run_one` inside each Ray task (`--executor ray`).
+ray_executor.py runs the same `run_one` inside each Ray task (`--executor ray`), without spares.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Iterable, Iterator
 
 from kanalyze.audit.child import kill_group
-from kanalyze.audit.pair import last_step
+from kanalyze.audit.pair import STANDBY, last_step
 from kanalyze.dynamic.causes import SHORTAGES, shortage
 
 STDERR_TAIL = 2000
@@ -73,15 +77,54 @@ def disk_room() -> bool:
     return usage.free >= ROOM_BYTES
 
 
+class Spare:
+    """A pair's process started before its turn (`pair.py --standby`), in its own folder."""
+
+    def __init__(self, command: list[str], device: str) -> None:
+        self.device = device
+        self.folder = tempfile.mkdtemp(prefix="kanalyze-audit-")
+        try:
+            with open(os.path.join(self.folder, "stderr"), "wb") as stderr:
+                self.process = subprocess.Popen([*command, STANDBY, device], stdin=subprocess.PIPE, stdout=stderr,
+                                                stderr=stderr, start_new_session=True)
+        except OSError:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise
+
+    def hand(self, spec_path: str, out_path: str) -> bool:
+        """Give it its pair; False when it has ended meanwhile (the pair then starts fresh)."""
+        if self.process.poll() is not None:
+            return False
+        try:
+            self.process.stdin.write((json.dumps([spec_path, out_path]) + "\n").encode())
+            self.process.stdin.close()
+        except OSError:
+            return False
+        return True
+
+    def discard(self) -> None:
+        try:
+            self.process.stdin.close()
+        except OSError:
+            pass
+        kill_group(self.process)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
 class LocalExecutor:
     def __init__(self, jobs: int = 1, seconds: float = 600.0, command: list[str] | None = None,
-                 room=disk_room, stop_after: float | None = None) -> None:
+                 room=disk_room, stop_after: float | None = None, spares: bool | None = None) -> None:
         self.jobs = max(1, jobs)
         self.seconds = seconds
         self.stop_after = stop_after         # --stop-after: no pair starts after this many seconds
         # The child's command line, SPEC and OUT appended (tests swap in one that crashes).
         self.command = command or [sys.executable, "-m", "kanalyze.audit.pair"]
         self.room = room                     # () -> bool: may one more pair start beside the others
+        # Spares (`run` only): the next pairs' processes start while these run (pair.py --standby);
+        # by default with kanalyze's own pair command.
+        self.spares = command is None if spares is None else spares
+        self._spares: list[Spare] = []
+        self._spares_lock = threading.Lock()
         self._running = 0
         self._turn = threading.Condition()
 
@@ -103,7 +146,9 @@ class LocalExecutor:
                     pending.clear()             # the rest waits for a rerun, which resumes the journal
                 while pending and not short and len(running) < width:
                     job = pending.popleft()
-                    running[pool.submit(self.run_one, job[1])] = job, width > 1   # (may have neighbours)
+                    spare = self._take_spare(job[1].get("device"))
+                    running[pool.submit(self.run_one, job[1], spare)] = job, width > 1   # (may have neighbours)
+                self._keep_spares(min(width, len(pending)) if not short else 0, pending)
                 if not running:
                     continue
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -119,30 +164,65 @@ class LocalExecutor:
                         yield job, result
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+            self._keep_spares(0, ())
 
-    def run_one(self, spec: dict) -> dict:
+    def _take_spare(self, device: str | None) -> Spare | None:
+        with self._spares_lock:
+            for spare in self._spares:
+                if spare.device == device:
+                    self._spares.remove(spare)
+                    return spare
+        return None
+
+    def _keep_spares(self, count: int, pending) -> None:
+        """`count` spares standing by for the next pairs' devices; the rest discarded."""
+        if not self.spares:
+            return
+        devices = [job[1].get("device") for job in list(pending)[:count] if job[1].get("device") in ("cpu", "cuda")]
+        with self._spares_lock:
+            keep, extra = [], list(self._spares)
+            for device in devices:
+                match = next((spare for spare in extra if spare.device == device), None)
+                if match is not None:
+                    extra.remove(match)
+                    keep.append(match)
+                    continue
+                try:
+                    keep.append(Spare(self.command, device))
+                except OSError:   # (no process could start now: the pair starts fresh at its turn)
+                    pass
+            self._spares = keep
+        for spare in extra:
+            spare.discard()
+
+    def run_one(self, spec: dict, spare: Spare | None = None) -> dict:
         with self._turn:   # alone, or beside others while the disk has room
             while self._running and not self.room():
                 self._turn.wait(timeout=2.0)
             self._running += 1
-        folder = tempfile.mkdtemp(prefix="kanalyze-audit-")
+        folder = spare.folder if spare is not None else tempfile.mkdtemp(prefix="kanalyze-audit-")
         started = time.monotonic()
         try:
-            return {**self._run_in(folder, spec), "wall_seconds": round(time.monotonic() - started, 3)}
+            return {**self._run_in(folder, spec, spare), "wall_seconds": round(time.monotonic() - started, 3)}
         finally:
             shutil.rmtree(folder, ignore_errors=True)
             with self._turn:
                 self._running -= 1
                 self._turn.notify_all()
 
-    def _run_in(self, folder: str, spec: dict) -> dict:
+    def _run_in(self, folder: str, spec: dict, spare: Spare | None) -> dict:
         spec_path, out_path = os.path.join(folder, "spec.json"), os.path.join(folder, "result.json")
         stderr_path = os.path.join(folder, "stderr")
         with open(spec_path, "w", encoding="utf-8") as handle:
             json.dump({**spec, "seconds": self.seconds}, handle)
-        with open(stderr_path, "wb") as stderr:
-            child = subprocess.Popen([*self.command, spec_path, out_path], stdin=subprocess.DEVNULL,
-                                     stdout=stderr, stderr=stderr, start_new_session=True)
+        with open(stderr_path, "ab") as stderr:
+            if spare is not None and spare.hand(spec_path, out_path):
+                child = spare.process
+            else:   # none stood by, or it ended while it did: a fresh process
+                if spare is not None:
+                    kill_group(spare.process)
+                child = subprocess.Popen([*self.command, spec_path, out_path], stdin=subprocess.DEVNULL,
+                                         stdout=stderr, stderr=stderr, start_new_session=True)
             try:
                 code = child.wait(timeout=self.seconds)
             except subprocess.TimeoutExpired:

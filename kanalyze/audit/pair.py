@@ -1,5 +1,10 @@
 """One pair's run, in a child process of its own (`python -m kanalyze.audit.pair SPEC OUT`).
 
+Or started before its turn, `python -m kanalyze.audit.pair --standby DEVICE` (executor.py's
+spares): it starts its zygote and imports kanalyze while other pairs run, then reads `SPEC OUT`
+on stdin; its result says how long it stood by (`standby_seconds`), and its `seconds` start
+when its pair came, its imports done.
+
     run_pair(spec) -> result     the static pass on the candidate, the gates, KernelBench's allclose
 
 spec: {"candidate", "problem" (or None with "problem_error"), "gates" ("all",
@@ -52,6 +57,7 @@ ALLCLOSE_SHARE = 0.25
 # ends with what its gates decided instead of being stopped and losing it.
 TAIL_SHARE = 0.05
 PROGRESS_SUFFIX = ".progress"   # beside the result: the pair's last step (LastStep)
+STANDBY = "--standby"           # `python -m kanalyze.audit.pair --standby DEVICE`: a spare (standby)
 SLOWEST = 6   # the candidate's slowest cases a journal line keeps, step by step
 
 
@@ -278,8 +284,36 @@ def _step(words: str) -> None:
     logging.getLogger("kanalyze.progress").info(words)
 
 
-def main(spec_path: str, out_path: str) -> int:
+def standby(device: str) -> tuple[str, str] | None:
+    """A pair's process started before its turn (executor.py's spares): its zygote's imports and
+    kanalyze's own run while other pairs do; then it waits for its pair, one line on stdin
+    (`SPEC OUT`, JSON-encoded), and returns it (None: the audit ended first)."""
+    import importlib
+
+    from kanalyze.dynamic.sandbox.process import prestart_zygote
+
+    prestart_zygote(device, wait=False)
+    for module in ("kanalyze.check", "kanalyze.dynamic.runner", "kanalyze.audit.allclose"):
+        importlib.import_module(module)   # the static pass's, the gates' and the check's imports
+    line = sys.stdin.readline()
+    if not line.strip():
+        return None
+    spec_path, out_path = json.loads(line)
+    return str(spec_path), str(out_path)
+
+
+def main(argv: list[str]) -> int:
+    """`SPEC OUT`, or `--standby DEVICE` and then `SPEC OUT` on stdin (`standby`)."""
     die_with_parent()
+    standby_seconds = None
+    if argv[0] == STANDBY:
+        waited = time.monotonic()
+        handed = standby(argv[1])
+        if handed is None:
+            return 0
+        standby_seconds = round(time.monotonic() - waited, 3)
+        argv = list(handed)
+    spec_path, out_path = argv
     progress = logging.getLogger("kanalyze.progress")
     progress.setLevel(logging.INFO)
     progress.propagate = False
@@ -287,6 +321,8 @@ def main(spec_path: str, out_path: str) -> int:
     with open(spec_path, encoding="utf-8") as handle:
         spec = json.load(handle)
     result = run_pair(spec)
+    if standby_seconds is not None:
+        result["standby_seconds"] = standby_seconds
     with open(out_path + ".part", "w", encoding="utf-8") as handle:
         json.dump(result, handle, default=str)
     os.replace(out_path + ".part", out_path)
@@ -294,4 +330,4 @@ def main(spec_path: str, out_path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    sys.exit(main(sys.argv[1:]))

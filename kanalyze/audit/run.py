@@ -38,6 +38,7 @@ class AuditOptions:
     extend_select: list[str] = field(default_factory=list)   # --extend-select: the static pass's extra codes
     ir: bool = False                              # --ir: the compiled code too
     stop_after: float | None = None               # --stop-after: no pair starts after these seconds
+    spares: bool = True                           # --no-spares: no pair's process stands by (executor.py)
 
 
 def make_executor(options: AuditOptions):
@@ -50,7 +51,7 @@ def make_executor(options: AuditOptions):
         return RayExecutor(options.address, options.pair_seconds, per_gpu=options.jobs)
     if options.address is not None:
         raise ExecutorError("--address is a Ray cluster's address: it goes with --executor ray")
-    return LocalExecutor(options.jobs, options.pair_seconds, stop_after=options.stop_after)
+    return LocalExecutor(options.jobs, options.pair_seconds, stop_after=options.stop_after, spares=options.spares)
 
 
 def verdict_options(options: AuditOptions) -> dict:

@@ -19,7 +19,7 @@ summary") documents every key; in short:
     static                      per clause and in all: the static pass's flags against the
                                 gates' verdicts (predicted, missed, false alarms, recall, precision)
     seconds_per_pair            the pairs' wall time (median, p90, max) and its phases
-    against_check               kanalyze's time over KernelBench's check's (the pairs' ratios' median, the medians' ratio)
+    against_check               kanalyze's time over KernelBench's check's (pairs' ratios' median, medians' ratio)
     kanalyze_failed / _failures pairs kanalyze itself failed on, with why
 """
 
