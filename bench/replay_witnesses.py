@@ -7,8 +7,9 @@ A `confirmed` verdict is worth its witness: `kanalyze replay` regenerates the in
 the seeds, sizes and settings the witness holds, runs the candidate again in a fresh
 session and judges it as the gate did.  For each confirmed verdict of each AUDIT_DIR's
 journal (results.jsonl) that names a witness, this runs `kanalyze replay`, one process for
-the witnesses of each pair (their workers from one zygote, their shared inputs' references
-computed once; `--one-each`: a process for each witness, as before), and sorts the outcome:
+the witnesses of each pair (their workers from one zygote; on the CPU the references of the
+inputs they share computed once; `--one-each`: a process for each witness), and sorts the
+outcome:
 
 * `shown`: the replay confirms the clause again;
 * `not shown`: the replay refutes it: the witness does not show its claim;

@@ -6,10 +6,11 @@ changed after it was written).
 
 Several, or a folder (its `*.json`, as `kanalyze check --dynamic` and `kanalyze audit`
 write them): one line per witness, its path first, in the order given; one that cannot be
-replayed is said so on its line and the others go on.  They run in this one process:
-one zygote starts the workers of all of them, and a problem's references computed for
-one witness serve the next witness of that problem (an audit's witnesses of one pair
-share their baseline).  Exit 1 when any still fails, else 2 when any could not be
+replayed is said so on its line and the others go on.  They run in this one process: one
+zygote (its imports of torch and triton paid once) starts the workers of all of them, and
+on the CPU a problem's references computed for one witness serve the next one of that problem
+that has the same inputs (the reference cache; on a GPU a session's references are held by
+its judge and go with it).  Exit 1 when any still fails, else 2 when any could not be
 decided, else 0: every one is fixed.  `--output-format json` gives a list of
 {"witness", "code", "status", "summary"} (status `error` for a witness that could not be
 replayed at all).
