@@ -22,7 +22,9 @@
 #                               a journal folder with no journal yet starts from SEED (default the
 #                               repository's journal of those gates: bench/corpus/gpu-journal/results.jsonl,
 #                               with AUDIT_GATES=targeted gpu-journal-targeted/; SEED= for none);
-#                               AUDIT_GATES=all|targeted|CODES (default all) the gates each pair runs
+#                               AUDIT_GATES=all|targeted|CODES (default all) the gates each pair runs;
+#                               AUDIT_OPTIONS="--no-spares ..." more of the audit's options (a second
+#                               audit step with another AUDIT and --no-spares times the spares side by side)
 #   pair:MANIFEST[:300]         bench/gpu_pair.py over MANIFEST's pairs, one at a time in one process,
 #                               each step of the session said as it happens (GATES=CMP001,... default CMP001):
 #                               for a pair the audit reported oddly (a worker that ended, a job unanswered)
@@ -32,7 +34,8 @@
 #                               default 150: a confirmation for a case that did not finish in 120 s needs more)
 #
 # Everything a step prints also goes to $OUT/<step>.log (default ./gpu-out); the bench's
-# numbers to $OUT/bench.json and the audit's journal to $OUT/results.jsonl.  WHEELS=DIR
+# numbers to $OUT/bench.json and an audit's journal to $OUT/JOURNAL.jsonl, its summary to
+# $OUT/JOURNAL.log (JOURNAL: the journal folder's name).  WHEELS=DIR
 # installs the core dependencies from wheels first (a machine with no package index) into
 # a folder of their own, put on PYTHONPATH beside this checkout.
 set -uo pipefail
@@ -90,9 +93,9 @@ for step in "$@"; do
         limit=${seconds:-300} pair=${PAIR_TIMEOUT:-240}
         timeout "$limit" python3 -m kanalyze audit --manifest "$manifest" --output "$journal" \
             --device cuda --gates "${AUDIT_GATES:-all}" --jobs "${JOBS:-4}" --pair-timeout "$pair" --stop-after $(( limit > pair + 60 ? limit - pair - 10 : 50 )) -q \
-            > "$OUT/audit.log" 2>&1
-        cp "$journal/results.jsonl" "$OUT/results.jsonl" 2>/dev/null
-        tail -30 "$OUT/audit.log" ;;
+            ${AUDIT_OPTIONS:-} > "$OUT/$(basename "$journal").log" 2>&1
+        cp "$journal/results.jsonl" "$OUT/$(basename "$journal").jsonl" 2>/dev/null
+        tail -30 "$OUT/$(basename "$journal").log" ;;
     replay)   # MANIFEST here is an audit's folder (its journal and witnesses)
         timeout "${seconds:-120}" python3 bench/replay_witnesses.py "$manifest" --device cuda \
             --timeout "${REPLAY_TIMEOUT:-150}" --jobs "${REPLAY_JOBS:-4}" \

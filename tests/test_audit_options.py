@@ -1,10 +1,12 @@
 """`kanalyze audit`'s static pass as `check` runs it: `--extend-select` (the z3 proofs), `--ir`,
 and targeted gates that still run a candidate nothing flagged; pairs naming missing files;
-`--no-spares`."""
+`--no-spares`; `--check-builds own`."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -101,3 +103,39 @@ def test_no_spares_starts_each_pair_s_process_at_its_turn(tmp_path) -> None:
     records, _, _ = read_records(str(out / "results.jsonl"))
     assert len(records) == 2 and all(r["status"] == "done" for r in records), records
     assert not any("standby_seconds" in r for r in records)
+
+
+@pytest.mark.skipif(not (shutil.which("ninja") and shutil.which("c++")), reason="needs ninja and a C++ compiler")
+def test_check_builds_own_has_kernelbench_s_check_build_the_extension_again(tmp_path, monkeypatch) -> None:
+    """By default the check loads the extension the gates built (tests/test_audit_allclose.py); with
+    `--check-builds own` it builds its own in torch's folder, as KernelBench does, so that its time
+    holds a build as kanalyze's does; the line's options say so."""
+    from kanalyze.dynamic.sandbox import extensions
+    from kanalyze.dynamic.sandbox.process import candidate_caches
+
+    monkeypatch.setenv(extensions.ROOT_VARIABLE, str(tmp_path / "builds"))
+    (tmp_path / "answer.cpp").write_text('extern "C" int answer() { return 1; }\n')
+    candidate = tmp_path / "level1_problem6_builds_at_import.py"
+    candidate.write_text(textwrap.dedent(f"""
+        import ctypes
+        import torch
+        from torch.utils import cpp_extension
+
+        LIBRARY = ctypes.CDLL(cpp_extension.load(name="custom_op", sources=[{str(tmp_path / "answer.cpp")!r}],
+                                                 is_python_module=False))
+
+        class ModelNew(torch.nn.Module):
+            def __init__(self, negative_slope: float = 0.01):
+                super().__init__()
+                self.negative_slope = negative_slope * LIBRARY.answer()
+
+            def forward(self, x):
+                return torch.nn.functional.leaky_relu(x, self.negative_slope)
+        """))
+    (record,) = _audit(tmp_path, "own", candidate, "--gates", "MEM002", "--check-builds", "own")
+    assert record["status"] == "done" and record["allclose"]["verdict"] == "PASS", record
+    assert record["options"]["check_builds"] == "own"
+    caches = candidate_caches({}, str(candidate))
+    # (on the CPU the gates do not run a C++ candidate: the only build is the check's)
+    assert list(Path(caches["TORCH_EXTENSIONS_DIR"]).glob("custom_op*")), "the check did not build its own"
+    assert not list(Path(caches[extensions.ROOT_VARIABLE]).glob("custom_op-*")), "built in the gates' folder"

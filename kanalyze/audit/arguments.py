@@ -48,6 +48,10 @@ def add_audit_parser(sub, gates_type, selectors_type) -> None:
     audit.add_argument("--no-spares", dest="spares", action="store_false",
                        help="start each pair's process at its turn, none standing by while others run (less "
                             "memory; a pair's time then includes its imports; the local executor)")
+    audit.add_argument("--check-builds", choices=("shared", "own"), default="shared",
+                       help="where KernelBench's check gets a CUDA C++ candidate's extension: the gates' build "
+                            "(shared, the default: one build a pair) or its own, built as KernelBench builds it "
+                            "(own: the check's time then holds a build too, as kanalyze's does)")
     audit.add_argument("--output-format", choices=("text", "json"), default="text", help="of the summary")
     audit.add_argument("--html", metavar="PATH",
                        help="where the HTML report goes (default: DIR/report.html, beside the journal)")

@@ -107,7 +107,7 @@ def run_audit_command(args, usage_error) -> int:
                            pair_seconds=args.pair_timeout, case_seconds=args.case_timeout,
                            executor_kind=args.executor, address=args.address,
                            extend_select=list(args.extend_select), ir=args.ir, stop_after=args.stop_after,
-                           spares=args.spares)
+                           spares=args.spares, check_builds=args.check_builds)
     show = not args.quiet and sys.stderr.isatty()
     try:
         summary = _audit_with_progress(pairs, options) if show else audit(pairs, options)

@@ -10,7 +10,9 @@ when its pair came, its imports done.
 spec: {"candidate", "problem" (or None with "problem_error"), "gates" ("all",
 "targeted" or a list of codes), "device" ("cpu" | "cuda"), "case_timeout",
 "seconds" (the pair's time limit), "witness_dir", "extend_select" (codes added to the
-static pass's selection), "ir" (the compiled code too)}.  The result (plain JSON):
+static pass's selection), "ir" (the compiled code too), "check_builds" ("shared": KernelBench's
+check loads a CUDA C++ extension the gates built; "own": it builds its own, as KernelBench
+does)}.  The result (plain JSON):
 
     static     the candidate's static findings: [{"code", "row", "message", "kernel"}, and what of its
                evidence a gate reads (gates/base.py FLAG_EVIDENCE)]
@@ -179,7 +181,8 @@ def allclose_of(spec: dict, seconds: float) -> dict:
     if seconds < 1.0:   # (its fresh process alone takes longer: the pair would be stopped, losing the gates')
         return {"verdict": "TIMEOUT", "detail": "not run: the pair's time limit left it no time", "seconds": 0.0,
                 "contained": []}
-    return check(os.path.abspath(spec["problem"]), os.path.abspath(spec["candidate"]), spec["device"], seconds)
+    return check(os.path.abspath(spec["problem"]), os.path.abspath(spec["candidate"]), spec["device"], seconds,
+                 share_builds=spec.get("check_builds", "shared") != "own")
 
 
 def run_pair(spec: dict) -> dict:

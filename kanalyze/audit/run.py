@@ -39,6 +39,7 @@ class AuditOptions:
     ir: bool = False                              # --ir: the compiled code too
     stop_after: float | None = None               # --stop-after: no pair starts after these seconds
     spares: bool = True                           # --no-spares: no pair's process stands by (executor.py)
+    check_builds: str = "shared"                  # --check-builds: shared | own (the check's CUDA C++ build)
 
 
 def make_executor(options: AuditOptions):
@@ -66,9 +67,12 @@ def verdict_options(options: AuditOptions) -> dict:
     return settings
 
 
-def _base(pair: Pair, identifier: str, settings: dict) -> dict:
+def _base(pair: Pair, identifier: str, settings: dict, options: AuditOptions) -> dict:
+    recorded = {"gates": settings["gates"], "device": settings["device"]}
+    if options.check_builds != "shared":   # (only when given: a timing setting, not a verdict's)
+        recorded["check_builds"] = options.check_builds
     return {"id": identifier, "candidate": pair.candidate, "problem": pair.problem, "metadata": pair.metadata,
-            "options": {"gates": settings["gates"], "device": settings["device"]}}
+            "options": recorded}
 
 
 def plan(pairs: list[Pair], options: AuditOptions, finished: dict[str, dict]) -> tuple[list, list[dict]]:
@@ -82,7 +86,8 @@ def plan(pairs: list[Pair], options: AuditOptions, finished: dict[str, dict]) ->
             seen[identifier] += 1
             repeat = f"{identifier}-dup{seen[identifier]}"
             if repeat not in finished:
-                duplicates.append({**_base(pair, repeat, settings), "status": "duplicate", "duplicate_of": identifier,
+                duplicates.append({**_base(pair, repeat, settings, options), "status": "duplicate",
+                                   "duplicate_of": identifier,
                                    "reason": f"the same candidate and problem contents as pair {identifier}; "
                                              "not run again"})
             continue
@@ -93,8 +98,9 @@ def plan(pairs: list[Pair], options: AuditOptions, finished: dict[str, dict]) ->
                 "problem": os.path.abspath(pair.problem) if pair.problem else None,
                 "problem_error": pair.problem_error, "gates": settings["gates"], "device": settings["device"],
                 "case_timeout": options.case_seconds, "witness_dir": witness_dir,
-                "extend_select": settings.get("extend_select", []), "ir": settings.get("ir", False)}
-        jobs.append((identifier, {"base": _base(pair, identifier, settings), "spec": spec}))
+                "extend_select": settings.get("extend_select", []), "ir": settings.get("ir", False),
+                "check_builds": options.check_builds}
+        jobs.append((identifier, {"base": _base(pair, identifier, settings, options), "spec": spec}))
     return jobs, duplicates
 
 
