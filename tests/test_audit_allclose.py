@@ -165,24 +165,21 @@ def test_what_the_candidate_leaves_as_its_verdict_is_read_as_untrusted(tmp_path,
     assert "verdict" in result["detail"], result
 
 
-@pytest.mark.skipif(not (shutil.which("ninja") and shutil.which("c++")), reason="needs ninja and a C++ compiler")
-def test_the_check_builds_an_extension_where_the_gates_workers_build_it(tmp_path, monkeypatch) -> None:
-    """A candidate that builds a C++ library at import (as KernelBench's CUDA solutions build
-    theirs; plain C++ here, so that the CPU builds it in a second) gets it built in its own
-    folder of kanalyze's build cache, the folder its gates' workers build it in, marked
-    complete: one compile for the gates and the check.  torch's own build folder stays empty."""
-    from kanalyze.dynamic.sandbox import extensions
-    from kanalyze.dynamic.sandbox.process import candidate_caches
+NEEDS_A_COMPILER = pytest.mark.skipif(not (shutil.which("ninja") and shutil.which("c++")),
+                                      reason="needs ninja and a C++ compiler")
 
-    monkeypatch.setenv(extensions.ROOT_VARIABLE, str(tmp_path / "builds"))
-    (tmp_path / "answer.cpp").write_text('extern "C" int answer() { return 1; }\n')
-    candidate = tmp_path / "level1_problem6_builds_at_import.py"
+
+def builds_at_import(folder: Path) -> Path:
+    """A problem-6 candidate that builds a C++ library `custom_op` at import (as KernelBench's CUDA
+    solutions build theirs; plain C++ here, so that the CPU builds it in a second)."""
+    (folder / "answer.cpp").write_text('extern "C" int answer() { return 1; }\n')
+    candidate = folder / "level1_problem6_builds_at_import.py"
     candidate.write_text(textwrap.dedent(f"""
         import ctypes
         import torch
         from torch.utils import cpp_extension
 
-        LIBRARY = ctypes.CDLL(cpp_extension.load(name="custom_op", sources=[{str(tmp_path / "answer.cpp")!r}],
+        LIBRARY = ctypes.CDLL(cpp_extension.load(name="custom_op", sources=[{str(folder / "answer.cpp")!r}],
                                                  is_python_module=False))
 
         class ModelNew(torch.nn.Module):
@@ -193,6 +190,20 @@ def test_the_check_builds_an_extension_where_the_gates_workers_build_it(tmp_path
             def forward(self, x):
                 return torch.nn.functional.leaky_relu(x, self.negative_slope)
         """))
+    return candidate
+
+
+@NEEDS_A_COMPILER
+def test_the_check_builds_an_extension_where_the_gates_workers_build_it(tmp_path, monkeypatch) -> None:
+    """A candidate that builds a C++ library at import (as KernelBench's CUDA solutions build
+    theirs; plain C++ here, so that the CPU builds it in a second) gets it built in its own
+    folder of kanalyze's build cache, the folder its gates' workers build it in, marked
+    complete: one compile for the gates and the check.  torch's own build folder stays empty."""
+    from kanalyze.dynamic.sandbox import extensions
+    from kanalyze.dynamic.sandbox.process import candidate_caches
+
+    monkeypatch.setenv(extensions.ROOT_VARIABLE, str(tmp_path / "builds"))
+    candidate = builds_at_import(tmp_path)
     result = allclose.check(PROBLEM, str(candidate), "cpu", 300.0)
     assert result["verdict"] == "PASS", result
     caches = candidate_caches({}, str(candidate))

@@ -5,11 +5,10 @@ and targeted gates that still run a candidate nothing flagged; pairs naming miss
 from __future__ import annotations
 
 import json
-import shutil
-import textwrap
 from pathlib import Path
 
 import pytest
+from test_audit_allclose import NEEDS_A_COMPILER, builds_at_import
 
 from kanalyze.audit.journal import read_records
 from kanalyze.cli import main
@@ -105,7 +104,7 @@ def test_no_spares_starts_each_pair_s_process_at_its_turn(tmp_path) -> None:
     assert not any("standby_seconds" in r for r in records)
 
 
-@pytest.mark.skipif(not (shutil.which("ninja") and shutil.which("c++")), reason="needs ninja and a C++ compiler")
+@NEEDS_A_COMPILER
 def test_check_builds_own_has_kernelbench_s_check_build_the_extension_again(tmp_path, monkeypatch) -> None:
     """By default the check loads the extension the gates built (tests/test_audit_allclose.py); with
     `--check-builds own` it builds its own in torch's folder, as KernelBench does, so that its time
@@ -114,24 +113,7 @@ def test_check_builds_own_has_kernelbench_s_check_build_the_extension_again(tmp_
     from kanalyze.dynamic.sandbox.process import candidate_caches
 
     monkeypatch.setenv(extensions.ROOT_VARIABLE, str(tmp_path / "builds"))
-    (tmp_path / "answer.cpp").write_text('extern "C" int answer() { return 1; }\n')
-    candidate = tmp_path / "level1_problem6_builds_at_import.py"
-    candidate.write_text(textwrap.dedent(f"""
-        import ctypes
-        import torch
-        from torch.utils import cpp_extension
-
-        LIBRARY = ctypes.CDLL(cpp_extension.load(name="custom_op", sources=[{str(tmp_path / "answer.cpp")!r}],
-                                                 is_python_module=False))
-
-        class ModelNew(torch.nn.Module):
-            def __init__(self, negative_slope: float = 0.01):
-                super().__init__()
-                self.negative_slope = negative_slope * LIBRARY.answer()
-
-            def forward(self, x):
-                return torch.nn.functional.leaky_relu(x, self.negative_slope)
-        """))
+    candidate = builds_at_import(tmp_path)
     (record,) = _audit(tmp_path, "own", candidate, "--gates", "MEM002", "--check-builds", "own")
     assert record["status"] == "done" and record["allclose"]["verdict"] == "PASS", record
     assert record["options"]["check_builds"] == "own"
